@@ -1,0 +1,213 @@
+//! Condition types, reasons and statuses of PodGroup and CompositePodGroup, and [`set_condition`].
+//!
+//! Upstream: the condition constants in `staging/src/k8s.io/api/scheduling/v1beta1/types.go` and
+//! `v1alpha3/types.go` (Kubernetes 1.37); `set_condition` follows
+//! `k8s.io/apimachinery/pkg/api/meta/conditions.go` `SetStatusCondition`.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+
+/// PodGroup condition: whether the group's scheduling requirement has been satisfied. Terminal once True:
+/// it never goes back to False, even if pods are later evicted.
+pub const POD_GROUP_INITIALLY_SCHEDULED: &str = "PodGroupInitiallyScheduled";
+
+/// CompositePodGroup condition: whether the subtree's scheduling requirement has been satisfied. Terminal
+/// once True.
+pub const COMPOSITE_POD_GROUP_INITIALLY_SCHEDULED: &str = "CompositePodGroupInitiallyScheduled";
+
+/// PodGroup and CompositePodGroup condition: the group is about to be terminated due to a disruption such
+/// as preemption.
+pub const DISRUPTION_TARGET: &str = "DisruptionTarget";
+
+/// Condition reasons.
+pub mod reasons {
+    /// `*InitiallyScheduled` True: the group was placed.
+    pub const SCHEDULED: &str = "Scheduled";
+    /// `*InitiallyScheduled` False: resources, affinity, topology or capacity do not admit the group.
+    pub const UNSCHEDULABLE: &str = "Unschedulable";
+    /// `*InitiallyScheduled` False: an internal error happened while scheduling.
+    pub const SCHEDULER_ERROR: &str = "SchedulerError";
+    /// `DisruptionTarget` True: the scheduler preempted the group for higher-priority work.
+    pub const PREEMPTION_BY_SCHEDULER: &str = "PreemptionByScheduler";
+    /// `CompositePodGroupInitiallyScheduled`: the group layout is invalid at runtime (cycle, depth above 4,
+    /// several Workloads); the message gives the violation.
+    pub const INVALID: &str = "Invalid";
+}
+
+/// Condition status values.
+pub mod status {
+    /// The condition holds.
+    pub const TRUE: &str = "True";
+    /// The condition does not hold.
+    pub const FALSE: &str = "False";
+    /// Unknown.
+    pub const UNKNOWN: &str = "Unknown";
+}
+
+/// Builds a condition whose `lastTransitionTime` is `now`.
+pub fn new_condition(
+    type_: &str,
+    status: &str,
+    reason: &str,
+    message: impl Into<String>,
+    observed_generation: Option<i64>,
+    now: Timestamp,
+) -> Condition {
+    Condition {
+        type_: type_.to_string(),
+        status: status.to_string(),
+        reason: reason.to_string(),
+        message: message.into(),
+        observed_generation,
+        last_transition_time: Time(now),
+    }
+}
+
+/// The condition of type `type_`, if present.
+pub fn find_condition<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
+    conditions.iter().find(|c| c.type_ == type_)
+}
+
+/// True when the condition of type `type_` is present with status `True`.
+pub fn is_condition_true(conditions: &[Condition], type_: &str) -> bool {
+    find_condition(conditions, type_).is_some_and(|c| c.status == status::TRUE)
+}
+
+/// Sets `new` in `conditions` with upstream `meta.SetStatusCondition` semantics, and returns whether
+/// anything changed (false means "no write needed").
+///
+/// - Absent: `new` is appended as given (its `lastTransitionTime` is the caller's "now").
+/// - Present with a different status: status and `lastTransitionTime` are taken from `new`.
+/// - Present with the same status: `lastTransitionTime` is kept.
+/// - `reason`, `message` and `observedGeneration` are updated whenever they differ.
+pub fn set_condition(conditions: &mut Vec<Condition>, new: Condition) -> bool {
+    let Some(existing) = conditions.iter_mut().find(|c| c.type_ == new.type_) else {
+        conditions.push(new);
+        return true;
+    };
+    let mut changed = false;
+    if existing.status != new.status {
+        existing.status = new.status;
+        existing.last_transition_time = new.last_transition_time;
+        changed = true;
+    }
+    if existing.reason != new.reason {
+        existing.reason = new.reason;
+        changed = true;
+    }
+    if existing.message != new.message {
+        existing.message = new.message;
+        changed = true;
+    }
+    if existing.observed_generation != new.observed_generation {
+        existing.observed_generation = new.observed_generation;
+        changed = true;
+    }
+    changed
+}
+
+/// Removes the condition of type `type_`; returns whether one was removed.
+pub fn remove_condition(conditions: &mut Vec<Condition>, type_: &str) -> bool {
+    let before = conditions.len();
+    conditions.retain(|c| c.type_ != type_);
+    conditions.len() != before
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(seconds: i64) -> Timestamp {
+        Timestamp::from_second(seconds).unwrap_or(Timestamp::UNIX_EPOCH)
+    }
+
+    fn cond(status: &str, reason: &str, message: &str, generation: i64, time: i64) -> Condition {
+        new_condition(
+            POD_GROUP_INITIALLY_SCHEDULED,
+            status,
+            reason,
+            message,
+            Some(generation),
+            at(time),
+        )
+    }
+
+    #[test]
+    fn absent_condition_is_appended() {
+        let mut conditions = Vec::new();
+        assert!(set_condition(
+            &mut conditions,
+            cond("False", reasons::UNSCHEDULABLE, "no fit", 1, 10)
+        ));
+        assert_eq!(conditions.len(), 1);
+        assert_eq!(conditions[0].last_transition_time, Time(at(10)));
+        assert_eq!(conditions[0].observed_generation, Some(1));
+    }
+
+    #[test]
+    fn identical_condition_is_no_change_and_keeps_time() {
+        let mut conditions = vec![cond("False", reasons::UNSCHEDULABLE, "no fit", 1, 10)];
+        assert!(!set_condition(
+            &mut conditions,
+            cond("False", reasons::UNSCHEDULABLE, "no fit", 1, 99)
+        ));
+        assert_eq!(conditions[0].last_transition_time, Time(at(10)));
+    }
+
+    #[test]
+    fn message_change_keeps_transition_time() {
+        let mut conditions = vec![cond("False", reasons::UNSCHEDULABLE, "no fit", 1, 10)];
+        assert!(set_condition(
+            &mut conditions,
+            cond("False", reasons::UNSCHEDULABLE, "0/8 nodes", 1, 20)
+        ));
+        assert_eq!(conditions[0].message, "0/8 nodes");
+        assert_eq!(conditions[0].last_transition_time, Time(at(10)));
+    }
+
+    #[test]
+    fn status_flip_moves_transition_time() {
+        let mut conditions = vec![cond("False", reasons::UNSCHEDULABLE, "no fit", 1, 10)];
+        assert!(set_condition(
+            &mut conditions,
+            cond("True", reasons::SCHEDULED, "", 1, 30)
+        ));
+        assert_eq!(conditions[0].status, status::TRUE);
+        assert_eq!(conditions[0].reason, reasons::SCHEDULED);
+        assert_eq!(conditions[0].last_transition_time, Time(at(30)));
+        assert!(is_condition_true(&conditions, POD_GROUP_INITIALLY_SCHEDULED));
+    }
+
+    #[test]
+    fn observed_generation_alone_is_a_change() {
+        let mut conditions = vec![cond("True", reasons::SCHEDULED, "", 1, 10)];
+        assert!(set_condition(
+            &mut conditions,
+            cond("True", reasons::SCHEDULED, "", 2, 40)
+        ));
+        assert_eq!(conditions[0].observed_generation, Some(2));
+        assert_eq!(conditions[0].last_transition_time, Time(at(10)));
+    }
+
+    #[test]
+    fn other_types_are_untouched() {
+        let mut conditions = vec![cond("True", reasons::SCHEDULED, "", 1, 10)];
+        let disruption = new_condition(
+            DISRUPTION_TARGET,
+            status::TRUE,
+            reasons::PREEMPTION_BY_SCHEDULER,
+            "x",
+            None,
+            at(50),
+        );
+        assert!(set_condition(&mut conditions, disruption));
+        assert_eq!(conditions.len(), 2);
+        assert_eq!(
+            find_condition(&conditions, POD_GROUP_INITIALLY_SCHEDULED).map(|c| c.status.as_str()),
+            Some("True")
+        );
+        assert!(remove_condition(&mut conditions, DISRUPTION_TARGET));
+        assert!(!remove_condition(&mut conditions, DISRUPTION_TARGET));
+        assert_eq!(conditions.len(), 1);
+    }
+}

@@ -1,0 +1,868 @@
+//! Admission against the real kube-apiserver (v1.37, started by phalanx-testenv): the generated CRDs install,
+//! every sample in config/samples applies, and invalid objects and forbidden updates are rejected by the
+//! schema and its CEL rules with a message that names the field.
+//!
+//! Run: `cargo test -p phalanx-api --test admission` (builds the control-plane binaries on first use; see
+//! docs/testing.md). These tests never skip: without a control plane they fail with the harness's error.
+
+use std::path::PathBuf;
+
+use anyhow::{Context as _, bail, ensure};
+use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::discovery::Scope;
+use kube::{Api, Client};
+use phalanx_api::v1alpha3::CompositePodGroup;
+use phalanx_api::v1beta1::{PodGroup, Workload};
+use phalanx_testenv::{TestEnv, apply_crds, create_namespace};
+use serde_json::{Value, json};
+
+const MANAGER: &str = "phalanx-api-test";
+
+/// A client and a fresh namespace on the shared control plane, with the CRDs installed.
+async fn setup(prefix: &str) -> anyhow::Result<(Client, String)> {
+    let client = TestEnv::shared().client().await?;
+    apply_crds(&client, &phalanx_api::crds::to_yaml()).await?;
+    let ns = create_namespace(&client, prefix).await?;
+    Ok((client, ns))
+}
+
+fn api<K: kube::Resource<DynamicType = ()>>(client: &Client, ns: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(client.clone(), ns, &ApiResource::erase::<K>(&()))
+}
+
+fn object(api_version: &str, kind: &str, name: &str, spec: Value) -> anyhow::Result<DynamicObject> {
+    Ok(serde_json::from_value(json!({
+        "apiVersion": api_version,
+        "kind": kind,
+        "metadata": {"name": name},
+        "spec": spec,
+    }))?)
+}
+
+fn pod_group(name: &str, spec: Value) -> anyhow::Result<DynamicObject> {
+    object("scheduling.phalanx.dev/v1beta1", "PodGroup", name, spec)
+}
+
+fn workload(name: &str, spec: Value) -> anyhow::Result<DynamicObject> {
+    object("scheduling.phalanx.dev/v1beta1", "Workload", name, spec)
+}
+
+fn composite(name: &str, spec: Value) -> anyhow::Result<DynamicObject> {
+    object("scheduling.phalanx.dev/v1alpha3", "CompositePodGroup", name, spec)
+}
+
+/// Asserts that `result` is a 422 Invalid whose message contains the field path and the fragment.
+fn assert_invalid<T: std::fmt::Debug>(
+    result: Result<T, kube::Error>,
+    field: &str,
+    fragment: &str,
+) -> anyhow::Result<()> {
+    match result {
+        Err(kube::Error::Api(status)) => {
+            ensure!(
+                status.code == 422,
+                "expected 422 Invalid, got {}: {}",
+                status.code,
+                status.message
+            );
+            ensure!(
+                status.message.contains(field),
+                "the message does not name the field `{field}`: {}",
+                status.message
+            );
+            ensure!(
+                status.message.contains(fragment),
+                "the message lacks `{fragment}`: {}",
+                status.message
+            );
+            Ok(())
+        }
+        Err(other) => bail!("expected an Invalid error naming {field}, got {other}"),
+        Ok(accepted) => bail!(
+            "the API server accepted an invalid object (expected an error naming {field}): {accepted:?}"
+        ),
+    }
+}
+
+/// Creates `obj` and expects the API server to reject it naming `field`.
+async fn rejects_create(
+    prefix: &str,
+    make_api: fn(&Client, &str) -> Api<DynamicObject>,
+    obj: DynamicObject,
+    field: &str,
+    fragment: &str,
+) -> anyhow::Result<()> {
+    let (client, ns) = setup(prefix).await?;
+    let result = make_api(&client, &ns).create(&PostParams::default(), &obj).await;
+    assert_invalid(result, field, fragment)
+}
+
+fn pod_groups(client: &Client, ns: &str) -> Api<DynamicObject> {
+    api::<PodGroup>(client, ns)
+}
+
+fn workloads(client: &Client, ns: &str) -> Api<DynamicObject> {
+    api::<Workload>(client, ns)
+}
+
+fn composites(client: &Client, ns: &str) -> Api<DynamicObject> {
+    api::<CompositePodGroup>(client, ns)
+}
+
+fn basic_template(name: &str) -> Value {
+    json!({"name": name, "schedulingPolicy": {"basic": {}}})
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Invalid objects on create
+// ---------------------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn rejects_both_basic_and_gang() -> anyhow::Result<()> {
+    let obj = pod_group(
+        "both",
+        json!({"schedulingPolicy": {"basic": {}, "gang": {"minCount": 1}}}),
+    )?;
+    rejects_create(
+        "both",
+        pod_groups,
+        obj,
+        "spec.schedulingPolicy",
+        "exactly one of: `basic`, `gang`",
+    )
+    .await
+}
+
+#[tokio::test]
+async fn rejects_neither_basic_nor_gang() -> anyhow::Result<()> {
+    let obj = pod_group("neither", json!({"schedulingPolicy": {}}))?;
+    rejects_create(
+        "neither",
+        pod_groups,
+        obj,
+        "spec.schedulingPolicy",
+        "exactly one of: `basic`, `gang`",
+    )
+    .await
+}
+
+#[tokio::test]
+async fn rejects_min_count_zero() -> anyhow::Result<()> {
+    let obj = pod_group("min0", json!({"schedulingPolicy": {"gang": {"minCount": 0}}}))?;
+    rejects_create(
+        "min0",
+        pod_groups,
+        obj,
+        "spec.schedulingPolicy.gang.minCount",
+        "greater than or equal to 1",
+    )
+    .await
+}
+
+#[tokio::test]
+async fn rejects_two_topology_constraints() -> anyhow::Result<()> {
+    let obj = pod_group(
+        "topo2",
+        json!({
+            "schedulingPolicy": {"basic": {}},
+            "schedulingConstraints": {"topology": [{"key": "topology.kubernetes.io/rack"}, {"key": "topology.kubernetes.io/zone"}]},
+        }),
+    )?;
+    rejects_create(
+        "topo2",
+        pod_groups,
+        obj,
+        "spec.schedulingConstraints.topology",
+        "at most 1 item",
+    )
+    .await
+}
+
+#[tokio::test]
+async fn rejects_topology_key_that_is_not_a_label_key() -> anyhow::Result<()> {
+    let obj = pod_group(
+        "badkey",
+        json!({
+            "schedulingPolicy": {"basic": {}},
+            "schedulingConstraints": {"topology": [{"key": "rack name/with/slashes!"}]},
+        }),
+    )?;
+    rejects_create(
+        "badkey",
+        pod_groups,
+        obj,
+        "spec.schedulingConstraints.topology[0].key",
+        "should match",
+    )
+    .await
+}
+
+#[tokio::test]
+async fn rejects_priority_above_one_billion() -> anyhow::Result<()> {
+    let obj = pod_group(
+        "prio",
+        json!({"schedulingPolicy": {"basic": {}}, "priority": 1_000_000_001}),
+    )?;
+    rejects_create(
+        "prio",
+        pod_groups,
+        obj,
+        "spec.priority",
+        "less than or equal to 1000000000",
+    )
+    .await
+}
+
+#[tokio::test]
+async fn rejects_parent_without_workload_ref() -> anyhow::Result<()> {
+    let obj = pod_group(
+        "orphan",
+        json!({"schedulingPolicy": {"basic": {}}, "parentCompositePodGroupName": "root"}),
+    )?;
+    rejects_create(
+        "orphan",
+        pod_groups,
+        obj,
+        "spec.workloadRef",
+        "must be set when parentCompositePodGroupName is set",
+    )
+    .await
+}
+
+#[tokio::test]
+async fn rejects_composite_pod_group_without_workload_ref() -> anyhow::Result<()> {
+    let obj = composite(
+        "nowl",
+        json!({"schedulingPolicy": {"gang": {"minGroupCount": 1}}}),
+    )?;
+    rejects_create("cpg-nowl", composites, obj, "spec.workloadRef", "Required value").await
+}
+
+#[tokio::test]
+async fn rejects_composite_min_group_count_zero() -> anyhow::Result<()> {
+    let obj = composite(
+        "mgc0",
+        json!({
+            "workloadRef": {"workloadName": "w", "templateName": "t"},
+            "schedulingPolicy": {"gang": {"minGroupCount": 0}},
+        }),
+    )?;
+    rejects_create(
+        "cpg-mgc0",
+        composites,
+        obj,
+        "spec.schedulingPolicy.gang.minGroupCount",
+        "greater than or equal to 1",
+    )
+    .await
+}
+
+#[tokio::test]
+async fn rejects_bad_object_name() -> anyhow::Result<()> {
+    let obj = pod_group("Bad_Name", json!({"schedulingPolicy": {"basic": {}}}))?;
+    rejects_create("badname", pod_groups, obj, "metadata.name", "RFC 1123 subdomain").await
+}
+
+#[tokio::test]
+async fn rejects_bad_template_name_in_workload_ref() -> anyhow::Result<()> {
+    let obj = pod_group(
+        "badref",
+        json!({
+            "schedulingPolicy": {"basic": {}},
+            "workloadRef": {"workloadName": "train", "templateName": "Workers.1"},
+        }),
+    )?;
+    rejects_create(
+        "badref",
+        pod_groups,
+        obj,
+        "spec.workloadRef.templateName",
+        "should match",
+    )
+    .await
+}
+
+#[tokio::test]
+async fn rejects_both_disruption_modes() -> anyhow::Result<()> {
+    let obj = pod_group(
+        "dm2",
+        json!({"schedulingPolicy": {"basic": {}}, "disruptionMode": {"single": {}, "all": {}}}),
+    )?;
+    rejects_create(
+        "dm2",
+        pod_groups,
+        obj,
+        "spec.disruptionMode",
+        "exactly one of: `single`, `all`",
+    )
+    .await
+}
+
+#[tokio::test]
+async fn rejects_five_resource_claims() -> anyhow::Result<()> {
+    let claims: Vec<Value> = (0..5)
+        .map(|i| json!({"name": format!("c{i}"), "resourceClaimName": format!("claim-{i}")}))
+        .collect();
+    let obj = pod_group(
+        "rc5",
+        json!({"schedulingPolicy": {"basic": {}}, "resourceClaims": claims}),
+    )?;
+    rejects_create("rc5", pod_groups, obj, "spec.resourceClaims", "at most 4 items").await
+}
+
+#[tokio::test]
+async fn rejects_resource_claim_with_both_sources() -> anyhow::Result<()> {
+    let obj = pod_group(
+        "rcboth",
+        json!({
+            "schedulingPolicy": {"basic": {}},
+            "resourceClaims": [{"name": "gpus", "resourceClaimName": "a", "resourceClaimTemplateName": "b"}],
+        }),
+    )?;
+    rejects_create(
+        "rcboth",
+        pod_groups,
+        obj,
+        "spec.resourceClaims[0]",
+        "exactly one of: `resourceClaimName`, `resourceClaimTemplateName`",
+    )
+    .await
+}
+
+#[tokio::test]
+async fn rejects_nine_templates() -> anyhow::Result<()> {
+    let templates: Vec<Value> = (0..9).map(|i| basic_template(&format!("t{i}"))).collect();
+    let obj = workload("nine", json!({"podGroupTemplates": templates}))?;
+    rejects_create(
+        "nine",
+        workloads,
+        obj,
+        "spec.podGroupTemplates",
+        "at most 8 items",
+    )
+    .await
+}
+
+#[tokio::test]
+async fn rejects_duplicate_template_names() -> anyhow::Result<()> {
+    let obj = workload(
+        "dupe",
+        json!({"podGroupTemplates": [basic_template("a"), basic_template("a")]}),
+    )?;
+    rejects_create(
+        "dupe",
+        workloads,
+        obj,
+        "spec.podGroupTemplates[1]",
+        "Duplicate value",
+    )
+    .await
+}
+
+#[tokio::test]
+async fn rejects_duplicate_names_across_sibling_template_lists() -> anyhow::Result<()> {
+    let obj = workload(
+        "dupe2",
+        json!({"compositePodGroupTemplates": [{
+            "name": "root",
+            "schedulingPolicy": {"basic": {}},
+            "podGroupTemplates": [basic_template("x")],
+            "compositePodGroupTemplates": [{"name": "x", "schedulingPolicy": {"basic": {}}, "podGroupTemplates": [basic_template("leaf")]}],
+        }]}),
+    )?;
+    rejects_create(
+        "dupe2",
+        workloads,
+        obj,
+        "spec.compositePodGroupTemplates[0]",
+        "template names must be unique",
+    )
+    .await
+}
+
+#[tokio::test]
+async fn rejects_composite_template_without_children() -> anyhow::Result<()> {
+    let obj = workload(
+        "childless",
+        json!({"compositePodGroupTemplates": [{"name": "c", "schedulingPolicy": {"basic": {}}}]}),
+    )?;
+    rejects_create(
+        "childless",
+        workloads,
+        obj,
+        "spec.compositePodGroupTemplates[0]",
+        "must have at least one child PodGroupTemplate or CompositePodGroupTemplate",
+    )
+    .await
+}
+
+#[tokio::test]
+async fn rejects_workload_without_templates() -> anyhow::Result<()> {
+    let obj = workload("empty", json!({}))?;
+    rejects_create(
+        "wl-empty",
+        workloads,
+        obj,
+        "spec",
+        "exactly one of: `podGroupTemplates`, `compositePodGroupTemplates`",
+    )
+    .await
+}
+
+/// Composite templates nested four deep: the fourth composite level would be at depth 4 (upstream
+/// `WorkloadMaxTreeDepth`), which leaves no room for its PodGroup templates.
+#[tokio::test]
+async fn rejects_template_tree_deeper_than_four() -> anyhow::Result<()> {
+    let mut level = json!({"name": "c4", "schedulingPolicy": {"basic": {}}, "podGroupTemplates": [basic_template("leaf")]});
+    for name in ["c3", "c2", "c1"] {
+        level =
+            json!({"name": name, "schedulingPolicy": {"basic": {}}, "compositePodGroupTemplates": [level]});
+    }
+    let obj = workload("deep", json!({"compositePodGroupTemplates": [level]}))?;
+    rejects_create(
+        "deep",
+        workloads,
+        obj,
+        "spec.compositePodGroupTemplates[0].compositePodGroupTemplates[0].compositePodGroupTemplates[0].compositePodGroupTemplates",
+        "maximum template hierarchy depth is 4",
+    )
+    .await
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Updates: everything is immutable except gang.minCount and gang.minGroupCount
+// ---------------------------------------------------------------------------------------------------------
+
+/// A standalone gang PodGroup with every immutable field set.
+fn full_pod_group(name: &str) -> anyhow::Result<DynamicObject> {
+    pod_group(
+        name,
+        json!({
+            "workloadRef": {"workloadName": "train", "templateName": "workers"},
+            "schedulingPolicy": {"gang": {"minCount": 4}},
+            "schedulingConstraints": {"topology": [{"key": "topology.kubernetes.io/rack"}]},
+            "priorityClassName": "high",
+            "priority": 100,
+            "preemptionPolicy": "Never",
+        }),
+    )
+}
+
+async fn merge(api: &Api<DynamicObject>, name: &str, patch: Value) -> Result<DynamicObject, kube::Error> {
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+}
+
+#[tokio::test]
+async fn pod_group_updates_only_min_count() -> anyhow::Result<()> {
+    let (client, ns) = setup("pg-update").await?;
+    let api = pod_groups(&client, &ns);
+    api.create(&PostParams::default(), &full_pod_group("pg")?).await?;
+
+    // The only mutable field.
+    let updated = merge(
+        &api,
+        "pg",
+        json!({"spec": {"schedulingPolicy": {"gang": {"minCount": 2}}}}),
+    )
+    .await?;
+    ensure!(
+        updated.data["spec"]["schedulingPolicy"]["gang"]["minCount"] == 2,
+        "minCount was not updated"
+    );
+    // The server applied the default disruption mode.
+    ensure!(
+        updated.data["spec"]["disruptionMode"] == json!({"single": {}}),
+        "disruptionMode default missing"
+    );
+
+    let cases = [
+        (
+            json!({"spec": {"schedulingPolicy": {"gang": null, "basic": {}}}}),
+            "spec.schedulingPolicy",
+            "kind (`basic` or `gang`) is immutable",
+        ),
+        (
+            json!({"spec": {"schedulingConstraints": {"topology": [{"key": "topology.kubernetes.io/zone"}]}}}),
+            "spec.schedulingConstraints",
+            "schedulingConstraints is immutable",
+        ),
+        (
+            json!({"spec": {"schedulingConstraints": null}}),
+            "spec.schedulingConstraints",
+            "schedulingConstraints is immutable",
+        ),
+        (
+            json!({"spec": {"workloadRef": {"templateName": "other"}}}),
+            "spec.workloadRef",
+            "workloadRef is immutable",
+        ),
+        (
+            json!({"spec": {"workloadRef": null}}),
+            "spec.workloadRef",
+            "workloadRef is immutable",
+        ),
+        (
+            json!({"spec": {"parentCompositePodGroupName": "root"}}),
+            "spec.parentCompositePodGroupName",
+            "parentCompositePodGroupName is immutable",
+        ),
+        (
+            json!({"spec": {"disruptionMode": {"single": null, "all": {}}}}),
+            "spec.disruptionMode",
+            "disruptionMode is immutable",
+        ),
+        (
+            json!({"spec": {"priority": 101}}),
+            "spec.priority",
+            "priority is immutable once set",
+        ),
+        (
+            json!({"spec": {"priorityClassName": "low"}}),
+            "spec.priorityClassName",
+            "priorityClassName is immutable",
+        ),
+        (
+            json!({"spec": {"preemptionPolicy": "PreemptLowerPriority"}}),
+            "spec.preemptionPolicy",
+            "preemptionPolicy is immutable once set",
+        ),
+    ];
+    for (patch, field, fragment) in cases {
+        assert_invalid(merge(&api, "pg", patch.clone()).await, field, fragment)
+            .with_context(|| format!("patch {patch}"))?;
+    }
+    let current = api.get("pg").await?;
+    ensure!(
+        current.data["spec"]["schedulingPolicy"] == json!({"gang": {"minCount": 2}}),
+        "policy changed"
+    );
+    ensure!(current.data["spec"]["priority"] == 100, "priority changed");
+    Ok(())
+}
+
+#[tokio::test]
+async fn pod_group_priority_can_be_filled_once() -> anyhow::Result<()> {
+    let (client, ns) = setup("pg-prio").await?;
+    let api = pod_groups(&client, &ns);
+    api.create(
+        &PostParams::default(),
+        &pod_group("pg", json!({"schedulingPolicy": {"basic": {}}}))?,
+    )
+    .await?;
+    let updated = merge(
+        &api,
+        "pg",
+        json!({"spec": {"priority": 5, "preemptionPolicy": "PreemptLowerPriority"}}),
+    )
+    .await?;
+    ensure!(updated.data["spec"]["priority"] == 5, "priority was not filled");
+    assert_invalid(
+        merge(&api, "pg", json!({"spec": {"priority": null}})).await,
+        "spec.priority",
+        "immutable once set",
+    )
+}
+
+#[tokio::test]
+async fn composite_pod_group_updates_only_min_group_count() -> anyhow::Result<()> {
+    let (client, ns) = setup("cpg-update").await?;
+    let api = composites(&client, &ns);
+    let obj = composite(
+        "root",
+        json!({
+            "workloadRef": {"workloadName": "lws", "templateName": "replica"},
+            "schedulingPolicy": {"gang": {"minGroupCount": 2}},
+            "schedulingConstraints": {"topology": [{"key": "topology.kubernetes.io/rack"}]},
+        }),
+    )?;
+    api.create(&PostParams::default(), &obj).await?;
+    let updated = merge(
+        &api,
+        "root",
+        json!({"spec": {"schedulingPolicy": {"gang": {"minGroupCount": 1}}}}),
+    )
+    .await?;
+    ensure!(
+        updated.data["spec"]["schedulingPolicy"]["gang"]["minGroupCount"] == 1,
+        "minGroupCount not updated"
+    );
+    ensure!(
+        updated.data["spec"]["disruptionMode"] == json!({"single": {}}),
+        "disruptionMode default missing"
+    );
+
+    let cases = [
+        (
+            json!({"spec": {"workloadRef": {"templateName": "other"}}}),
+            "spec.workloadRef",
+            "workloadRef is immutable",
+        ),
+        (
+            json!({"spec": {"schedulingPolicy": {"gang": null, "basic": {}}}}),
+            "spec.schedulingPolicy",
+            "is immutable",
+        ),
+        (
+            json!({"spec": {"schedulingConstraints": null}}),
+            "spec.schedulingConstraints",
+            "schedulingConstraints is immutable",
+        ),
+        (
+            json!({"spec": {"parentCompositePodGroupName": "top"}}),
+            "spec.parentCompositePodGroupName",
+            "is immutable",
+        ),
+        (
+            json!({"spec": {"disruptionMode": {"single": null, "all": {}}}}),
+            "spec.disruptionMode",
+            "disruptionMode is immutable",
+        ),
+    ];
+    for (patch, field, fragment) in cases {
+        assert_invalid(merge(&api, "root", patch.clone()).await, field, fragment)
+            .with_context(|| format!("patch {patch}"))?;
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn workload_templates_are_fixed_but_min_count_is_mutable() -> anyhow::Result<()> {
+    let (client, ns) = setup("wl-update").await?;
+    let api = workloads(&client, &ns);
+    let gang = json!({"name": "workers", "schedulingPolicy": {"gang": {"minCount": 4}}});
+    api.create(
+        &PostParams::default(),
+        &workload(
+            "wl",
+            json!({"podGroupTemplates": [gang, basic_template("driver")]}),
+        )?,
+    )
+    .await?;
+
+    let templates = |min: i32| json!([{"name": "workers", "schedulingPolicy": {"gang": {"minCount": min}}}, basic_template("driver")]);
+    let updated = merge(&api, "wl", json!({"spec": {"podGroupTemplates": templates(2)}})).await?;
+    ensure!(updated.data["spec"]["podGroupTemplates"][0]["schedulingPolicy"]["gang"]["minCount"] == 2);
+
+    let mut added = templates(2);
+    if let Some(list) = added.as_array_mut() {
+        list.push(basic_template("extra"));
+    }
+    assert_invalid(
+        merge(&api, "wl", json!({"spec": {"podGroupTemplates": added}})).await,
+        "spec.podGroupTemplates",
+        "may not be added or removed",
+    )?;
+    assert_invalid(
+        merge(
+            &api,
+            "wl",
+            json!({"spec": {"podGroupTemplates": [basic_template("workers"), basic_template("driver")]}}),
+        )
+        .await,
+        "spec.podGroupTemplates[0].schedulingPolicy",
+        "is immutable",
+    )?;
+    let constrained = json!([
+        {"name": "workers", "schedulingPolicy": {"gang": {"minCount": 2}}, "disruptionMode": {"all": {}}},
+        basic_template("driver"),
+    ]);
+    assert_invalid(
+        merge(&api, "wl", json!({"spec": {"podGroupTemplates": constrained}})).await,
+        "spec.podGroupTemplates[0].disruptionMode",
+        "disruptionMode is immutable",
+    )
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Samples and kubectl view
+// ---------------------------------------------------------------------------------------------------------
+
+fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Server-side applies every document of `yaml`, resolving each kind through discovery.
+async fn apply_all(
+    client: &Client,
+    ns: &str,
+    yaml: &str,
+) -> anyhow::Result<Vec<(ApiResource, Scope, String)>> {
+    let objects: Vec<DynamicObject> = serde_saphyr::from_multiple(yaml).context("parsing the YAML")?;
+    let mut applied = Vec::new();
+    for obj in objects {
+        let types = obj.types.clone().context("a document has no apiVersion/kind")?;
+        let gvk = GroupVersionKind::try_from(&types)?;
+        let name = obj
+            .metadata
+            .name
+            .clone()
+            .context("a document has no metadata.name")?;
+        let (resource, caps) = kube::discovery::pinned_kind(client, &gvk).await?;
+        let api: Api<DynamicObject> = match caps.scope {
+            Scope::Namespaced => Api::namespaced_with(client.clone(), ns, &resource),
+            Scope::Cluster => Api::all_with(client.clone(), &resource),
+        };
+        api.patch(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&obj))
+            .await
+            .with_context(|| format!("applying {} {name}", gvk.kind))?;
+        applied.push((resource, caps.scope, name));
+    }
+    Ok(applied)
+}
+
+#[tokio::test]
+async fn every_sample_applies() -> anyhow::Result<()> {
+    let (client, ns) = setup("samples").await?;
+    let dir = repo_root().join("config/samples");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .with_context(|| format!("reading {}", dir.display()))?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    ensure!(
+        files.len() >= 4,
+        "expected at least four samples in {}, found {files:?}",
+        dir.display()
+    );
+    let mut nodes = Vec::new();
+    for file in &files {
+        let yaml = std::fs::read_to_string(file)?;
+        let applied = apply_all(&client, &ns, &yaml)
+            .await
+            .with_context(|| format!("sample {}", file.display()))?;
+        ensure!(!applied.is_empty(), "{} holds no objects", file.display());
+        for (resource, scope, name) in applied {
+            if matches!(scope, Scope::Cluster) {
+                nodes.push((resource, name));
+            }
+        }
+    }
+    // Every Phalanx object of the samples is stored.
+    for (kind_api, expected) in [
+        (pod_groups(&client, &ns), 6),
+        (workloads(&client, &ns), 2),
+        (composites(&client, &ns), 1),
+    ] {
+        let listed = kind_api.list(&Default::default()).await?;
+        ensure!(
+            listed.items.len() == expected,
+            "expected {expected} objects, found {}",
+            listed.items.len()
+        );
+    }
+    // Cluster-scoped sample objects (the fake nodes) are shared by the whole control plane: remove them.
+    for (resource, name) in nodes {
+        Api::<DynamicObject>::all_with(client.clone(), &resource)
+            .delete(&name, &DeleteParams::default())
+            .await?;
+    }
+    Ok(())
+}
+
+/// `kubectl get` shows the printer columns, the short names resolve and `kubectl get phalanx` lists all kinds.
+#[tokio::test]
+async fn kubectl_shows_printer_columns_short_names_and_category() -> anyhow::Result<()> {
+    let (client, ns) = setup("kubectl").await?;
+    let api = pod_groups(&client, &ns);
+    api.create(
+        &PostParams::default(),
+        &pod_group("train", json!({"schedulingPolicy": {"gang": {"minCount": 4}}}))?,
+    )
+    .await?;
+    let status = json!({"status": {
+        "policy": "Gang", "pods": 4, "scheduledPods": 3, "runningPods": 2,
+        "conditions": [{"type": "PodGroupInitiallyScheduled", "status": "False", "reason": "Unschedulable",
+                        "message": "0/8 nodes are available", "lastTransitionTime": "2026-11-30T00:00:00Z"}],
+    }});
+    api.patch_status("train", &PatchParams::default(), &Patch::Merge(&status))
+        .await?;
+    workloads(&client, &ns)
+        .create(
+            &PostParams::default(),
+            &workload("etl", json!({"podGroupTemplates": [basic_template("a")]}))?,
+        )
+        .await?;
+    composites(&client, &ns)
+        .create(
+            &PostParams::default(),
+            &composite("lws-0", json!({"workloadRef": {"workloadName": "etl", "templateName": "a"}, "schedulingPolicy": {"basic": {}}}))?,
+        )
+        .await?;
+
+    let pg = kubectl(&["get", "ppg", "-n", &ns])?;
+    let mut lines = pg.lines();
+    let header: Vec<&str> = lines.next().unwrap_or_default().split_whitespace().collect();
+    ensure!(
+        header == ["NAME", "POLICY", "MIN", "PODS", "SCHEDULED", "STATUS", "AGE"],
+        "header: {pg}"
+    );
+    let row: Vec<&str> = lines.next().unwrap_or_default().split_whitespace().collect();
+    ensure!(
+        row[..6] == ["train", "Gang", "4", "4", "3", "Unschedulable"],
+        "row: {pg}"
+    );
+
+    let wide = kubectl(&["get", "ppg", "-n", &ns, "-o", "wide"])?;
+    ensure!(
+        wide.contains("RUNNING") && wide.contains("PARENT"),
+        "wide columns missing: {wide}"
+    );
+    let cpg = kubectl(&["get", "pcpg", "-n", &ns])?;
+    ensure!(cpg.contains("CHILDREN") && cpg.contains("lws-0"), "pcpg: {cpg}");
+    let wl = kubectl(&["get", "pwl", "-n", &ns])?;
+    ensure!(wl.contains("TEMPLATES") && wl.contains("etl"), "pwl: {wl}");
+    let all = kubectl(&["get", "phalanx", "-n", &ns, "-o", "name"])?;
+    for expected in [
+        "podgroup.scheduling.phalanx.dev/train",
+        "workload.scheduling.phalanx.dev/etl",
+        "compositepodgroup.scheduling.phalanx.dev/lws-0",
+    ] {
+        ensure!(
+            all.lines().any(|l| l == expected),
+            "`kubectl get phalanx` lacks {expected}: {all}"
+        );
+    }
+    Ok(())
+}
+
+/// The short names collide with no other resource the server knows.
+#[tokio::test]
+async fn short_names_are_unique_on_the_server() -> anyhow::Result<()> {
+    let _ = setup("shortnames").await?;
+    let resources = kubectl(&["api-resources", "--no-headers"])?;
+    for short in ["ppg", "pcpg", "pwl"] {
+        let owners: Vec<&str> = resources
+            .lines()
+            .filter(|line| {
+                line.split_whitespace()
+                    .nth(1)
+                    .is_some_and(|s| s.split(',').any(|s| s == short))
+            })
+            .collect();
+        ensure!(
+            owners.len() == 1,
+            "short name {short} is used by {} resources: {owners:?}",
+            owners.len()
+        );
+    }
+    Ok(())
+}
+
+fn kubectl(args: &[&str]) -> anyhow::Result<String> {
+    let env = TestEnv::shared();
+    let out = std::process::Command::new(env.bin_dir().join("kubectl"))
+        .arg("--kubeconfig")
+        .arg(env.kubeconfig_path())
+        .args(args)
+        .output()
+        .context("running kubectl")?;
+    ensure!(
+        out.status.success(),
+        "kubectl {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8(out.stdout)?)
+}
