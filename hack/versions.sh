@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Versions of the control-plane binaries that tests and the quick start use.
 # Sourced by the hack/ scripts; the cache directory is keyed by these.
 K8S_VERSION=${K8S_VERSION:-v1.37.2}

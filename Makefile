@@ -1,0 +1,42 @@
+# Phalanx developer entry points. `make help` lists them; docs/testing.md explains the test setup.
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+CARGO ?= cargo
+
+.PHONY: help bins cluster-up cluster-down cluster-status test lint fmt-check clippy crds bench quickstart
+
+help: ## Show this list
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+bins: ## Build/cache etcd, kube-apiserver, KCM, kube-scheduler, kubectl, kwok, helm (hack/build-bins.sh)
+	hack/build-bins.sh
+
+cluster-up: bins ## Start the local control plane; prints `export KUBECONFIG=...` (UPSTREAM_WORKLOAD_API=1 for upstream's API)
+	@hack/cluster.sh up
+
+cluster-down: ## Stop the local control plane and remove its state
+	@hack/cluster.sh down
+
+cluster-status: ## Show the local control plane's processes and readiness
+	@hack/cluster.sh status
+
+fmt-check:
+	$(CARGO) fmt --all -- --check
+
+clippy:
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+lint: fmt-check clippy ## rustfmt check + clippy -D warnings
+
+test: bins lint ## bins, fmt check, clippy, then all unit and integration tests (real control plane per test binary)
+	$(CARGO) test --workspace
+
+crds: ## Regenerate crds/phalanx.yaml and the chart's CRDs from the Rust types (hack/gen-crds.sh)
+	hack/gen-crds.sh
+
+bench: ## Scheduler benchmarks
+	$(CARGO) bench -p phalanx-scheduler
+
+quickstart: bins ## Local cluster + Phalanx + a sample gang (hack/quickstart.sh)
+	hack/quickstart.sh
