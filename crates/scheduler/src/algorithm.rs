@@ -1,0 +1,503 @@
+//! PodGroup algorithms for one leaf group (upstream `podGroupSchedulingDefaultAlgorithm` and
+//! `podGroupSchedulingPlacementAlgorithm`, spec §3.5–3.7), plus Phalanx's reorder retry.
+//!
+//! Every function leaves the snapshot as follows: on success the chosen assignments are
+//! assumed; on any other status nothing of this group is assumed.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::decision::CycleStats;
+use crate::framework::{
+    Code, Placement, PlacementFeasiblePlugin, PlacementGeneratePlugin, PlacementProgress,
+    PlacementScorePlugin, PodGroupAssignments, ProposedAssignment, Status,
+};
+use crate::model::{GroupInfo, PodInfo, PodKey};
+use crate::schedule_one::{PodResult, PodScheduler};
+use crate::snapshot::Snapshot;
+
+/// The plugins and state a group algorithm runs with.
+pub struct GroupContext<'a> {
+    /// Per-pod Filter/Score runner.
+    pub pods: &'a mut PodScheduler,
+    /// PlacementFeasible (GangScheduling).
+    pub feasible: &'a dyn PlacementFeasiblePlugin,
+    /// PlacementGenerate plugins, applied in sequence (each refines the previous placements).
+    pub generators: &'a [Box<dyn PlacementGeneratePlugin>],
+    /// PlacementScore plugins with weights.
+    pub scorers: &'a [(Box<dyn PlacementScorePlugin>, i64)],
+    /// Counters.
+    pub stats: &'a mut CycleStats,
+}
+
+/// Result of a group algorithm.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupResult {
+    /// Success, Unschedulable or Error (Wait never comes out).
+    pub status: Status,
+    /// Assignments (assumed in the snapshot on success; empty otherwise).
+    pub assignments: Vec<ProposedAssignment>,
+    /// Per-pod failures (FitError / error messages) of the reported attempt.
+    pub pod_failures: HashMap<PodKey, (Code, String)>,
+    /// Number of pods that went through Filter in the reported attempt.
+    pub tried: usize,
+    /// The placement chosen (success) when placements were generated.
+    pub placement: Option<String>,
+}
+
+impl GroupResult {
+    fn status_only(status: Status) -> GroupResult {
+        GroupResult {
+            status,
+            assignments: vec![],
+            pod_failures: HashMap::new(),
+            tried: 0,
+            placement: None,
+        }
+    }
+}
+
+/// The default algorithm on `nodes` (`None` = all): PlacementFeasible pre-check, then each pod
+/// in order through Filter/Score and assume, PlacementFeasible after each pod, greedy past
+/// minCount; reverts everything unless the final status is Success.
+pub fn default_algorithm(
+    ctx: &mut GroupContext<'_>,
+    snapshot: &mut Snapshot,
+    group: &GroupInfo,
+    pods: &[Arc<PodInfo>],
+    nodes: Option<&[usize]>,
+) -> GroupResult {
+    let mark = snapshot.mark();
+    let mut progress = PlacementProgress {
+        scheduled: snapshot.scheduled_count(&group.key),
+        remaining: pods.len(),
+    };
+    let mut st = ctx.feasible.feasible(group, progress);
+    let mut result = GroupResult::status_only(st.clone());
+    if st.is_rejected() || st.code == Code::Error {
+        if st.code == Code::Error {
+            result.status = Status::new(
+                Code::Error,
+                format!("failed to evaluate placement feasibility: {}", st.message),
+            );
+        }
+        return result;
+    }
+    for pod in pods {
+        result.tried += 1;
+        let r = ctx.pods.schedule_pod(snapshot, pod, nodes, ctx.stats);
+        match r {
+            PodResult::Fit(node) => {
+                snapshot.assume(pod.clone(), node);
+                result.assignments.push(ProposedAssignment {
+                    pod: pod.clone(),
+                    node,
+                });
+                progress.scheduled += 1;
+            }
+            PodResult::NoFit { code, message } => {
+                result.pod_failures.insert(pod.key.clone(), (code, message));
+            }
+            PodResult::Error(e) => {
+                result
+                    .pod_failures
+                    .insert(pod.key.clone(), (Code::Error, e.clone()));
+                st = Status::new(
+                    Code::Error,
+                    format!("failed to schedule other pod from a pod group: {e}"),
+                );
+                break;
+            }
+        }
+        progress.remaining -= 1;
+        st = ctx.feasible.feasible(group, progress);
+        if st.is_rejected() || st.code == Code::Error {
+            break;
+        }
+    }
+    result.status = match st.code {
+        Code::Wait => Status::new(Code::Unschedulable, st.message),
+        Code::Success if result.assignments.is_empty() => {
+            Status::new(Code::Unschedulable, "no pods were schedulable")
+        }
+        _ => st,
+    };
+    if !result.status.is_success() {
+        snapshot.revert_to(mark);
+        result.assignments.clear();
+    }
+    result
+}
+
+fn generate(
+    ctx: &GroupContext<'_>,
+    snapshot: &Snapshot,
+    group: &GroupInfo,
+) -> Result<Vec<Placement>, Status> {
+    let mut placements = vec![Placement {
+        name: String::new(),
+        nodes: (0..snapshot.len()).collect(),
+    }];
+    for g in ctx.generators {
+        let mut next = Vec::new();
+        for p in &placements {
+            next.extend(g.generate(snapshot, group, p)?);
+        }
+        placements = next;
+    }
+    Ok(placements)
+}
+
+/// The placement algorithm: PlacementGenerate, one simulation per placement (reverted), then
+/// PlacementScore over the successes (weighted sum of normalised scores; ties go to the first
+/// placement in generation order, i.e. the smallest domain value), and the winner is assumed.
+/// A group without a topology constraint runs the default algorithm on all nodes directly.
+pub fn placement_algorithm(
+    ctx: &mut GroupContext<'_>,
+    snapshot: &mut Snapshot,
+    group: &GroupInfo,
+    pods: &[Arc<PodInfo>],
+) -> GroupResult {
+    if group.topology_key.is_none() {
+        return default_algorithm(ctx, snapshot, group, pods, None);
+    }
+    let placements = match generate(ctx, snapshot, group) {
+        Ok(p) => p,
+        Err(st) => return GroupResult::status_only(Status::new(Code::Error, st.message)),
+    };
+    ctx.stats.placements += placements.len() as u32;
+    if placements.is_empty() {
+        let key = group.topology_key.as_deref().unwrap_or_default();
+        return GroupResult::status_only(Status::new(
+            Code::Unschedulable,
+            format!("0/0 placements are available: no node has the topology label {key:?}"),
+        ));
+    }
+    if let Some(r) = placement_by_counts(ctx, snapshot, group, pods, &placements) {
+        return r;
+    }
+    let mut first: Option<GroupResult> = None;
+    let mut successes: Vec<(usize, GroupResult)> = Vec::new();
+    for (i, p) in placements.iter().enumerate() {
+        let mark = snapshot.mark();
+        let r = default_algorithm(ctx, snapshot, group, pods, Some(&p.nodes));
+        snapshot.revert_to(mark);
+        if r.status.code == Code::Error {
+            return r;
+        }
+        if r.status.is_success() {
+            successes.push((i, r));
+        } else if first.is_none() {
+            first = Some(r);
+        }
+    }
+    ctx.stats.feasible_placements += successes.len() as u32;
+    if successes.is_empty() {
+        let mut r = first.unwrap_or_else(|| GroupResult::status_only(Status::new(Code::Unschedulable, "")));
+        r.status = Status::new(
+            Code::Unschedulable,
+            format!(
+                "0/{} placements are available: {}",
+                placements.len(),
+                r.status.message
+            ),
+        );
+        return r;
+    }
+    let best = if successes.len() == 1 {
+        0
+    } else {
+        match score_placements(ctx, snapshot, group, &placements, &successes) {
+            Ok(b) => b,
+            Err(st) => return GroupResult::status_only(Status::new(Code::Error, st.message)),
+        }
+    };
+    let (pi, mut chosen) = successes.swap_remove(best);
+    for a in &chosen.assignments {
+        snapshot.assume(a.pod.clone(), a.node);
+    }
+    chosen.placement = Some(placements[pi].name.clone());
+    chosen
+}
+
+/// Replays the default algorithm's PlacementFeasible sequence for `n` identical pods of which
+/// the first `fits` fit; returns the final status and how many were placed.
+fn replay_status(
+    feasible: &dyn PlacementFeasiblePlugin,
+    group: &GroupInfo,
+    scheduled: usize,
+    n: usize,
+    fits: usize,
+) -> (Status, usize) {
+    let mut progress = PlacementProgress {
+        scheduled,
+        remaining: n,
+    };
+    let mut st = feasible.feasible(group, progress);
+    if st.is_rejected() || st.code == Code::Error {
+        return (st, 0);
+    }
+    let mut placed = 0;
+    for i in 0..n {
+        if i < fits {
+            placed += 1;
+            progress.scheduled += 1;
+        }
+        progress.remaining -= 1;
+        st = feasible.feasible(group, progress);
+        if st.is_rejected() || st.code == Code::Error {
+            break;
+        }
+    }
+    let st = match st.code {
+        Code::Wait => Status::new(Code::Unschedulable, st.message),
+        Code::Success if placed == 0 => Status::new(Code::Unschedulable, "no pods were schedulable"),
+        _ => st,
+    };
+    (st, placed)
+}
+
+/// Placement evaluation without simulating every placement, for homogeneous groups of
+/// node-local pods scored only by node-independent PlacementScore plugins: with identical
+/// pods and per-node filters, the greedy default algorithm places exactly
+/// `min(pods, Σ copies fitting per node)` pods in a placement, which decides feasibility and
+/// the built-in placement scores. Only the winner is simulated for real. Returns `None` when
+/// the shortcut does not apply (the caller then simulates every placement).
+fn placement_by_counts(
+    ctx: &mut GroupContext<'_>,
+    snapshot: &mut Snapshot,
+    group: &GroupInfo,
+    pods: &[Arc<PodInfo>],
+    placements: &[Placement],
+) -> Option<GroupResult> {
+    if pods.is_empty()
+        || heterogeneous(pods)
+        || !ctx.pods.node_local(snapshot, &pods[0])
+        || ctx.scorers.iter().any(|(s, w)| *w != 0 && s.needs_nodes())
+    {
+        return None;
+    }
+    let scheduled = snapshot.scheduled_count(&group.key);
+    let mut successes: Vec<(usize, GroupResult)> = Vec::new();
+    for (i, p) in placements.iter().enumerate() {
+        let mut fits = 0;
+        for &n in &p.nodes {
+            fits += ctx.pods.copies_fitting_at(snapshot, &pods[0], n);
+            if fits >= pods.len() {
+                fits = pods.len();
+                break;
+            }
+        }
+        let (st, placed) = replay_status(ctx.feasible, group, scheduled, pods.len(), fits);
+        if st.is_success() {
+            let assignments = pods[..placed]
+                .iter()
+                .map(|p| ProposedAssignment {
+                    pod: p.clone(),
+                    node: crate::framework::UNSPECIFIED_NODE,
+                })
+                .collect();
+            successes.push((
+                i,
+                GroupResult {
+                    status: st,
+                    assignments,
+                    pod_failures: HashMap::new(),
+                    tried: pods.len(),
+                    placement: None,
+                },
+            ));
+        }
+    }
+    ctx.stats.feasible_placements += successes.len() as u32;
+    let pi = if successes.is_empty() {
+        // Report the per-pod reasons of the first placement, as a real simulation would.
+        let mark = snapshot.mark();
+        let r = default_algorithm(ctx, snapshot, group, pods, Some(&placements[0].nodes));
+        snapshot.revert_to(mark);
+        if r.status.is_success() {
+            return None;
+        }
+        let mut r = r;
+        r.status = Status::new(
+            Code::Unschedulable,
+            format!(
+                "0/{} placements are available: {}",
+                placements.len(),
+                r.status.message
+            ),
+        );
+        return Some(r);
+    } else if successes.len() == 1 {
+        successes[0].0
+    } else {
+        match score_placements(ctx, snapshot, group, placements, &successes) {
+            Ok(b) => successes[b].0,
+            Err(st) => return Some(GroupResult::status_only(Status::new(Code::Error, st.message))),
+        }
+    };
+    let expected = successes
+        .iter()
+        .find(|(i, _)| *i == pi)
+        .map_or(0, |(_, r)| r.assignments.len());
+    let mark = snapshot.mark();
+    let mut r = default_algorithm(ctx, snapshot, group, pods, Some(&placements[pi].nodes));
+    if !r.status.is_success() || r.assignments.len() != expected {
+        // Cannot happen for node-local identical pods; fall back to full simulation.
+        snapshot.revert_to(mark);
+        return None;
+    }
+    r.placement = Some(placements[pi].name.clone());
+    Some(r)
+}
+
+fn score_placements(
+    ctx: &GroupContext<'_>,
+    snapshot: &Snapshot,
+    group: &GroupInfo,
+    placements: &[Placement],
+    successes: &[(usize, GroupResult)],
+) -> Result<usize, Status> {
+    let mut total = vec![0i64; successes.len()];
+    for (plugin, weight) in ctx.scorers {
+        if *weight == 0 {
+            continue;
+        }
+        let mut scores = Vec::with_capacity(successes.len());
+        for (pi, r) in successes {
+            let a = PodGroupAssignments {
+                placement: placements[*pi].clone(),
+                proposed: r.assignments.clone(),
+            };
+            scores.push(plugin.score(snapshot, group, &a)?);
+        }
+        plugin.normalize(&mut scores)?;
+        total.iter_mut().zip(&scores).for_each(|(t, s)| *t += s * weight);
+    }
+    let mut best = 0;
+    for i in 1..total.len() {
+        if total[i] > total[best] {
+            best = i;
+        }
+    }
+    Ok(best)
+}
+
+/// Whether the pods differ in their scheduling spec.
+pub fn heterogeneous(pods: &[Arc<PodInfo>]) -> bool {
+    pods.windows(2)
+        .any(|w| !(Arc::ptr_eq(&w[0].spec, &w[1].spec) || w[0].spec == w[1].spec))
+}
+
+/// Largest request first: by priority, then the sum over resources of request / largest
+/// request of that resource in the group (descending), then the original order.
+pub fn largest_first(pods: &[Arc<PodInfo>]) -> Vec<Arc<PodInfo>> {
+    let mut names: Vec<String> = vec!["cpu".into(), "memory".into(), "ephemeral-storage".into()];
+    for p in pods {
+        for (n, _) in &p.spec.requests.scalar {
+            if !names.iter().any(|x| **x == **n) {
+                names.push(n.to_string());
+            }
+        }
+    }
+    let max: Vec<i64> = names
+        .iter()
+        .map(|n| pods.iter().map(|p| p.spec.requests.get(n)).max().unwrap_or(0))
+        .collect();
+    let size = |p: &PodInfo| -> f64 {
+        names
+            .iter()
+            .zip(&max)
+            .filter(|(_, m)| **m > 0)
+            .map(|(n, m)| p.spec.requests.get(n) as f64 / *m as f64)
+            .sum()
+    };
+    let mut v: Vec<(usize, f64, Arc<PodInfo>)> = pods
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (i, size(p), p.clone()))
+        .collect();
+    v.sort_by(|a, b| {
+        b.2.priority
+            .cmp(&a.2.priority)
+            .then(b.1.total_cmp(&a.1))
+            .then(a.0.cmp(&b.0))
+    });
+    v.into_iter().map(|x| x.2).collect()
+}
+
+/// Most constrained first: by priority, then the number of nodes passing Filter (ascending,
+/// on the current snapshot), then the original order.
+pub fn most_constrained_first(
+    ctx: &GroupContext<'_>,
+    snapshot: &Snapshot,
+    pods: &[Arc<PodInfo>],
+) -> Vec<Arc<PodInfo>> {
+    let mut counts: Vec<(usize, usize, Arc<PodInfo>)> = Vec::with_capacity(pods.len());
+    for (i, p) in pods.iter().enumerate() {
+        let known = counts
+            .iter()
+            .find(|(_, _, q)| q.spec == p.spec)
+            .map(|(_, c, _)| *c);
+        let c = known.unwrap_or_else(|| ctx.pods.count_feasible(snapshot, p, None));
+        counts.push((i, c, p.clone()));
+    }
+    counts.sort_by(|a, b| {
+        b.2.priority
+            .cmp(&a.2.priority)
+            .then(a.1.cmp(&b.1))
+            .then(a.0.cmp(&b.0))
+    });
+    counts.into_iter().map(|x| x.2).collect()
+}
+
+/// Runs the placement algorithm in upstream's order; if the group comes out Unschedulable
+/// after trying pods and its pods are heterogeneous, retries with "largest request first" and
+/// "most constrained first" (at most `max_attempts`, within `budget`). Beyond upstream: a
+/// fixed greedy order can strand capacity that another order would use.
+pub fn run_leaf(
+    ctx: &mut GroupContext<'_>,
+    snapshot: &mut Snapshot,
+    group: &GroupInfo,
+    pods: &[Arc<PodInfo>],
+    budget: Duration,
+    max_attempts: u32,
+) -> GroupResult {
+    let started = Instant::now();
+    let first = placement_algorithm(ctx, snapshot, group, pods);
+    if first.status.code != Code::Unschedulable
+        || first.tried == 0
+        || budget.is_zero()
+        || max_attempts == 0
+        || !heterogeneous(pods)
+    {
+        return first;
+    }
+    let same = |a: &[Arc<PodInfo>], b: &[Arc<PodInfo>]| a.iter().zip(b).all(|(x, y)| x.key == y.key);
+    let mut tried_orders: Vec<Vec<Arc<PodInfo>>> = vec![pods.to_vec()];
+    for attempt in 0..2u32 {
+        if attempt >= max_attempts || started.elapsed() >= budget {
+            break;
+        }
+        let order = if attempt == 0 {
+            largest_first(pods)
+        } else {
+            most_constrained_first(ctx, snapshot, pods)
+        };
+        if tried_orders.iter().any(|o| same(o, &order)) {
+            continue;
+        }
+        ctx.stats.reorder_attempts += 1;
+        let r = placement_algorithm(ctx, snapshot, group, &order);
+        if r.status.is_success() {
+            ctx.stats.reorder_succeeded = true;
+            return r;
+        }
+        if r.status.code == Code::Error {
+            return r;
+        }
+        tried_orders.push(order);
+    }
+    first
+}

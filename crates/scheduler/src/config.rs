@@ -1,0 +1,305 @@
+//! Scheduler configuration, read by the binary from YAML.
+//!
+//! Defaults follow upstream's default profile (`pkg/scheduler/apis/config/v1/default_plugins.go`)
+//! and queue defaults (`pkg/scheduler/backend/queue`): score weights TaintToleration 3,
+//! NodeAffinity 2, PodTopologySpread 2, InterPodAffinity 2, NodeResourcesFit 1,
+//! NodeResourcesBalancedAllocation 1; placement score weights NodeResourcesFit 1 and
+//! PodGroupPodsCount 1; backoff 1 s initial, 10 s max; unschedulable flush 5 min.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// Error from [`SchedulerConfig::validate`]; `key` is the camelCase path of the bad field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid scheduler configuration: {key}: {message}")]
+pub struct ConfigError {
+    /// Path of the offending key, e.g. `pluginWeights.taintToleration`.
+    pub key: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// Scoring strategy of NodeResourcesFit for per-pod scoring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub enum ScoringStrategy {
+    /// Prefer emptier nodes (upstream default).
+    #[default]
+    LeastAllocated,
+    /// Prefer fuller nodes (bin packing).
+    MostAllocated,
+}
+
+/// Weights of the per-pod Score plugins. A weight of 0 disables the plugin's score.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct PluginWeights {
+    /// TaintToleration (default 3).
+    pub taint_toleration: i64,
+    /// NodeAffinity (default 2).
+    pub node_affinity: i64,
+    /// PodTopologySpread (default 2).
+    pub pod_topology_spread: i64,
+    /// InterPodAffinity (default 2).
+    pub inter_pod_affinity: i64,
+    /// NodeResourcesFit (default 1).
+    pub node_resources_fit: i64,
+    /// NodeResourcesBalancedAllocation (default 1).
+    pub node_resources_balanced_allocation: i64,
+}
+
+impl Default for PluginWeights {
+    fn default() -> Self {
+        PluginWeights {
+            taint_toleration: 3,
+            node_affinity: 2,
+            pod_topology_spread: 2,
+            inter_pod_affinity: 2,
+            node_resources_fit: 1,
+            node_resources_balanced_allocation: 1,
+        }
+    }
+}
+
+/// Weights of the PlacementScore plugins.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct PlacementScoreWeights {
+    /// NodeResourcesFit, always MostAllocated over the placement (default 1).
+    pub node_resources_fit: i64,
+    /// PodGroupPodsCount (default 1).
+    pub pod_group_pods_count: i64,
+}
+
+impl Default for PlacementScoreWeights {
+    fn default() -> Self {
+        PlacementScoreWeights {
+            node_resources_fit: 1,
+            pod_group_pods_count: 1,
+        }
+    }
+}
+
+/// Resource weight for NodeResourcesFit / BalancedAllocation scoring (upstream
+/// `NodeResourcesFitArgs.scoringStrategy.resources`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ResourceWeight {
+    /// Resource name, e.g. `cpu`, `memory`, `nvidia.com/gpu`.
+    pub name: String,
+    /// Weight (1..=100).
+    pub weight: i64,
+}
+
+/// The whole configuration. Units: durations in milliseconds (`*Ms`) or seconds (`*Seconds`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct SchedulerConfig {
+    /// Per-pod score plugin weights.
+    pub plugin_weights: PluginWeights,
+    /// NodeResourcesFit per-pod scoring strategy.
+    pub scoring_strategy: ScoringStrategy,
+    /// Resources and weights scored by NodeResourcesFit (default cpu:1, memory:1).
+    pub scoring_resources: Vec<ResourceWeight>,
+    /// PlacementScore plugin weights.
+    pub placement_score_weights: PlacementScoreWeights,
+    /// Initial backoff in milliseconds (default 1000).
+    pub pod_initial_backoff_ms: u64,
+    /// Maximum backoff in milliseconds before the sqrt(group size) factor (default 10000).
+    pub pod_max_backoff_ms: u64,
+    /// Entities stay at most this long in the unschedulable pool before a flush moves them
+    /// back (default 300 s, upstream `podMaxInUnschedulablePodsDuration`).
+    pub unschedulable_flush_seconds: u64,
+    /// Time budget for the reorder retry of a failed heterogeneous group, in milliseconds
+    /// (default 50; 0 disables the retry).
+    pub reorder_budget_ms: u64,
+    /// Maximum number of alternative orders tried by the reorder retry (default 2).
+    pub reorder_max_attempts: u32,
+    /// percentageOfNodesToScore: 0 = adaptive (upstream default), else 1..=100.
+    pub percentage_of_nodes_to_score: u32,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        SchedulerConfig {
+            plugin_weights: PluginWeights::default(),
+            scoring_strategy: ScoringStrategy::LeastAllocated,
+            scoring_resources: vec![
+                ResourceWeight {
+                    name: "cpu".into(),
+                    weight: 1,
+                },
+                ResourceWeight {
+                    name: "memory".into(),
+                    weight: 1,
+                },
+            ],
+            placement_score_weights: PlacementScoreWeights::default(),
+            pod_initial_backoff_ms: 1000,
+            pod_max_backoff_ms: 10_000,
+            unschedulable_flush_seconds: 300,
+            reorder_budget_ms: 50,
+            reorder_max_attempts: 2,
+            percentage_of_nodes_to_score: 0,
+        }
+    }
+}
+
+impl SchedulerConfig {
+    /// Checks ranges. Errors name the offending key (camelCase path).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |key: &str, message: String| {
+            Err(ConfigError {
+                key: key.into(),
+                message,
+            })
+        };
+        let w = &self.plugin_weights;
+        for (key, v) in [
+            ("pluginWeights.taintToleration", w.taint_toleration),
+            ("pluginWeights.nodeAffinity", w.node_affinity),
+            ("pluginWeights.podTopologySpread", w.pod_topology_spread),
+            ("pluginWeights.interPodAffinity", w.inter_pod_affinity),
+            ("pluginWeights.nodeResourcesFit", w.node_resources_fit),
+            (
+                "pluginWeights.nodeResourcesBalancedAllocation",
+                w.node_resources_balanced_allocation,
+            ),
+            (
+                "placementScoreWeights.nodeResourcesFit",
+                self.placement_score_weights.node_resources_fit,
+            ),
+            (
+                "placementScoreWeights.podGroupPodsCount",
+                self.placement_score_weights.pod_group_pods_count,
+            ),
+        ] {
+            if !(0..=100).contains(&v) {
+                return bad(key, format!("weight {v} must be between 0 and 100"));
+            }
+        }
+        if self.scoring_resources.is_empty() {
+            return bad("scoringResources", "must list at least one resource".into());
+        }
+        for (i, r) in self.scoring_resources.iter().enumerate() {
+            if r.name.is_empty() {
+                return bad(&format!("scoringResources[{i}].name"), "must not be empty".into());
+            }
+            if !(1..=100).contains(&r.weight) {
+                return bad(
+                    &format!("scoringResources[{i}].weight"),
+                    format!("weight {} must be between 1 and 100", r.weight),
+                );
+            }
+            if self.scoring_resources[..i].iter().any(|o| o.name == r.name) {
+                return bad(
+                    &format!("scoringResources[{i}].name"),
+                    format!("duplicate resource {:?}", r.name),
+                );
+            }
+        }
+        if self.pod_initial_backoff_ms == 0 {
+            return bad("podInitialBackoffMs", "must be greater than 0".into());
+        }
+        if self.pod_max_backoff_ms < self.pod_initial_backoff_ms {
+            return bad(
+                "podMaxBackoffMs",
+                format!(
+                    "{} must be at least podInitialBackoffMs ({})",
+                    self.pod_max_backoff_ms, self.pod_initial_backoff_ms
+                ),
+            );
+        }
+        if self.unschedulable_flush_seconds == 0 {
+            return bad("unschedulableFlushSeconds", "must be greater than 0".into());
+        }
+        if self.percentage_of_nodes_to_score > 100 {
+            return bad(
+                "percentageOfNodesToScore",
+                format!("{} must be between 0 and 100", self.percentage_of_nodes_to_score),
+            );
+        }
+        if self.reorder_budget_ms > 10_000 {
+            return bad(
+                "reorderBudgetMs",
+                format!("{} must be at most 10000", self.reorder_budget_ms),
+            );
+        }
+        Ok(())
+    }
+
+    /// Initial backoff.
+    pub fn initial_backoff(&self) -> Duration {
+        Duration::from_millis(self.pod_initial_backoff_ms)
+    }
+
+    /// Maximum backoff (before the group-size factor).
+    pub fn max_backoff(&self) -> Duration {
+        Duration::from_millis(self.pod_max_backoff_ms)
+    }
+
+    /// Unschedulable flush interval.
+    pub fn flush_interval(&self) -> Duration {
+        Duration::from_secs(self.unschedulable_flush_seconds)
+    }
+
+    /// Reorder retry budget.
+    pub fn reorder_budget(&self) -> Duration {
+        Duration::from_millis(self.reorder_budget_ms)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_is_valid_and_matches_upstream_profile() {
+        let c = SchedulerConfig::default();
+        c.validate().unwrap();
+        assert_eq!(c.plugin_weights.taint_toleration, 3);
+        assert_eq!(c.plugin_weights.node_affinity, 2);
+        assert_eq!(
+            c.placement_score_weights,
+            PlacementScoreWeights {
+                node_resources_fit: 1,
+                pod_group_pods_count: 1
+            }
+        );
+        assert_eq!(c.initial_backoff(), Duration::from_secs(1));
+        assert_eq!(c.max_backoff(), Duration::from_secs(10));
+        assert_eq!(c.flush_interval(), Duration::from_secs(300));
+        assert_eq!(c.reorder_budget(), Duration::from_millis(50));
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let mut c = SchedulerConfig::default();
+        c.plugin_weights.node_affinity = 101;
+        assert_eq!(c.validate().unwrap_err().key, "pluginWeights.nodeAffinity");
+        let c = SchedulerConfig {
+            pod_max_backoff_ms: 10,
+            ..Default::default()
+        };
+        assert_eq!(c.validate().unwrap_err().key, "podMaxBackoffMs");
+        let c = SchedulerConfig {
+            percentage_of_nodes_to_score: 101,
+            ..Default::default()
+        };
+        assert_eq!(c.validate().unwrap_err().key, "percentageOfNodesToScore");
+    }
+
+    #[test]
+    fn deserializes_camel_case_and_rejects_unknown_keys() {
+        let c: SchedulerConfig = serde_json::from_str(
+            r#"{"scoringStrategy":"MostAllocated","pluginWeights":{"taintToleration":5},"reorderBudgetMs":20}"#,
+        )
+        .unwrap();
+        assert_eq!(c.scoring_strategy, ScoringStrategy::MostAllocated);
+        assert_eq!(c.plugin_weights.taint_toleration, 5);
+        assert_eq!(c.plugin_weights.node_affinity, 2);
+        assert_eq!(c.reorder_budget_ms, 20);
+        let e = serde_json::from_str::<SchedulerConfig>(r#"{"bogus":1}"#).unwrap_err();
+        assert!(e.to_string().contains("bogus"), "{e}");
+    }
+}

@@ -1,0 +1,199 @@
+//! What a scheduling cycle decides, as plain data for the runtime to act on
+//! (upstream `submitPodGroupAlgorithmResult`, `updatePodGroupCondition`, `FailureHandler`,
+//! `AddAttemptedPodGroupIfNeeded`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::model::{EntityKey, GroupKey, PodKey};
+
+/// Condition type set on a PodGroup (mirror of `phalanx_api::conditions::POD_GROUP_INITIALLY_SCHEDULED`).
+pub const POD_GROUP_INITIALLY_SCHEDULED: &str = "PodGroupInitiallyScheduled";
+/// Condition type set on a CompositePodGroup.
+pub const COMPOSITE_POD_GROUP_INITIALLY_SCHEDULED: &str = "CompositePodGroupInitiallyScheduled";
+/// Reason: the group was scheduled.
+pub const REASON_SCHEDULED: &str = "Scheduled";
+/// Reason: the group (or pod) did not fit.
+pub const REASON_UNSCHEDULABLE: &str = "Unschedulable";
+/// Reason: the group (or pod) hit an error (validation, invalid input).
+pub const REASON_SCHEDULER_ERROR: &str = "SchedulerError";
+
+/// Overall result of one cycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// At least the required pods were placed (bindings are non-empty, or for a pod, one).
+    Scheduled,
+    /// Nothing binds; the entity waits for a cluster event (or the flush).
+    Unschedulable,
+    /// Nothing binds; the entity is retried after backoff.
+    Error,
+    /// Nothing to do (every pod was already assumed or is being deleted).
+    Skipped,
+}
+
+/// Bind `pod` to `node`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Binding {
+    /// The pod.
+    pub pod: PodKey,
+    /// metadata.uid, for the Binding's precondition.
+    pub uid: Arc<str>,
+    /// Target node.
+    pub node: Arc<str>,
+}
+
+/// Why a pod was not bound: the reason for its `PodScheduled=False` condition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureReason {
+    /// `Unschedulable`.
+    Unschedulable,
+    /// `SchedulerError`.
+    SchedulerError,
+}
+
+impl FailureReason {
+    /// The condition reason string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureReason::Unschedulable => REASON_UNSCHEDULABLE,
+            FailureReason::SchedulerError => REASON_SCHEDULER_ERROR,
+        }
+    }
+}
+
+/// A pod that is not bound in this cycle, with the message for `PodScheduled=False`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodFailure {
+    /// The pod.
+    pub pod: PodKey,
+    /// metadata.uid.
+    pub uid: Arc<str>,
+    /// Reason.
+    pub reason: FailureReason,
+    /// Message, e.g. `0/3 nodes are available: 3 Insufficient cpu.`
+    pub message: String,
+}
+
+/// A condition to write on a group's status (`metav1.Condition`). The runtime keeps a True
+/// `…InitiallyScheduled` condition True (no regression) and sets `observedGeneration`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupCondition {
+    /// The group.
+    pub group: GroupKey,
+    /// Condition type, e.g. [`POD_GROUP_INITIALLY_SCHEDULED`].
+    pub type_: &'static str,
+    /// True or False.
+    pub status: bool,
+    /// [`REASON_SCHEDULED`], [`REASON_UNSCHEDULABLE`] or [`REASON_SCHEDULER_ERROR`].
+    pub reason: &'static str,
+    /// Human-readable message (empty on success, as upstream).
+    pub message: String,
+    /// metadata.generation of the group object the cycle saw.
+    pub observed_generation: i64,
+}
+
+/// How the pods that did not bind go back to the queue (handled by `SchedulingQueue::done`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequeueMode {
+    /// Unschedulable: park in the unschedulable pool until a matching cluster event or the
+    /// periodic flush; then backoff applies.
+    Unschedulable,
+    /// Error: back off, then retry.
+    Backoff,
+    /// Leftovers of a successful group: straight back to the active queue, keeping the old
+    /// timestamp, no backoff (KEP-4671).
+    Immediate,
+}
+
+/// Requeue instruction for the entity's remaining pods.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Requeue {
+    /// Pods that stay queued (the entity keeps only these plus pods that arrived meanwhile).
+    pub pods: Vec<PodKey>,
+    /// How.
+    pub mode: RequeueMode,
+}
+
+/// A victim chosen by a PodGroupPostFilter (preemption; not produced by this version).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Victim {
+    /// Pod to evict.
+    pub pod: PodKey,
+    /// Its uid.
+    pub uid: Arc<str>,
+}
+
+/// A nomination (`status.nominatedNodeName`) produced by a PodGroupPostFilter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Nomination {
+    /// Preemptor pod.
+    pub pod: PodKey,
+    /// Node it waits for.
+    pub node: Arc<str>,
+}
+
+/// Counters about one cycle, for metrics and logs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CycleStats {
+    /// Pods that went through Filter/Score (including simulations per placement).
+    pub pods_evaluated: u64,
+    /// Node evaluations served from the batching cache.
+    pub cached_node_evaluations: u64,
+    /// Node evaluations computed.
+    pub node_evaluations: u64,
+    /// Placements generated.
+    pub placements: u32,
+    /// Placements that succeeded.
+    pub feasible_placements: u32,
+    /// Alternative orders tried by the reorder retry.
+    pub reorder_attempts: u32,
+    /// Whether the reorder retry turned a failure into a success.
+    pub reorder_succeeded: bool,
+    /// Wall time of the cycle.
+    pub duration: Duration,
+}
+
+/// Everything the runtime must do after a cycle.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    /// The entity scheduled.
+    pub entity: EntityKey,
+    /// Overall result.
+    pub outcome: Outcome,
+    /// Pods to bind (already assumed in the snapshot).
+    pub bindings: Vec<Binding>,
+    /// Pods not bound, with reason and message for `PodScheduled=False`.
+    pub failures: Vec<PodFailure>,
+    /// Group conditions to write (empty for single pods).
+    pub conditions: Vec<GroupCondition>,
+    /// Requeue instruction; `None` when nothing remains.
+    pub requeue: Option<Requeue>,
+    /// Nominations from a PodGroupPostFilter (empty in this version).
+    pub nominations: Vec<Nomination>,
+    /// Victims to evict from a PodGroupPostFilter (empty in this version).
+    pub victims: Vec<Victim>,
+    /// Counters.
+    pub stats: CycleStats,
+}
+
+impl Decision {
+    /// A decision with no actions.
+    pub fn empty(entity: EntityKey, outcome: Outcome) -> Decision {
+        Decision {
+            entity,
+            outcome,
+            bindings: vec![],
+            failures: vec![],
+            conditions: vec![],
+            requeue: None,
+            nominations: vec![],
+            victims: vec![],
+            stats: CycleStats::default(),
+        }
+    }
+
+    /// Node a pod is bound to by this decision.
+    pub fn node_of(&self, pod: &PodKey) -> Option<&str> {
+        self.bindings.iter().find(|b| b.pod == *pod).map(|b| &*b.node)
+    }
+}

@@ -1,0 +1,41 @@
+//! phalanx-scheduler: the pure scheduling core of Phalanx.
+//!
+//! It reads a [`Snapshot`] and returns a [`Decision`] as data; it never talks to the API server.
+//! Layout mirrors kube-scheduler's `pkg/scheduler`:
+//! - [`model`]: `PodInfo`, `NodeInfo`, `GroupInfo` (upstream `framework/types.go`);
+//! - [`snapshot`]: the per-cycle snapshot with assume/revert (upstream `backend/cache`);
+//! - [`queue`]: the entity queue with PreEnqueue gates (upstream `backend/queue`);
+//! - [`plugins`]: per-pod Filter/Score plugins and the group plugins (GangScheduling,
+//!   TopologyPlacement, PodGroupPodsCount, NodeResourcesFit placement score);
+//! - [`schedule_one`]: the per-pod Filter → Score → select pass (upstream `schedule_one.go`);
+//! - [`algorithm`]: the PodGroup default and placement algorithms (upstream
+//!   `podgroup_scheduling_algorithm`), plus the reorder retry;
+//! - [`cycle`]: [`Scheduler::schedule`], the entity cycle (upstream `schedule_one_podgroup.go`).
+//!
+//! See `docs/scheduler.md` for the design and `/work/coord/scheduler-api.md` for the API.
+
+#![deny(missing_docs)]
+
+pub mod algorithm;
+pub mod config;
+pub mod cycle;
+pub mod decision;
+pub mod framework;
+pub mod model;
+pub mod plugins;
+pub mod queue;
+pub mod resources;
+pub mod schedule_one;
+pub mod selectors;
+pub mod snapshot;
+
+pub use config::SchedulerConfig;
+pub use cycle::Scheduler;
+pub use decision::{
+    Binding, Decision, FailureReason, GroupCondition, Outcome, PodFailure, Requeue, RequeueMode,
+};
+pub use model::{
+    EntityKey, GroupInfo, GroupKey, GroupKind, GroupPolicy, NodeInfo, NodeStatic, PodInfo, PodKey,
+};
+pub use queue::{ClusterEvent, Gate, GateReason, QueuedEntity, SchedulingQueue};
+pub use snapshot::Snapshot;

@@ -1,0 +1,65 @@
+//! Plugins, one module per upstream plugin (`pkg/scheduler/framework/plugins/*`).
+//!
+//! Per-pod Filter plugins return `Err(Rejection)` with upstream's reason string; Score plugins
+//! return a raw score that [`crate::schedule_one`] normalises across the feasible nodes and
+//! weights with [`crate::config::PluginWeights`]. Group plugins implement the traits in
+//! [`crate::framework`].
+
+use std::borrow::Cow;
+
+use crate::framework::Code;
+
+pub mod gang_scheduling;
+pub mod inter_pod_affinity;
+pub mod node_affinity;
+pub mod node_name;
+pub mod node_ports;
+pub mod node_resources;
+pub mod node_unschedulable;
+pub mod pod_group_pods_count;
+pub mod pod_topology_spread;
+pub mod taint_toleration;
+pub mod topology_placement;
+
+/// Highest normalised node score (upstream `framework.MaxNodeScore`).
+pub const MAX_NODE_SCORE: i64 = 100;
+
+/// Why a Filter plugin rejected a node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejection {
+    /// Plugin name.
+    pub plugin: &'static str,
+    /// Unschedulable or UnschedulableAndUnresolvable.
+    pub code: Code,
+    /// Reasons (upstream `Status.Reasons()`); each counts once in the FitError histogram.
+    pub reasons: Vec<Cow<'static, str>>,
+}
+
+impl Rejection {
+    /// A rejection with one reason.
+    pub fn new(plugin: &'static str, code: Code, reason: impl Into<Cow<'static, str>>) -> Rejection {
+        Rejection {
+            plugin,
+            code,
+            reasons: vec![reason.into()],
+        }
+    }
+}
+
+/// Upstream `helper.DefaultNormalizeScore`: scales to 0..=max_priority by the maximum; with
+/// `reverse`, subtracts from max_priority.
+pub fn default_normalize(max_priority: i64, reverse: bool, scores: &mut [i64]) {
+    let max = scores.iter().copied().max().unwrap_or(0);
+    if max == 0 {
+        if reverse {
+            scores.iter_mut().for_each(|s| *s = max_priority);
+        }
+        return;
+    }
+    for s in scores.iter_mut() {
+        *s = max_priority * *s / max;
+        if reverse {
+            *s = max_priority - *s;
+        }
+    }
+}

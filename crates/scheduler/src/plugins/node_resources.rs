@@ -1,0 +1,210 @@
+//! NodeResourcesFit and NodeResourcesBalancedAllocation (upstream `plugins/noderesources`):
+//! the fit filter (`Too many pods`, `Insufficient <resource>`), LeastAllocated (default) or
+//! MostAllocated scoring over non-zero requests, the balanced-allocation score, and the
+//! placement-level MostAllocated score used by the placement algorithm.
+
+use std::borrow::Cow;
+
+use crate::config::{ResourceWeight, ScoringStrategy};
+use crate::framework::Code;
+use crate::model::{NodeInfo, PodInfo};
+use crate::plugins::{MAX_NODE_SCORE, Rejection};
+use crate::resources::{CPU, EPHEMERAL_STORAGE, MEMORY};
+
+/// Plugin name of NodeResourcesFit.
+pub const NAME: &str = "NodeResourcesFit";
+/// Plugin name of NodeResourcesBalancedAllocation.
+pub const BALANCED_NAME: &str = "NodeResourcesBalancedAllocation";
+
+/// Filter (upstream `fitsRequest`): pod count first, then every resource; each insufficient
+/// resource is one reason. UnschedulableAndUnresolvable when a request exceeds the node's
+/// allocatable outright (no preemption can help), else Unschedulable.
+pub fn filter(pod: &PodInfo, node: &NodeInfo) -> Result<(), Rejection> {
+    let mut reasons: Vec<Cow<'static, str>> = Vec::new();
+    let mut unresolvable = false;
+    if node.pods.len() as i64 + 1 > node.node.allowed_pods {
+        reasons.push("Too many pods".into());
+        unresolvable |= node.node.allowed_pods < 1;
+    }
+    let req = &pod.spec.requests;
+    if req.is_zero() {
+        return if reasons.is_empty() {
+            Ok(())
+        } else {
+            Err(reject(reasons, unresolvable))
+        };
+    }
+    let alloc = &node.node.allocatable;
+    let used = &node.requested;
+    let mut check = |name: &str, want: i64, have: i64, used: i64| {
+        if want > 0 && want > have - used {
+            reasons.push(match name {
+                CPU => "Insufficient cpu".into(),
+                MEMORY => "Insufficient memory".into(),
+                EPHEMERAL_STORAGE => "Insufficient ephemeral-storage".into(),
+                other => format!("Insufficient {other}").into(),
+            });
+            unresolvable |= want > have;
+        }
+    };
+    check(CPU, req.milli_cpu, alloc.milli_cpu, used.milli_cpu);
+    check(MEMORY, req.memory, alloc.memory, used.memory);
+    check(
+        EPHEMERAL_STORAGE,
+        req.ephemeral_storage,
+        alloc.ephemeral_storage,
+        used.ephemeral_storage,
+    );
+    for (name, want) in &req.scalar {
+        check(name, *want, alloc.scalar(name), used.scalar(name));
+    }
+    if reasons.is_empty() {
+        Ok(())
+    } else {
+        Err(reject(reasons, unresolvable))
+    }
+}
+
+fn reject(reasons: Vec<Cow<'static, str>>, unresolvable: bool) -> Rejection {
+    let code = if unresolvable {
+        Code::UnschedulableAndUnresolvable
+    } else {
+        Code::Unschedulable
+    };
+    Rejection {
+        plugin: NAME,
+        code,
+        reasons,
+    }
+}
+
+/// Upstream `leastRequestedScore`.
+pub fn least_requested(requested: i64, capacity: i64) -> i64 {
+    if capacity == 0 || requested > capacity {
+        return 0;
+    }
+    (capacity - requested) * MAX_NODE_SCORE / capacity
+}
+
+/// Upstream `mostRequestedScore` (requested is capped at capacity).
+pub fn most_requested(requested: i64, capacity: i64) -> i64 {
+    if capacity == 0 {
+        return 0;
+    }
+    requested.min(capacity) * MAX_NODE_SCORE / capacity
+}
+
+/// A scoring resource resolved once from its name (avoids string matching per node).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ScoredResource {
+    /// cpu (non-zero requests).
+    Cpu,
+    /// memory (non-zero requests).
+    Memory,
+    /// ephemeral-storage.
+    EphemeralStorage,
+    /// Any other resource (skipped when the pod does not request it).
+    Scalar(std::sync::Arc<str>),
+}
+
+impl ScoredResource {
+    /// Resolves a resource name.
+    pub fn from_name(name: &str) -> ScoredResource {
+        match name {
+            CPU => ScoredResource::Cpu,
+            MEMORY => ScoredResource::Memory,
+            EPHEMERAL_STORAGE => ScoredResource::EphemeralStorage,
+            other => ScoredResource::Scalar(other.into()),
+        }
+    }
+
+    /// Resolves configured weights.
+    pub fn resolve(resources: &[ResourceWeight]) -> Vec<(ScoredResource, i64)> {
+        resources
+            .iter()
+            .map(|r| (ScoredResource::from_name(&r.name), r.weight))
+            .collect()
+    }
+}
+
+/// (requested-with-pod, allocatable) for one scoring resource; `None` to skip it (an extended
+/// resource the pod does not request). cpu/memory use non-zero requests.
+fn alloc_request(pod: &PodInfo, node: &NodeInfo, r: &ScoredResource) -> Option<(i64, i64)> {
+    let alloc = &node.node.allocatable;
+    match r {
+        ScoredResource::Cpu => Some((
+            node.non_zero_milli_cpu + pod.spec.non_zero_milli_cpu,
+            alloc.milli_cpu,
+        )),
+        ScoredResource::Memory => Some((node.non_zero_memory + pod.spec.non_zero_memory, alloc.memory)),
+        ScoredResource::EphemeralStorage => Some((
+            node.requested.ephemeral_storage + pod.spec.requests.ephemeral_storage,
+            alloc.ephemeral_storage,
+        )),
+        ScoredResource::Scalar(name) => {
+            let want = pod.spec.requests.scalar(name);
+            if want == 0 {
+                return None;
+            }
+            Some((node.requested.scalar(name) + want, alloc.scalar(name)))
+        }
+    }
+}
+
+/// NodeResourcesFit score (0..=100): weighted average over the scoring resources of
+/// LeastAllocated or MostAllocated; resources with zero allocatable are skipped.
+pub fn score(
+    pod: &PodInfo,
+    node: &NodeInfo,
+    strategy: ScoringStrategy,
+    resources: &[(ScoredResource, i64)],
+) -> i64 {
+    let (mut total, mut weights) = (0i64, 0i64);
+    for (r, weight) in resources {
+        let Some((req, alloc)) = alloc_request(pod, node, r) else {
+            continue;
+        };
+        if alloc == 0 {
+            continue;
+        }
+        let s = match strategy {
+            ScoringStrategy::LeastAllocated => least_requested(req, alloc),
+            ScoringStrategy::MostAllocated => most_requested(req, alloc),
+        };
+        total += s * weight;
+        weights += weight;
+    }
+    if weights == 0 { 0 } else { total / weights }
+}
+
+/// Whether BalancedAllocation skips the pod (upstream PreScore: best-effort pods).
+pub fn balanced_skips(pod: &PodInfo) -> bool {
+    pod.spec.requests.milli_cpu == 0 && pod.spec.requests.memory == 0
+}
+
+/// NodeResourcesBalancedAllocation score (0..=100) over cpu and memory using actual requests:
+/// `(1 - std(fractions)) * 100`, fractions capped at 1.
+pub fn balanced_score(pod: &PodInfo, node: &NodeInfo) -> i64 {
+    let alloc = &node.node.allocatable;
+    let mut fr = [0f64; 2];
+    let mut n = 0;
+    for (req, cap) in [
+        (
+            node.requested.milli_cpu + pod.spec.requests.milli_cpu,
+            alloc.milli_cpu,
+        ),
+        (node.requested.memory + pod.spec.requests.memory, alloc.memory),
+    ] {
+        if cap == 0 {
+            continue;
+        }
+        fr[n] = (req as f64 / cap as f64).min(1.0);
+        n += 1;
+    }
+    let std = if n == 2 {
+        ((fr[0] - fr[1]) / 2.0).abs()
+    } else {
+        0.0
+    };
+    ((1.0 - std) * MAX_NODE_SCORE as f64) as i64
+}

@@ -1,0 +1,723 @@
+//! The entity scheduling queue (upstream `pkg/scheduler/backend/queue/scheduling_queue.go`):
+//! standalone pods and root groups share one active heap ordered by PrioritySort (priority
+//! descending, then timestamp), a backoff queue, an unschedulable pool woken by cluster events
+//! and a periodic flush, and PreEnqueue gates (SchedulingGates, GangScheduling quorum) whose
+//! reasons are returned as data.
+//!
+//! Time is passed in explicitly (`now`), so the queue is deterministic and testable.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::config::SchedulerConfig;
+use crate::decision::{Decision, RequeueMode};
+use crate::model::{EntityKey, GroupInfo, GroupKey, GroupPolicy, PodInfo, PodKey};
+
+/// Why an entity is held before the queue (PreEnqueue rejection).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GateReason {
+    /// The pod's PodGroup object has not been seen.
+    WaitingForPodGroup,
+    /// Fewer than `minCount` member pods are known.
+    WaitingForQuorum,
+    /// A pod still has `spec.schedulingGates`.
+    SchedulingGated,
+}
+
+impl GateReason {
+    /// Reason string, e.g. `WaitingForQuorum`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GateReason::WaitingForPodGroup => "WaitingForPodGroup",
+            GateReason::WaitingForQuorum => "WaitingForQuorum",
+            GateReason::SchedulingGated => "SchedulingGated",
+        }
+    }
+}
+
+/// A PreEnqueue gate with a user-facing message.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Gate {
+    /// Reason.
+    pub reason: GateReason,
+    /// Message, e.g. `2 of 3 pods present (minCount 3)`.
+    pub message: String,
+}
+
+/// A cluster event that may make unschedulable entities schedulable (queueing hints).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClusterEvent {
+    /// A node was added.
+    NodeAdded,
+    /// A node changed in a way that matters to scheduling (labels, taints, allocatable,
+    /// unschedulable). Do not send it for status heartbeats: it wakes every unschedulable entity.
+    NodeUpdated,
+    /// A pod was bound/assigned (any scheduler). Counts toward its group's quorum.
+    AssignedPodAdded {
+        /// The pod.
+        pod: PodKey,
+        /// Its group, if any.
+        group: Option<GroupKey>,
+    },
+    /// An assigned pod was deleted or finished: capacity freed.
+    AssignedPodDeleted {
+        /// The pod.
+        pod: PodKey,
+        /// Its group, if any.
+        group: Option<GroupKey>,
+    },
+    /// An assigned pod changed in a way that may free capacity (e.g. resized down).
+    AssignedPodUpdated,
+}
+
+/// What `pop` hands to the scheduler.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueuedEntity {
+    /// Entity key.
+    pub key: EntityKey,
+    /// The group object (None for a standalone pod).
+    pub group: Option<Arc<GroupInfo>>,
+    /// Pending pods, ordered by priority descending, then first seen.
+    pub pods: Vec<Arc<PodInfo>>,
+    /// Previous unschedulable attempts.
+    pub attempts: u32,
+    /// Queue timestamp (ordering).
+    pub timestamp: Instant,
+}
+
+/// Sizes of the sub-queues, for metrics (`scheduler_pending_entities`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueueCounts {
+    /// activeQ.
+    pub active: usize,
+    /// backoffQ.
+    pub backoff: usize,
+    /// Unschedulable pool.
+    pub unschedulable: usize,
+    /// Held by a PreEnqueue gate.
+    pub gated: usize,
+    /// Popped, not yet `done`.
+    pub in_flight: usize,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Loc {
+    /// In the active heap under this priority.
+    Active(i32),
+    Backoff(Instant),
+    Unschedulable(Instant),
+    Gated(Gate),
+    InFlight {
+        event_seen: bool,
+        popped: HashSet<PodKey>,
+    },
+    /// A group with no pending pods (all assigned), kept for quorum bookkeeping.
+    Idle,
+}
+
+#[derive(Debug)]
+struct Entry {
+    group: Option<Arc<GroupInfo>>,
+    is_group: bool,
+    pods: BTreeMap<PodKey, (Arc<PodInfo>, u64)>,
+    assigned: HashSet<PodKey>,
+    loc: Loc,
+    attempts: u32,
+    errors: u32,
+    timestamp: Instant,
+    seq: u64,
+    backoff_until: Option<Instant>,
+}
+
+type ActiveKey = (Reverse<i32>, Instant, u64, EntityKey);
+
+/// The queue. Not thread-safe by itself: the driver owns it (or wraps it in a mutex).
+#[derive(Debug)]
+pub struct SchedulingQueue {
+    initial_backoff: Duration,
+    max_backoff: Duration,
+    flush_interval: Duration,
+    entries: HashMap<EntityKey, Entry>,
+    active: BTreeSet<ActiveKey>,
+    backoff: BTreeSet<(Instant, u64, EntityKey)>,
+    pool: BTreeSet<(Instant, u64, EntityKey)>,
+    in_flight: HashSet<EntityKey>,
+    seq: u64,
+    gate_changes: Vec<(EntityKey, Option<Gate>)>,
+}
+
+impl SchedulingQueue {
+    /// An empty queue using the backoff and flush settings of `config`.
+    pub fn new(config: &SchedulerConfig) -> SchedulingQueue {
+        SchedulingQueue {
+            initial_backoff: config.initial_backoff(),
+            max_backoff: config.max_backoff(),
+            flush_interval: config.flush_interval(),
+            entries: HashMap::new(),
+            active: BTreeSet::new(),
+            backoff: BTreeSet::new(),
+            pool: BTreeSet::new(),
+            in_flight: HashSet::new(),
+            seq: 0,
+            gate_changes: Vec::new(),
+        }
+    }
+
+    fn next_seq(&mut self) -> u64 {
+        self.seq += 1;
+        self.seq
+    }
+
+    /// Backoff for the n-th failure of an entity of `size` pods:
+    /// `min(initial · 2^(n−1), max · sqrt(size))` (upstream queue guide).
+    pub fn backoff_duration(&self, n: u32, size: usize) -> Duration {
+        let exp = self
+            .initial_backoff
+            .saturating_mul(1u32 << n.saturating_sub(1).min(20));
+        let cap = self.max_backoff.mul_f64((size.max(1) as f64).sqrt());
+        exp.min(cap)
+    }
+
+    fn entity_of(pod: &PodInfo) -> EntityKey {
+        match pod.group_key() {
+            Some(g) => EntityKey::Group(g),
+            None => EntityKey::Pod(pod.key.clone()),
+        }
+    }
+
+    fn entry_mut(&mut self, key: &EntityKey, now: Instant) -> &mut Entry {
+        if !self.entries.contains_key(key) {
+            let seq = self.next_seq();
+            self.entries.insert(
+                key.clone(),
+                Entry {
+                    group: None,
+                    is_group: matches!(key, EntityKey::Group(_)),
+                    pods: BTreeMap::new(),
+                    assigned: HashSet::new(),
+                    loc: Loc::Idle,
+                    attempts: 0,
+                    errors: 0,
+                    timestamp: now,
+                    seq,
+                    backoff_until: None,
+                },
+            );
+        }
+        self.entries.get_mut(key).expect("inserted above")
+    }
+
+    /// Adds a pod with this scheduler's name. A pod with `node_name` set counts as assigned
+    /// (group quorum) instead of being queued. Grouped pods join their group's entity.
+    pub fn add_pod(&mut self, pod: Arc<PodInfo>, now: Instant) {
+        if pod.node_name.is_some() {
+            self.on_event(
+                ClusterEvent::AssignedPodAdded {
+                    pod: pod.key.clone(),
+                    group: pod.group_key(),
+                },
+                now,
+            );
+            return;
+        }
+        let key = Self::entity_of(&pod);
+        let seq = self.next_seq();
+        let entry = self.entry_mut(&key, now);
+        if entry.pods.is_empty() && !matches!(entry.loc, Loc::InFlight { .. }) {
+            // The entity starts with its first pending pod (upstream creates the queued entity
+            // then): a group object seen earlier, or members already running, do not make it older.
+            entry.timestamp = now;
+            entry.seq = seq;
+        }
+        entry.assigned.remove(&pod.key);
+        match entry.pods.get_mut(&pod.key) {
+            Some(slot) => slot.0 = pod,
+            None => {
+                entry.pods.insert(pod.key.clone(), (pod, seq));
+            }
+        }
+        self.reevaluate(&key, now);
+    }
+
+    /// Updates a pod (same as add; a pod that got a `nodeName` leaves the queue and counts as
+    /// assigned).
+    pub fn update_pod(&mut self, pod: Arc<PodInfo>, now: Instant) {
+        if pod.node_name.is_some() {
+            let key = Self::entity_of(&pod);
+            if let Some(e) = self.entries.get_mut(&key) {
+                e.pods.remove(&pod.key);
+            }
+            self.on_event(
+                ClusterEvent::AssignedPodAdded {
+                    pod: pod.key.clone(),
+                    group: pod.group_key(),
+                },
+                now,
+            );
+            self.cleanup(&key);
+            return;
+        }
+        self.add_pod(pod, now);
+    }
+
+    /// Deletes a pod (pending or assigned). Deleting an assigned pod frees capacity and wakes
+    /// unschedulable entities.
+    pub fn delete_pod(&mut self, pod: &PodInfo, now: Instant) {
+        let key = Self::entity_of(pod);
+        let mut was_assigned = pod.node_name.is_some();
+        if let Some(e) = self.entries.get_mut(&key) {
+            e.pods.remove(&pod.key);
+            was_assigned |= e.assigned.remove(&pod.key);
+        }
+        if was_assigned {
+            self.on_event(
+                ClusterEvent::AssignedPodDeleted {
+                    pod: pod.key.clone(),
+                    group: pod.group_key(),
+                },
+                now,
+            );
+        } else {
+            self.reevaluate(&key, now);
+        }
+        self.cleanup(&key);
+    }
+
+    /// Adds or replaces a group object. A lowered `minCount` (or any change from gang to a
+    /// different policy) wakes the group from the unschedulable pool.
+    pub fn add_group(&mut self, group: Arc<GroupInfo>, now: Instant) {
+        let key = EntityKey::Group(group.key.clone());
+        let entry = self.entry_mut(&key, now);
+        let wake = match (&entry.group, group.policy) {
+            (None, _) => true,
+            (Some(old), GroupPolicy::Gang { min_count }) => match old.policy {
+                GroupPolicy::Gang { min_count: old_min } => min_count < old_min,
+                GroupPolicy::Basic => true,
+            },
+            (Some(old), GroupPolicy::Basic) => old.policy != GroupPolicy::Basic,
+        };
+        entry.group = Some(group);
+        if wake {
+            self.wake(&key, now);
+        }
+        self.reevaluate(&key, now);
+    }
+
+    /// Same as [`SchedulingQueue::add_group`].
+    pub fn update_group(&mut self, group: Arc<GroupInfo>, now: Instant) {
+        self.add_group(group, now);
+    }
+
+    /// Forgets a group object; its pending pods wait with `WaitingForPodGroup`.
+    pub fn delete_group(&mut self, key: &GroupKey, now: Instant) {
+        let ek = EntityKey::Group(key.clone());
+        if let Some(e) = self.entries.get_mut(&ek) {
+            e.group = None;
+        }
+        self.reevaluate(&ek, now);
+        self.cleanup(&ek);
+    }
+
+    /// Applies a cluster event (queueing hints): node and pod-deletion events wake every
+    /// unschedulable entity; an assigned member pod counts toward quorum and wakes its group.
+    pub fn on_event(&mut self, event: ClusterEvent, now: Instant) {
+        match event {
+            ClusterEvent::AssignedPodAdded { pod, group } => {
+                if let Some(g) = group {
+                    let key = EntityKey::Group(g);
+                    let e = self.entry_mut(&key, now);
+                    e.pods.remove(&pod);
+                    e.assigned.insert(pod);
+                    self.wake(&key, now);
+                    self.reevaluate(&key, now);
+                    self.cleanup(&key);
+                }
+            }
+            ClusterEvent::AssignedPodDeleted { pod, group } => {
+                if let Some(g) = group {
+                    let key = EntityKey::Group(g);
+                    if let Some(e) = self.entries.get_mut(&key) {
+                        e.assigned.remove(&pod);
+                    }
+                    self.reevaluate(&key, now);
+                    self.cleanup(&key);
+                }
+                self.wake_all(now);
+            }
+            ClusterEvent::NodeAdded | ClusterEvent::NodeUpdated | ClusterEvent::AssignedPodUpdated => {
+                self.wake_all(now)
+            }
+        }
+    }
+
+    fn wake_all(&mut self, now: Instant) {
+        let keys: Vec<EntityKey> = self.pool.iter().map(|(_, _, k)| k.clone()).collect();
+        for k in keys {
+            self.wake(&k, now);
+        }
+        for k in &self.in_flight {
+            if let Some(e) = self.entries.get_mut(k)
+                && let Loc::InFlight { event_seen, .. } = &mut e.loc
+            {
+                *event_seen = true;
+            }
+        }
+    }
+
+    /// Moves an entity out of the unschedulable pool (to backoff or active).
+    fn wake(&mut self, key: &EntityKey, now: Instant) {
+        let Some(e) = self.entries.get_mut(key) else {
+            return;
+        };
+        match &mut e.loc {
+            Loc::Unschedulable(since) => {
+                let since = *since;
+                self.pool.remove(&(since, e.seq, key.clone()));
+                e.loc = Loc::Idle;
+                self.place(key, now);
+            }
+            Loc::InFlight { event_seen, .. } => *event_seen = true,
+            _ => {}
+        }
+    }
+
+    fn detach(&mut self, key: &EntityKey) {
+        let Some(e) = self.entries.get_mut(key) else {
+            return;
+        };
+        match &e.loc {
+            Loc::Active(prio) => {
+                self.active
+                    .remove(&(Reverse(*prio), e.timestamp, e.seq, key.clone()));
+            }
+            Loc::Backoff(t) => {
+                self.backoff.remove(&(*t, e.seq, key.clone()));
+            }
+            Loc::Unschedulable(t) => {
+                self.pool.remove(&(*t, e.seq, key.clone()));
+            }
+            _ => {}
+        }
+        e.loc = Loc::Idle;
+    }
+
+    fn priority_of(e: &Entry) -> i32 {
+        let pod_priority = || e.pods.values().map(|(p, _)| p.priority).max().unwrap_or(0);
+        match &e.group {
+            Some(g) => g.priority.unwrap_or_else(pod_priority),
+            None => pod_priority(),
+        }
+    }
+
+    /// Puts an idle entity into active or backoff according to its backoff expiry.
+    fn place(&mut self, key: &EntityKey, now: Instant) {
+        let Some(e) = self.entries.get_mut(key) else {
+            return;
+        };
+        debug_assert_eq!(e.loc, Loc::Idle);
+        if e.pods.is_empty() {
+            return;
+        }
+        match e.backoff_until.filter(|t| *t > now) {
+            Some(t) => {
+                e.loc = Loc::Backoff(t);
+                self.backoff.insert((t, e.seq, key.clone()));
+            }
+            None => {
+                let prio = Self::priority_of(e);
+                e.loc = Loc::Active(prio);
+                self.active
+                    .insert((Reverse(prio), e.timestamp, e.seq, key.clone()));
+            }
+        }
+    }
+
+    /// PreEnqueue for an entity (upstream SchedulingGates + GangScheduling).
+    fn gate_of(e: &Entry, key: &EntityKey) -> Option<Gate> {
+        for (p, _) in e.pods.values() {
+            if !p.scheduling_gates.is_empty() {
+                return Some(Gate {
+                    reason: GateReason::SchedulingGated,
+                    message: format!("waiting for scheduling gates: [{}]", p.scheduling_gates.join(" ")),
+                });
+            }
+        }
+        let EntityKey::Group(g) = key else { return None };
+        let Some(group) = &e.group else {
+            return Some(Gate {
+                reason: GateReason::WaitingForPodGroup,
+                message: format!(
+                    "waiting for pods's pod group {:?} to appear in scheduling queue",
+                    &*g.name
+                ),
+            });
+        };
+        let present = e.pods.len() + e.assigned.len();
+        if let GroupPolicy::Gang { min_count } = group.policy
+            && present < min_count as usize
+        {
+            return Some(Gate {
+                reason: GateReason::WaitingForQuorum,
+                message: format!("{present} of {min_count} pods present (minCount {min_count})"),
+            });
+        }
+        None
+    }
+
+    /// Re-runs PreEnqueue and moves the entity between gated and queued.
+    fn reevaluate(&mut self, key: &EntityKey, now: Instant) {
+        let Some(e) = self.entries.get(key) else { return };
+        if matches!(e.loc, Loc::InFlight { .. }) {
+            return;
+        }
+        let gate = Self::gate_of(e, key);
+        let was_gated = match &e.loc {
+            Loc::Gated(g) => Some(g.clone()),
+            _ => None,
+        };
+        match gate {
+            Some(g) => {
+                if e.pods.is_empty() && e.is_group {
+                    // Nothing pending: not an entity to show (assigned-only bookkeeping).
+                    if was_gated.is_some() {
+                        self.detach(key);
+                        self.gate_changes.push((key.clone(), None));
+                    }
+                    return;
+                }
+                if was_gated.as_ref() != Some(&g) {
+                    self.detach(key);
+                    let e = self.entries.get_mut(key).expect("present");
+                    e.loc = Loc::Gated(g.clone());
+                    self.gate_changes.push((key.clone(), Some(g)));
+                }
+            }
+            None => {
+                if was_gated.is_some() {
+                    self.detach(key);
+                    self.gate_changes.push((key.clone(), None));
+                    self.place(key, now);
+                } else if e.loc == Loc::Idle {
+                    if e.pods.is_empty() {
+                        return;
+                    }
+                    self.place(key, now);
+                } else if matches!(e.loc, Loc::Active(_)) {
+                    // Priority may have changed (group update): re-key.
+                    self.detach(key);
+                    self.place(key, now);
+                }
+            }
+        }
+    }
+
+    /// Drops entities that hold nothing.
+    fn cleanup(&mut self, key: &EntityKey) {
+        let Some(e) = self.entries.get(key) else { return };
+        if matches!(e.loc, Loc::InFlight { .. }) {
+            return;
+        }
+        if e.pods.is_empty() && e.assigned.is_empty() && e.group.is_none() {
+            self.detach(key);
+            self.entries.remove(key);
+        } else if e.pods.is_empty() && !matches!(e.loc, Loc::Idle) {
+            let gated = matches!(e.loc, Loc::Gated(_));
+            self.detach(key);
+            if gated {
+                self.gate_changes.push((key.clone(), None));
+            }
+        }
+    }
+
+    /// Moves expired backoff entries and flushes old unschedulable ones.
+    fn advance(&mut self, now: Instant) {
+        while let Some((t, _, k)) = self.backoff.first().cloned() {
+            if t > now {
+                break;
+            }
+            self.detach(&k);
+            self.place(&k, now);
+        }
+        while let Some((since, _, k)) = self.pool.first().cloned() {
+            if since + self.flush_interval > now {
+                break;
+            }
+            self.wake(&k, now);
+        }
+    }
+
+    /// Pops the highest-priority, oldest entity that is ready at `now` and marks it in flight.
+    /// Returns `None` when nothing is ready (see [`SchedulingQueue::next_wakeup`]).
+    pub fn pop(&mut self, now: Instant) -> Option<QueuedEntity> {
+        self.advance(now);
+        let (_, _, _, key) = self.active.pop_first()?;
+        let e = self.entries.get_mut(&key).expect("active entries exist");
+        let mut pods: Vec<(Arc<PodInfo>, u64)> = e.pods.values().cloned().collect();
+        pods.sort_by(|a, b| b.0.priority.cmp(&a.0.priority).then(a.1.cmp(&b.1)));
+        let popped = pods.iter().map(|(p, _)| p.key.clone()).collect();
+        e.loc = Loc::InFlight {
+            event_seen: false,
+            popped,
+        };
+        self.in_flight.insert(key.clone());
+        Some(QueuedEntity {
+            key,
+            group: e.group.clone(),
+            pods: pods.into_iter().map(|(p, _)| p).collect(),
+            attempts: e.attempts,
+            timestamp: e.timestamp,
+        })
+    }
+
+    /// Ends the attempt of a popped entity: bound pods count as assigned; the remaining pods
+    /// (the decision's requeue list plus pods that arrived meanwhile) are requeued per the
+    /// decision's [`RequeueMode`].
+    pub fn done(&mut self, decision: &Decision, now: Instant) {
+        let key = decision.entity.clone();
+        self.in_flight.remove(&key);
+        let Some(e) = self.entries.get_mut(&key) else {
+            return;
+        };
+        let Loc::InFlight { event_seen, popped } = std::mem::replace(&mut e.loc, Loc::Idle) else {
+            return;
+        };
+        for b in &decision.bindings {
+            e.pods.remove(&b.pod);
+            if e.is_group {
+                e.assigned.insert(b.pod.clone());
+            }
+        }
+        let keep: HashSet<&PodKey> = decision.requeue.iter().flat_map(|r| r.pods.iter()).collect();
+        for p in &popped {
+            if !keep.contains(p) {
+                e.pods.remove(p);
+            }
+        }
+        let size = e.pods.len();
+        match decision.requeue.as_ref().map(|r| r.mode) {
+            Some(RequeueMode::Unschedulable) => {
+                e.attempts += 1;
+                e.errors = 0;
+                let n = e.attempts;
+                let d = self.backoff_duration(n, size);
+                let e = self.entries.get_mut(&key).expect("present");
+                e.backoff_until = Some(now + d);
+                e.timestamp = now;
+                if !event_seen && !e.pods.is_empty() {
+                    e.loc = Loc::Unschedulable(now);
+                    self.pool.insert((now, e.seq, key.clone()));
+                    // A gate may apply (e.g. the group was deleted meanwhile).
+                    self.regate(&key, now);
+                    self.cleanup(&key);
+                    return;
+                }
+            }
+            Some(RequeueMode::Backoff) => {
+                e.errors += 1;
+                let n = e.errors;
+                let d = self.backoff_duration(n, size);
+                let e = self.entries.get_mut(&key).expect("present");
+                e.backoff_until = Some(now + d);
+                e.timestamp = now;
+            }
+            Some(RequeueMode::Immediate) => {
+                e.backoff_until = None;
+            }
+            None => {
+                e.timestamp = now;
+            }
+        }
+        let e = self.entries.get(&key).expect("present");
+        if let Some(g) = Self::gate_of(e, &key).filter(|_| !e.pods.is_empty()) {
+            let e = self.entries.get_mut(&key).expect("present");
+            e.loc = Loc::Gated(g.clone());
+            self.gate_changes.push((key.clone(), Some(g)));
+        } else {
+            self.place(&key, now);
+        }
+        self.cleanup(&key);
+    }
+
+    /// If an entity in the pool is now gated, move it to gated.
+    fn regate(&mut self, key: &EntityKey, now: Instant) {
+        let Some(e) = self.entries.get(key) else { return };
+        if let Some(g) = Self::gate_of(e, key) {
+            self.detach(key);
+            let e = self.entries.get_mut(key).expect("present");
+            e.loc = Loc::Gated(g.clone());
+            self.gate_changes.push((key.clone(), Some(g)));
+        }
+        let _ = now;
+    }
+
+    /// When the next backoff expires or the next flush is due; the driver sleeps until then
+    /// (or until an event arrives).
+    pub fn next_wakeup(&self) -> Option<Instant> {
+        let b = self.backoff.first().map(|(t, _, _)| *t);
+        let f = self.pool.first().map(|(t, _, _)| *t + self.flush_interval);
+        match (b, f) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The gate currently holding an entity, if any.
+    pub fn gate(&self, key: &EntityKey) -> Option<&Gate> {
+        match &self.entries.get(key)?.loc {
+            Loc::Gated(g) => Some(g),
+            _ => None,
+        }
+    }
+
+    /// Every gated entity with its gate.
+    pub fn gated(&self) -> Vec<(EntityKey, Gate)> {
+        let mut v: Vec<(EntityKey, Gate)> = self
+            .entries
+            .iter()
+            .filter_map(|(k, e)| match &e.loc {
+                Loc::Gated(g) => Some((k.clone(), g.clone())),
+                _ => None,
+            })
+            .collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    }
+
+    /// Gate changes since the last call, oldest first: `Some(gate)` when an entity became (or
+    /// stays, with a new message) gated, `None` when its gate lifted.
+    pub fn take_gate_changes(&mut self) -> Vec<(EntityKey, Option<Gate>)> {
+        std::mem::take(&mut self.gate_changes)
+    }
+
+    /// Sub-queue sizes.
+    pub fn counts(&self) -> QueueCounts {
+        let mut c = QueueCounts::default();
+        for e in self.entries.values() {
+            match e.loc {
+                Loc::Active(_) => c.active += 1,
+                Loc::Backoff(_) => c.backoff += 1,
+                Loc::Unschedulable(_) => c.unschedulable += 1,
+                Loc::Gated(_) => c.gated += 1,
+                Loc::InFlight { .. } => c.in_flight += 1,
+                Loc::Idle => {}
+            }
+        }
+        c
+    }
+
+    /// Whether a pending pod is held by the queue (in any sub-queue or in flight).
+    pub fn contains_pod(&self, pod: &PodInfo) -> bool {
+        self.entries
+            .get(&Self::entity_of(pod))
+            .is_some_and(|e| e.pods.contains_key(&pod.key))
+    }
+
+    /// Number of known members of a group: pending plus assigned (upstream `AllPodsCount`).
+    pub fn group_member_count(&self, key: &GroupKey) -> usize {
+        self.entries
+            .get(&EntityKey::Group(key.clone()))
+            .map_or(0, |e| e.pods.len() + e.assigned.len())
+    }
+}

@@ -1,0 +1,507 @@
+//! The cluster snapshot a cycle runs on (upstream `internal/cache.Snapshot` plus
+//! `PodGroupStates`), with cheap, exact assume/revert through an undo log.
+//!
+//! A driver may rebuild a snapshot per cycle ([`Snapshot::new`] + [`Snapshot::add_pod`]) or keep
+//! one and apply watch events incrementally (`add_pod`, `remove_pod`, `upsert_node`,
+//! `remove_node`); both give the same results. After `Scheduler::schedule` returns, the
+//! decision's bindings are left assumed in the snapshot (the undo log is committed).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::model::{GroupKey, NodeInfo, NodeStatic, PodInfo, PodKey};
+
+static SNAPSHOT_IDS: AtomicU64 = AtomicU64::new(1);
+
+/// Node indices partitioned by the value of one label key, sorted by value.
+pub type Domains = Arc<Vec<(String, Vec<usize>)>>;
+
+/// Lazily built partitions of all nodes by label key; cleared when nodes change.
+#[derive(Debug, Default)]
+struct DomainCache(std::sync::Mutex<HashMap<String, Domains>>);
+
+impl Clone for DomainCache {
+    fn clone(&self) -> Self {
+        DomainCache::default()
+    }
+}
+
+impl DomainCache {
+    fn clear(&mut self) {
+        if let Ok(m) = self.0.get_mut() {
+            m.clear();
+        }
+    }
+}
+
+/// Where a pod known to the snapshot sits.
+#[derive(Debug, Clone, PartialEq)]
+struct PodLocation {
+    /// Node name (the node may be missing from the snapshot).
+    node: Arc<str>,
+    group: Option<GroupKey>,
+    pod: Arc<PodInfo>,
+}
+
+/// Scheduled (assigned or assumed) members of one group, in the order they were added.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GroupState {
+    /// (pod, node name) for every scheduled member.
+    pub scheduled: Vec<(PodKey, Arc<str>)>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Undo {
+    Assume {
+        node: usize,
+        pod: PodKey,
+        group: Option<GroupKey>,
+        prev_generation: u64,
+    },
+}
+
+/// Nodes, the pods on them and per-group scheduled members.
+///
+/// `Clone` gives the copy a new [`Snapshot::id`]: node generations of two diverging copies
+/// could coincide, so caches keyed by (id, generation) must not mix them.
+#[derive(Debug)]
+pub struct Snapshot {
+    id: u64,
+    nodes: Vec<NodeInfo>,
+    index: HashMap<Arc<str>, usize>,
+    generations: Vec<u64>,
+    next_generation: u64,
+    pods: HashMap<PodKey, PodLocation>,
+    groups: HashMap<GroupKey, GroupState>,
+    /// Pods (on known nodes) that carry inter-pod affinity terms, with their node.
+    affinity_pods: std::collections::BTreeMap<PodKey, Arc<str>>,
+    undo: Vec<Undo>,
+    domains: DomainCache,
+}
+
+impl PartialEq for Snapshot {
+    /// Compares cluster state only (ids and generations are bookkeeping).
+    fn eq(&self, other: &Snapshot) -> bool {
+        self.nodes == other.nodes
+            && self.pods == other.pods
+            && self.groups == other.groups
+            && self.affinity_pods == other.affinity_pods
+    }
+}
+
+impl Clone for Snapshot {
+    fn clone(&self) -> Snapshot {
+        Snapshot {
+            id: SNAPSHOT_IDS.fetch_add(1, Ordering::Relaxed),
+            nodes: self.nodes.clone(),
+            index: self.index.clone(),
+            generations: self.generations.clone(),
+            next_generation: self.next_generation,
+            pods: self.pods.clone(),
+            groups: self.groups.clone(),
+            affinity_pods: self.affinity_pods.clone(),
+            undo: self.undo.clone(),
+            domains: self.domains.clone(),
+        }
+    }
+}
+
+impl Default for Snapshot {
+    fn default() -> Self {
+        Snapshot::new(Vec::new())
+    }
+}
+
+impl Snapshot {
+    /// A snapshot of these nodes with no pods. Duplicate names: the last one wins.
+    pub fn new(nodes: impl IntoIterator<Item = Arc<NodeStatic>>) -> Snapshot {
+        let mut s = Snapshot {
+            id: SNAPSHOT_IDS.fetch_add(1, Ordering::Relaxed),
+            nodes: Vec::new(),
+            index: HashMap::new(),
+            generations: Vec::new(),
+            next_generation: 1,
+            pods: HashMap::new(),
+            groups: HashMap::new(),
+            affinity_pods: std::collections::BTreeMap::new(),
+            undo: Vec::new(),
+            domains: DomainCache::default(),
+        };
+        for n in nodes {
+            s.upsert_node(n);
+        }
+        s
+    }
+
+    /// Unique id; changes whenever node indices change (evaluation caches key on it).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Number of nodes.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Whether there are no nodes.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// All nodes, indexable by the indices used throughout the crate.
+    pub fn nodes(&self) -> &[NodeInfo] {
+        &self.nodes
+    }
+
+    /// Node by index. Panics on an out-of-range index (indices come from this snapshot).
+    pub fn node(&self, i: usize) -> &NodeInfo {
+        &self.nodes[i]
+    }
+
+    /// Index of a node by name.
+    pub fn node_index(&self, name: &str) -> Option<usize> {
+        self.index.get(name).copied()
+    }
+
+    /// Generation of a node: a fresh value on every mutation of that node; a revert restores the
+    /// previous value. Equal generations imply equal node state within one snapshot id.
+    pub fn generation(&self, i: usize) -> u64 {
+        self.generations[i]
+    }
+
+    /// All nodes that carry label `key`, partitioned by its value (sorted by value, node
+    /// indices ascending). Cached until a node is added, changed or removed.
+    pub fn domains(&self, key: &str) -> Domains {
+        let mut cache = match self.domains.0.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if let Some(d) = cache.get(key) {
+            return d.clone();
+        }
+        let mut map: std::collections::BTreeMap<&str, Vec<usize>> = std::collections::BTreeMap::new();
+        for (i, n) in self.nodes.iter().enumerate() {
+            if let Some(v) = n.node.labels.get(key) {
+                map.entry(v.as_str()).or_default().push(i);
+            }
+        }
+        let d: Domains = Arc::new(map.into_iter().map(|(k, v)| (k.to_string(), v)).collect());
+        cache.insert(key.to_string(), d.clone());
+        d
+    }
+
+    /// Number of pods in the snapshot that carry inter-pod affinity terms.
+    pub fn pods_with_affinity(&self) -> u32 {
+        self.affinity_pods.len() as u32
+    }
+
+    /// Pods with inter-pod affinity terms and the node each runs on (upstream
+    /// `HavePodsWithAffinityList`), so plugins need not scan every pod.
+    pub fn affinity_pods(&self) -> impl Iterator<Item = (&Arc<PodInfo>, &NodeInfo)> {
+        self.affinity_pods.iter().filter_map(|(k, node)| {
+            let pod = &self.pods.get(k)?.pod;
+            let i = *self.index.get(node)?;
+            Some((pod, &self.nodes[i]))
+        })
+    }
+
+    fn bump(&mut self, i: usize) {
+        self.generations[i] = self.next_generation;
+        self.next_generation += 1;
+    }
+
+    /// Adds or replaces a node, keeping its pods. Changes [`Snapshot::id`] when a node is added.
+    pub fn upsert_node(&mut self, node: Arc<NodeStatic>) {
+        self.domains.clear();
+        if let Some(&i) = self.index.get(&node.name) {
+            self.nodes[i].node = node;
+            self.bump(i);
+            return;
+        }
+        let i = self.nodes.len();
+        self.index.insert(node.name.clone(), i);
+        let mut info = NodeInfo::new(node.clone());
+        // Pods that arrived before their node (sorted so the result does not depend on hashing).
+        let mut waiting: Vec<Arc<PodInfo>> = self
+            .pods
+            .values()
+            .filter(|l| l.node == node.name)
+            .map(|l| l.pod.clone())
+            .collect();
+        waiting.sort_by(|a, b| a.key.cmp(&b.key));
+        for p in waiting {
+            if !p.spec.affinity.is_empty() {
+                self.affinity_pods.insert(p.key.clone(), node.name.clone());
+            }
+            info.add_pod(p);
+        }
+        self.nodes.push(info);
+        self.generations.push(0);
+        self.bump(i);
+        self.id = SNAPSHOT_IDS.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Removes a node and forgets the usage of its pods (they stay counted in their groups).
+    /// Changes [`Snapshot::id`]. Returns false when unknown.
+    pub fn remove_node(&mut self, name: &str) -> bool {
+        let Some(i) = self.index.remove(name) else {
+            return false;
+        };
+        self.domains.clear();
+        let removed = self.nodes.swap_remove(i);
+        self.generations.swap_remove(i);
+        for p in &removed.pods {
+            self.affinity_pods.remove(&p.key);
+        }
+        if i < self.nodes.len() {
+            let moved = self.nodes[i].node.name.clone();
+            self.index.insert(moved, i);
+            self.bump(i);
+        }
+        self.id = SNAPSHOT_IDS.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// Adds an assigned (or being-bound) pod on `pod.node_name`. A pod whose node is not in the
+    /// snapshot still counts for its group (returns false). Re-adding a known pod replaces it.
+    pub fn add_pod(&mut self, pod: Arc<PodInfo>) -> bool {
+        let Some(node) = pod.node_name.clone() else {
+            return false;
+        };
+        self.remove_pod(&pod.key);
+        let group = pod.group_key();
+        if let Some(g) = &group {
+            self.groups
+                .entry(g.clone())
+                .or_default()
+                .scheduled
+                .push((pod.key.clone(), node.clone()));
+        }
+        self.pods.insert(
+            pod.key.clone(),
+            PodLocation {
+                node: node.clone(),
+                group,
+                pod: pod.clone(),
+            },
+        );
+        match self.index.get(&node).copied() {
+            Some(i) => {
+                if !pod.spec.affinity.is_empty() {
+                    self.affinity_pods.insert(pod.key.clone(), node.clone());
+                }
+                self.nodes[i].add_pod(pod);
+                self.bump(i);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Removes a pod by key (deleted, or bind failed). Returns false when unknown.
+    pub fn remove_pod(&mut self, key: &PodKey) -> bool {
+        let Some(loc) = self.pods.remove(key) else {
+            return false;
+        };
+        if let Some(g) = &loc.group
+            && let Some(st) = self.groups.get_mut(g)
+        {
+            st.scheduled.retain(|(k, _)| k != key);
+            if st.scheduled.is_empty() {
+                self.groups.remove(g);
+            }
+        }
+        self.affinity_pods.remove(key);
+        if let Some(&i) = self.index.get(&loc.node)
+            && self.nodes[i].remove_pod(key)
+        {
+            self.bump(i);
+        }
+        true
+    }
+
+    /// Whether the pod is known (assigned or assumed).
+    pub fn contains_pod(&self, key: &PodKey) -> bool {
+        self.pods.contains_key(key)
+    }
+
+    /// A known (assigned or assumed) pod.
+    pub fn pod(&self, key: &PodKey) -> Option<&Arc<PodInfo>> {
+        self.pods.get(key).map(|l| &l.pod)
+    }
+
+    /// Node name of a known pod.
+    pub fn pod_node(&self, key: &PodKey) -> Option<&Arc<str>> {
+        self.pods.get(key).map(|l| &l.node)
+    }
+
+    /// Scheduled (assigned + assumed) members of a group.
+    pub fn group_state(&self, g: &GroupKey) -> Option<&GroupState> {
+        self.groups.get(g)
+    }
+
+    /// Number of scheduled members of a group (upstream `ScheduledPodsCount`).
+    pub fn scheduled_count(&self, g: &GroupKey) -> usize {
+        self.groups.get(g).map_or(0, |s| s.scheduled.len())
+    }
+
+    /// Position in the undo log, for [`Snapshot::revert_to`].
+    pub fn mark(&self) -> usize {
+        self.undo.len()
+    }
+
+    /// Assumes `pod` on node `node` (upstream `AssumeAndReserveInSnapshot`); recorded in the
+    /// undo log. O(1) apart from the pod's scalar resources.
+    pub fn assume(&mut self, pod: Arc<PodInfo>, node: usize) {
+        let group = pod.group_key();
+        let name = self.nodes[node].node.name.clone();
+        if let Some(g) = &group {
+            self.groups
+                .entry(g.clone())
+                .or_default()
+                .scheduled
+                .push((pod.key.clone(), name.clone()));
+        }
+        self.pods.insert(
+            pod.key.clone(),
+            PodLocation {
+                node: name,
+                group: group.clone(),
+                pod: pod.clone(),
+            },
+        );
+        if !pod.spec.affinity.is_empty() {
+            self.affinity_pods
+                .insert(pod.key.clone(), self.nodes[node].node.name.clone());
+        }
+        self.undo.push(Undo::Assume {
+            node,
+            pod: pod.key.clone(),
+            group,
+            prev_generation: self.generations[node],
+        });
+        self.nodes[node].add_pod(pod);
+        self.bump(node);
+    }
+
+    /// Reverts every assumption made after `mark`, newest first; the state, node generations
+    /// included, is then exactly what it was at `mark`.
+    pub fn revert_to(&mut self, mark: usize) {
+        while self.undo.len() > mark {
+            let Some(Undo::Assume {
+                node,
+                pod,
+                group,
+                prev_generation,
+            }) = self.undo.pop()
+            else {
+                break;
+            };
+            self.nodes[node].remove_pod(&pod);
+            self.affinity_pods.remove(&pod);
+            self.pods.remove(&pod);
+            if let Some(g) = group
+                && let Some(st) = self.groups.get_mut(&g)
+            {
+                if let Some(j) = st.scheduled.iter().rposition(|(k, _)| *k == pod) {
+                    st.scheduled.remove(j);
+                }
+                if st.scheduled.is_empty() {
+                    self.groups.remove(&g);
+                }
+            }
+            // The node is exactly as it was: its old generation (and cached evaluations) hold again.
+            self.generations[node] = prev_generation;
+        }
+    }
+
+    /// Keeps every assumption made so far (clears the undo log).
+    pub fn commit(&mut self) {
+        self.undo.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::PodInfo;
+
+    #[test]
+    fn assume_and_revert_restore_state() {
+        let mut s = Snapshot::new([Arc::new(NodeStatic::simple("n1", 4000, 1 << 30, &[]))]);
+        let mut existing = PodInfo::simple("ns", "e", 1000);
+        existing.node_name = Some("n1".into());
+        s.add_pod(Arc::new(existing));
+        let before = s.clone();
+        let m = s.mark();
+        let mut p = PodInfo::simple("ns", "p", 500);
+        p.group_name = Some("g".into());
+        s.assume(Arc::new(p), 0);
+        assert_eq!(s.node(0).requested.milli_cpu, 1500);
+        assert_eq!(s.scheduled_count(&GroupKey::pod_group("ns", "g")), 1);
+        s.revert_to(m);
+        assert_eq!(s, before);
+    }
+
+    #[test]
+    fn pods_that_arrive_before_their_node_are_attached() {
+        let mut s = Snapshot::new([Arc::new(NodeStatic::simple("a", 1000, 0, &[]))]);
+        let mut p = PodInfo::simple("ns", "early", 300);
+        p.node_name = Some("late".into());
+        p.group_name = Some("g".into());
+        assert!(!s.add_pod(Arc::new(p)));
+        assert_eq!(s.scheduled_count(&GroupKey::pod_group("ns", "g")), 1);
+        s.upsert_node(Arc::new(NodeStatic::simple("late", 1000, 0, &[])));
+        let i = s.node_index("late").unwrap();
+        assert_eq!(s.node(i).requested.milli_cpu, 300);
+        // Replacing a node keeps its pods; removing a pod frees its usage.
+        s.upsert_node(Arc::new(NodeStatic::simple("late", 2000, 0, &[("k", "v")])));
+        assert_eq!(s.node(i).requested.milli_cpu, 300);
+        assert!(s.remove_pod(&PodKey::new("ns", "early")));
+        assert_eq!(s.node(i).requested.milli_cpu, 0);
+        assert_eq!(s.scheduled_count(&GroupKey::pod_group("ns", "g")), 0);
+    }
+
+    #[test]
+    fn domains_are_cached_and_invalidated() {
+        let mut s = Snapshot::new(["a", "b", "c"].map(|n| {
+            Arc::new(NodeStatic::simple(
+                n,
+                1000,
+                0,
+                &[("rack", if n == "b" { "r2" } else { "r1" })],
+            ))
+        }));
+        let d = s.domains("rack");
+        assert_eq!(
+            *d,
+            vec![("r1".to_string(), vec![0, 2]), ("r2".to_string(), vec![1])]
+        );
+        s.upsert_node(Arc::new(NodeStatic::simple("d", 1000, 0, &[("rack", "r3")])));
+        assert_eq!(s.domains("rack").len(), 3);
+    }
+
+    #[test]
+    fn remove_node_keeps_indices_consistent() {
+        let mut s = Snapshot::new(["a", "b", "c"].map(|n| Arc::new(NodeStatic::simple(n, 1000, 0, &[]))));
+        assert!(s.remove_node("a"));
+        assert_eq!(s.len(), 2);
+        for (i, n) in s.nodes().iter().enumerate() {
+            assert_eq!(s.node_index(n.name()), Some(i));
+        }
+    }
+}
+
+#[cfg(test)]
+mod clone_tests {
+    use super::*;
+
+    #[test]
+    fn clones_get_a_new_id() {
+        let s = Snapshot::new([Arc::new(NodeStatic::simple("n", 1000, 0, &[]))]);
+        let c = s.clone();
+        assert_ne!(s.id(), c.id());
+        assert_eq!(s, c);
+    }
+}

@@ -1,0 +1,57 @@
+//! The configuration as the binary reads it: YAML through serde-saphyr.
+
+use phalanx_scheduler::SchedulerConfig;
+use phalanx_scheduler::config::ScoringStrategy;
+
+#[test]
+fn yaml_with_every_key_round_trips() {
+    let yaml = r#"
+pluginWeights:
+  taintToleration: 3
+  nodeAffinity: 2
+  podTopologySpread: 2
+  interPodAffinity: 2
+  nodeResourcesFit: 5
+  nodeResourcesBalancedAllocation: 0
+scoringStrategy: MostAllocated
+scoringResources:
+  - {name: cpu, weight: 2}
+  - {name: nvidia.com/gpu, weight: 10}
+placementScoreWeights: {nodeResourcesFit: 1, podGroupPodsCount: 3}
+podInitialBackoffMs: 500
+podMaxBackoffMs: 20000
+unschedulableFlushSeconds: 60
+reorderBudgetMs: 10
+reorderMaxAttempts: 1
+percentageOfNodesToScore: 50
+"#;
+    let c: SchedulerConfig = serde_saphyr::from_str(yaml).unwrap();
+    c.validate().unwrap();
+    assert_eq!(c.scoring_strategy, ScoringStrategy::MostAllocated);
+    assert_eq!(c.plugin_weights.node_resources_fit, 5);
+    assert_eq!(c.scoring_resources[1].name, "nvidia.com/gpu");
+    assert_eq!(c.placement_score_weights.pod_group_pods_count, 3);
+    assert_eq!(c.percentage_of_nodes_to_score, 50);
+    let back: SchedulerConfig = serde_saphyr::from_str(&serde_saphyr::to_string(&c).unwrap()).unwrap();
+    assert_eq!(back, c);
+}
+
+#[test]
+fn empty_yaml_is_the_default() {
+    let c: SchedulerConfig = serde_saphyr::from_str("{}").unwrap();
+    assert_eq!(c, SchedulerConfig::default());
+}
+
+#[test]
+fn unknown_and_bad_keys_are_reported() {
+    let e = serde_saphyr::from_str::<SchedulerConfig>("pluginWeights:\n  taintTolerations: 3\n").unwrap_err();
+    assert!(e.to_string().contains("taintTolerations"), "{e}");
+    let c: SchedulerConfig =
+        serde_saphyr::from_str("scoringResources:\n  - {name: cpu, weight: 0}\n").unwrap();
+    let err = c.validate().unwrap_err();
+    assert_eq!(err.key, "scoringResources[0].weight");
+    assert_eq!(
+        err.to_string(),
+        "invalid scheduler configuration: scoringResources[0].weight: weight 0 must be between 1 and 100"
+    );
+}

@@ -1,0 +1,146 @@
+//! Cycle-level behaviour not covered by the upstream scenarios: skipping, invalid input,
+//! composite groups, decision shape.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use phalanx_scheduler::model::NodeStatic;
+use phalanx_scheduler::queue::QueuedEntity;
+use phalanx_scheduler::{
+    EntityKey, FailureReason, GroupInfo, GroupKey, GroupKind, GroupPolicy, Outcome, PodInfo, RequeueMode,
+    Scheduler, SchedulerConfig, Snapshot,
+};
+
+fn snap() -> Snapshot {
+    Snapshot::new([Arc::new(NodeStatic::simple("n", 4000, 1 << 33, &[]))])
+}
+
+fn member(name: &str, group: &str) -> PodInfo {
+    let mut p = PodInfo::simple("ns", name, 1000);
+    p.group_name = Some(group.into());
+    p
+}
+
+fn entity(group: GroupInfo, pods: Vec<PodInfo>) -> QueuedEntity {
+    QueuedEntity {
+        key: EntityKey::Group(group.key.clone()),
+        group: Some(Arc::new(group)),
+        pods: pods.into_iter().map(Arc::new).collect(),
+        attempts: 0,
+        timestamp: Instant::now(),
+    }
+}
+
+#[test]
+fn deleting_and_already_assumed_pods_are_skipped() {
+    let mut s = snap();
+    let mut gone = member("gone", "g");
+    gone.deleting = true;
+    let mut bound = member("bound", "g");
+    bound.node_name = Some("n".into());
+    s.add_pod(Arc::new(bound.clone()));
+    bound.node_name = None;
+    let g = GroupInfo::new("ns", "g", GroupPolicy::Gang { min_count: 1 });
+    let d = Scheduler::new(SchedulerConfig::default()).schedule(&mut s, &entity(g, vec![gone, bound]));
+    assert_eq!(d.outcome, Outcome::Skipped);
+    assert!(d.bindings.is_empty() && d.failures.is_empty() && d.requeue.is_none());
+}
+
+#[test]
+fn an_invalid_member_fails_the_group_with_scheduler_error() {
+    let mut s = snap();
+    let mut bad = member("bad", "g");
+    bad.invalid = Some("container \"c\": invalid quantity \"x\"".into());
+    let g = GroupInfo::new("ns", "g", GroupPolicy::Gang { min_count: 2 });
+    let d =
+        Scheduler::new(SchedulerConfig::default()).schedule(&mut s, &entity(g, vec![member("ok", "g"), bad]));
+    assert_eq!(d.outcome, Outcome::Error);
+    assert!(d.bindings.is_empty());
+    assert_eq!(d.requeue.as_ref().map(|r| r.mode), Some(RequeueMode::Backoff));
+    assert!(
+        d.failures
+            .iter()
+            .all(|f| f.reason == FailureReason::SchedulerError)
+    );
+    assert_eq!(
+        d.conditions[0].message,
+        "failed to schedule other pod from a pod group: pod ns/bad is invalid: container \"c\": invalid quantity \"x\""
+    );
+    assert_eq!(
+        s.node(0).requested.milli_cpu,
+        0,
+        "the partial assumption was reverted"
+    );
+}
+
+#[test]
+fn child_of_a_composite_group_is_rejected_for_now() {
+    let mut s = snap();
+    let mut g = GroupInfo::new("ns", "g", GroupPolicy::Basic);
+    g.parent = Some(GroupKey {
+        kind: GroupKind::CompositePodGroup,
+        namespace: "ns".into(),
+        name: "root".into(),
+    });
+    let d = Scheduler::new(SchedulerConfig::default()).schedule(&mut s, &entity(g, vec![member("p", "g")]));
+    assert_eq!(d.outcome, Outcome::Error);
+    assert!(
+        d.conditions[0]
+            .message
+            .contains("composite pod group hierarchies are not supported yet")
+    );
+}
+
+#[test]
+fn success_decision_shape() {
+    let mut s = snap();
+    let mut g = GroupInfo::new("ns", "g", GroupPolicy::Gang { min_count: 2 });
+    g.generation = 7;
+    let pods = vec![
+        member("a", "g"),
+        member("b", "g"),
+        member("c", "g"),
+        member("d", "g"),
+        member("e", "g"),
+    ];
+    let d = Scheduler::new(SchedulerConfig::default()).schedule(&mut s, &entity(g, pods));
+    assert_eq!(d.outcome, Outcome::Scheduled);
+    assert_eq!(d.bindings.len(), 4);
+    assert_eq!(d.failures.len(), 1);
+    assert_eq!(d.failures[0].pod.name.as_ref(), "e");
+    assert_eq!(
+        d.failures[0].message,
+        "0/1 nodes are available: 1 Insufficient cpu."
+    );
+    let c = &d.conditions[0];
+    assert_eq!(
+        (c.type_, c.status, c.reason, c.observed_generation),
+        ("PodGroupInitiallyScheduled", true, "Scheduled", 7)
+    );
+    let r = d.requeue.as_ref().unwrap();
+    assert_eq!((r.mode, r.pods.len()), (RequeueMode::Immediate, 1));
+    // Bindings stay assumed in the snapshot.
+    assert_eq!(s.node(0).requested.milli_cpu, 4000);
+    assert_eq!(s.scheduled_count(&GroupKey::pod_group("ns", "g")), 4);
+}
+
+#[test]
+fn single_pod_decision_shape() {
+    let mut s = snap();
+    let p = Arc::new(PodInfo::simple("ns", "solo", 5000));
+    let e = QueuedEntity {
+        key: EntityKey::Pod(p.key.clone()),
+        group: None,
+        pods: vec![p],
+        attempts: 0,
+        timestamp: Instant::now(),
+    };
+    let d = Scheduler::new(SchedulerConfig::default()).schedule(&mut s, &e);
+    assert_eq!(d.outcome, Outcome::Unschedulable);
+    assert!(d.conditions.is_empty());
+    assert_eq!(d.failures[0].reason, FailureReason::Unschedulable);
+    assert_eq!(
+        d.requeue.as_ref().map(|r| r.mode),
+        Some(RequeueMode::Unschedulable)
+    );
+}

@@ -1,0 +1,234 @@
+//! Entity queue behaviour: ordering, gates, backoff, the unschedulable pool, flush and
+//! in-flight bookkeeping.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use phalanx_scheduler::decision::{Decision, Outcome, Requeue, RequeueMode};
+use phalanx_scheduler::{
+    ClusterEvent, EntityKey, GateReason, GroupInfo, GroupKey, GroupPolicy, PodInfo, PodKey, SchedulerConfig,
+    SchedulingQueue,
+};
+
+fn pod(name: &str, group: Option<&str>, priority: i32) -> Arc<PodInfo> {
+    let mut p = PodInfo::simple("ns", name, 100);
+    p.group_name = group.map(Arc::from);
+    p.priority = priority;
+    Arc::new(p)
+}
+
+fn gang(name: &str, min: u32) -> Arc<GroupInfo> {
+    Arc::new(GroupInfo::new("ns", name, GroupPolicy::Gang { min_count: min }))
+}
+
+fn unschedulable(key: EntityKey, pods: &[&str]) -> Decision {
+    let mut d = Decision::empty(key, Outcome::Unschedulable);
+    d.requeue = Some(Requeue {
+        pods: pods.iter().map(|p| PodKey::new("ns", p)).collect(),
+        mode: RequeueMode::Unschedulable,
+    });
+    d
+}
+
+fn gkey(name: &str) -> EntityKey {
+    EntityKey::Group(GroupKey::pod_group("ns", name))
+}
+
+#[test]
+fn backoff_formula() {
+    let q = SchedulingQueue::new(&SchedulerConfig::default());
+    assert_eq!(q.backoff_duration(1, 1), Duration::from_secs(1));
+    assert_eq!(q.backoff_duration(3, 1), Duration::from_secs(4));
+    assert_eq!(q.backoff_duration(10, 1), Duration::from_secs(10));
+    // The cap grows with sqrt(group size): 10 s * sqrt(4) = 20 s.
+    assert_eq!(q.backoff_duration(10, 4), Duration::from_secs(20));
+    assert_eq!(q.backoff_duration(5, 4), Duration::from_secs(16));
+}
+
+#[test]
+fn priority_then_timestamp_ordering_across_pods_and_groups() {
+    let mut q = SchedulingQueue::new(&SchedulerConfig::default());
+    let t = Instant::now();
+    q.add_pod(pod("old-low", None, 0), t);
+    q.add_group(gang("g", 1), t + Duration::from_millis(1));
+    q.add_pod(pod("m", Some("g"), 0), t + Duration::from_millis(2));
+    q.add_pod(pod("new-high", None, 10), t + Duration::from_millis(3));
+    let order: Vec<EntityKey> =
+        std::iter::from_fn(|| q.pop(t + Duration::from_secs(1)).map(|e| e.key)).collect();
+    assert_eq!(
+        order,
+        vec![
+            EntityKey::Pod(PodKey::new("ns", "new-high")),
+            EntityKey::Pod(PodKey::new("ns", "old-low")),
+            gkey("g")
+        ]
+    );
+}
+
+#[test]
+fn quorum_gate_lifts_and_reports_changes() {
+    let mut q = SchedulingQueue::new(&SchedulerConfig::default());
+    let t = Instant::now();
+    q.add_pod(pod("a", Some("g"), 0), t);
+    assert_eq!(q.gate(&gkey("g")).unwrap().reason, GateReason::WaitingForPodGroup);
+    q.add_group(gang("g", 2), t);
+    let gate = q.gate(&gkey("g")).unwrap();
+    assert_eq!(
+        (gate.reason, gate.message.as_str()),
+        (GateReason::WaitingForQuorum, "1 of 2 pods present (minCount 2)")
+    );
+    assert!(q.pop(t).is_none());
+    // An assigned member counts toward quorum.
+    q.on_event(
+        ClusterEvent::AssignedPodAdded {
+            pod: PodKey::new("ns", "b"),
+            group: Some(GroupKey::pod_group("ns", "g")),
+        },
+        t,
+    );
+    assert!(q.gate(&gkey("g")).is_none());
+    let changes = q.take_gate_changes();
+    let reasons: Vec<Option<GateReason>> = changes
+        .iter()
+        .map(|(_, g)| g.as_ref().map(|g| g.reason))
+        .collect();
+    assert_eq!(
+        reasons,
+        vec![
+            Some(GateReason::WaitingForPodGroup),
+            Some(GateReason::WaitingForQuorum),
+            None
+        ]
+    );
+    let e = q.pop(t).unwrap();
+    assert_eq!(e.pods.len(), 1);
+}
+
+#[test]
+fn scheduling_gates_hold_a_pod() {
+    let mut q = SchedulingQueue::new(&SchedulerConfig::default());
+    let t = Instant::now();
+    let mut p = PodInfo::simple("ns", "p", 100);
+    p.scheduling_gates = vec!["example.com/wait".into()];
+    q.add_pod(Arc::new(p.clone()), t);
+    let key = EntityKey::Pod(p.key.clone());
+    assert_eq!(
+        q.gate(&key).unwrap().message,
+        "waiting for scheduling gates: [example.com/wait]"
+    );
+    p.scheduling_gates.clear();
+    q.update_pod(Arc::new(p), t);
+    assert!(q.pop(t).is_some());
+}
+
+#[test]
+fn unschedulable_pool_waits_for_event_then_backoff() {
+    let mut q = SchedulingQueue::new(&SchedulerConfig::default());
+    let t = Instant::now();
+    q.add_pod(pod("p", None, 0), t);
+    let e = q.pop(t).unwrap();
+    q.done(&unschedulable(e.key.clone(), &["p"]), t);
+    assert_eq!(q.counts().unschedulable, 1);
+    assert!(
+        q.pop(t + Duration::from_secs(60)).is_none(),
+        "no event: stays in the pool"
+    );
+    q.on_event(ClusterEvent::NodeAdded, t + Duration::from_millis(100));
+    // Still backing off (1 s from the failure).
+    assert_eq!(q.counts().backoff, 1);
+    assert!(q.pop(t + Duration::from_millis(500)).is_none());
+    let e = q.pop(t + Duration::from_secs(1)).unwrap();
+    assert_eq!(e.attempts, 1);
+}
+
+#[test]
+fn periodic_flush_moves_old_unschedulable_entities() {
+    let mut q = SchedulingQueue::new(&SchedulerConfig::default());
+    let t = Instant::now();
+    q.add_pod(pod("p", None, 0), t);
+    let e = q.pop(t).unwrap();
+    q.done(&unschedulable(e.key, &["p"]), t);
+    assert_eq!(q.next_wakeup(), Some(t + Duration::from_secs(300)));
+    assert!(q.pop(t + Duration::from_secs(299)).is_none());
+    assert!(q.pop(t + Duration::from_secs(300)).is_some());
+}
+
+#[test]
+fn event_during_cycle_skips_the_pool() {
+    let mut q = SchedulingQueue::new(&SchedulerConfig::default());
+    let t = Instant::now();
+    q.add_pod(pod("p", None, 0), t);
+    let e = q.pop(t).unwrap();
+    q.on_event(
+        ClusterEvent::AssignedPodDeleted {
+            pod: PodKey::new("ns", "x"),
+            group: None,
+        },
+        t,
+    );
+    q.done(&unschedulable(e.key, &["p"]), t);
+    assert_eq!(q.counts().unschedulable, 0);
+    assert_eq!(q.counts().backoff, 1);
+}
+
+#[test]
+fn leftovers_requeue_immediately_keeping_timestamp_and_arrivals_merge() {
+    let mut q = SchedulingQueue::new(&SchedulerConfig::default());
+    let t = Instant::now();
+    q.add_group(gang("g", 1), t);
+    q.add_pod(pod("a", Some("g"), 0), t);
+    q.add_pod(pod("b", Some("g"), 0), t);
+    let e = q.pop(t).unwrap();
+    let ts = e.timestamp;
+    // c arrives while the group is in flight.
+    q.add_pod(pod("c", Some("g"), 0), t + Duration::from_millis(5));
+    assert!(q.pop(t + Duration::from_millis(5)).is_none(), "in flight");
+    let mut d = Decision::empty(e.key.clone(), Outcome::Scheduled);
+    d.bindings.push(phalanx_scheduler::Binding {
+        pod: PodKey::new("ns", "a"),
+        uid: "u".into(),
+        node: "n".into(),
+    });
+    d.requeue = Some(Requeue {
+        pods: vec![PodKey::new("ns", "b")],
+        mode: RequeueMode::Immediate,
+    });
+    q.done(&d, t + Duration::from_millis(10));
+    let e2 = q.pop(t + Duration::from_millis(10)).unwrap();
+    assert_eq!(e2.timestamp, ts);
+    let names: Vec<&str> = e2.pods.iter().map(|p| &*p.key.name).collect();
+    assert_eq!(names, ["b", "c"]);
+    assert_eq!(q.group_member_count(&GroupKey::pod_group("ns", "g")), 3);
+}
+
+#[test]
+fn deleting_the_last_pending_pod_drops_the_entity() {
+    let mut q = SchedulingQueue::new(&SchedulerConfig::default());
+    let t = Instant::now();
+    let p = pod("p", None, 0);
+    q.add_pod(p.clone(), t);
+    q.delete_pod(&p, t);
+    assert_eq!(q.counts(), Default::default());
+    assert!(q.pop(t).is_none());
+}
+
+#[test]
+fn error_requeue_backs_off_exponentially() {
+    let mut q = SchedulingQueue::new(&SchedulerConfig::default());
+    let t = Instant::now();
+    q.add_pod(pod("p", None, 0), t);
+    let mut now = t;
+    for n in 1..=3u32 {
+        let e = q.pop(now).unwrap();
+        let mut d = Decision::empty(e.key, Outcome::Error);
+        d.requeue = Some(Requeue {
+            pods: vec![PodKey::new("ns", "p")],
+            mode: RequeueMode::Backoff,
+        });
+        q.done(&d, now);
+        let wait = Duration::from_secs(1 << (n - 1));
+        assert!(q.pop(now + wait - Duration::from_millis(1)).is_none());
+        now += wait;
+    }
+    assert!(q.pop(now).is_some());
+}
