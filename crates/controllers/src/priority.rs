@@ -1,0 +1,167 @@
+//! PriorityClass resolution for PodGroups and CompositePodGroups (pure; no client).
+//!
+//! Upstream the Priority admission plugin (`plugin/pkg/admission/priority/admission.go`) fills `priority` and
+//! `preemptionPolicy` of pods and, since 1.36/1.37, of PodGroups and CompositePodGroups. A CRD gets no
+//! admission plugin, so the controllers do the same after the fact: the named PriorityClass, else the global
+//! default PriorityClass (the one with the lowest value if several are marked default, as upstream), else
+//! priority 0 and `PreemptLowerPriority`.
+
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+
+/// Upstream default preemption policy.
+pub const PREEMPT_LOWER_PRIORITY: &str = "PreemptLowerPriority";
+
+/// Where a resolved priority came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// The PriorityClass named in `priorityClassName`.
+    Named(String),
+    /// The global default PriorityClass (`globalDefault: true`).
+    GlobalDefault(String),
+    /// No class named and no global default: priority 0.
+    None,
+}
+
+/// A resolved priority and preemption policy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Resolved {
+    /// The integer priority.
+    pub priority: i32,
+    /// `PreemptLowerPriority` or `Never`.
+    pub preemption_policy: String,
+    /// Where it came from.
+    pub source: Source,
+}
+
+/// Resolution failure.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ResolveError {
+    /// `priorityClassName` names a PriorityClass that does not exist (upstream admission message).
+    #[error("no PriorityClass with name {0} was found")]
+    NotFound(String),
+}
+
+impl ResolveError {
+    /// CamelCase reason for conditions and events.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ResolveError::NotFound(_) => "PriorityClassNotFound",
+        }
+    }
+}
+
+fn policy_of(pc: &PriorityClass) -> String {
+    pc.preemption_policy
+        .clone()
+        .unwrap_or_else(|| PREEMPT_LOWER_PRIORITY.to_string())
+}
+
+fn name_of(pc: &PriorityClass) -> String {
+    pc.metadata.name.clone().unwrap_or_default()
+}
+
+/// The global default PriorityClass: among those with `globalDefault: true`, the lowest value (upstream
+/// `getDefaultPriorityClass`); ties broken by name so the result does not depend on list order.
+pub fn global_default<'a>(classes: impl IntoIterator<Item = &'a PriorityClass>) -> Option<&'a PriorityClass> {
+    classes
+        .into_iter()
+        .filter(|pc| pc.global_default == Some(true))
+        .min_by(|a, b| {
+            a.value
+                .unwrap_or(0)
+                .cmp(&b.value.unwrap_or(0))
+                .then_with(|| name_of(a).cmp(&name_of(b)))
+        })
+}
+
+/// Resolves `priorityClassName` (None or "" = not set) against the known PriorityClasses.
+pub fn resolve<'a>(
+    class_name: Option<&str>,
+    classes: impl IntoIterator<Item = &'a PriorityClass> + Clone,
+) -> Result<Resolved, ResolveError> {
+    match class_name.filter(|n| !n.is_empty()) {
+        Some(name) => {
+            let pc = classes
+                .into_iter()
+                .find(|pc| pc.metadata.name.as_deref() == Some(name))
+                .ok_or_else(|| ResolveError::NotFound(name.to_string()))?;
+            Ok(Resolved {
+                priority: pc.value.unwrap_or(0),
+                preemption_policy: policy_of(pc),
+                source: Source::Named(name.into()),
+            })
+        }
+        None => Ok(match global_default(classes) {
+            Some(pc) => Resolved {
+                priority: pc.value.unwrap_or(0),
+                preemption_policy: policy_of(pc),
+                source: Source::GlobalDefault(name_of(pc)),
+            },
+            None => Resolved {
+                priority: 0,
+                preemption_policy: PREEMPT_LOWER_PRIORITY.into(),
+                source: Source::None,
+            },
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    fn pc(name: &str, value: i32, default: bool, policy: Option<&str>) -> PriorityClass {
+        PriorityClass {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            value: Some(value),
+            global_default: Some(default),
+            preemption_policy: policy.map(str::to_string),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn named_class() {
+        let classes = [pc("high", 1000, false, Some("Never")), pc("def", 10, true, None)];
+        let r = resolve(Some("high"), &classes).unwrap();
+        assert_eq!(r.priority, 1000);
+        assert_eq!(r.preemption_policy, "Never");
+        assert_eq!(r.source, Source::Named("high".into()));
+    }
+
+    #[test]
+    fn missing_class_is_an_error() {
+        let classes = [pc("def", 10, true, None)];
+        let e = resolve(Some("nope"), &classes).unwrap_err();
+        assert_eq!(e.to_string(), "no PriorityClass with name nope was found");
+        assert_eq!(e.reason(), "PriorityClassNotFound");
+    }
+
+    #[test]
+    fn global_default_lowest_wins() {
+        let classes = [
+            pc("a", 50, true, None),
+            pc("b", 20, true, Some("Never")),
+            pc("c", 5, false, None),
+        ];
+        let r = resolve(None, &classes).unwrap();
+        assert_eq!(r.priority, 20);
+        assert_eq!(r.preemption_policy, "Never");
+        assert_eq!(r.source, Source::GlobalDefault("b".into()));
+        assert_eq!(resolve(Some(""), &classes).unwrap().priority, 20);
+    }
+
+    #[test]
+    fn nothing_means_zero() {
+        let classes = [pc("c", 5, false, None)];
+        let r = resolve(None, &classes).unwrap();
+        assert_eq!(
+            (r.priority, r.preemption_policy.as_str(), r.source),
+            (0, PREEMPT_LOWER_PRIORITY, Source::None)
+        );
+    }
+}

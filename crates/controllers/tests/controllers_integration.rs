@@ -1,0 +1,1200 @@
+//! Integration tests of the Workload, PodGroup and CompositePodGroup controllers on a real control plane
+//! (kube-apiserver + etcd + kube-controller-manager v1.37.2 + kwok from phalanx-testenv).
+//!
+//! One controller instance (with its phalanx-store) runs for the whole test binary on a background runtime,
+//! like the operator does; every test works in its own namespace. A global tracing layer counts ERROR lines,
+//! which the burst test asserts to be zero. No scheduler runs: tests bind pods themselves through
+//! `pods/binding` to kwok nodes.
+//!
+//! Run: `CARGO_TARGET_DIR=/work/target-controllers cargo test -p phalanx-controllers --test controllers_integration`
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, ensure};
+use futures::{StreamExt, TryStreamExt, stream};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::{Client, ResourceExt};
+use phalanx_api::v1alpha3::CompositePodGroup;
+use phalanx_api::v1beta1::{PodGroup, Workload};
+use phalanx_controllers::{ControllerOptions, run_controllers};
+use phalanx_store::{Store, StoreConfig};
+use phalanx_testenv::{FakeNode, TestEnv, bind_pod, create_namespace, wait_for};
+use prometheus_client::registry::Registry;
+use serde_json::{Value, json};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tracing::Level;
+use tracing_subscriber::layer::{Context, SubscriberExt};
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer};
+
+// ---------------------------------------------------------------------------------------------------------
+// Harness: tracing with an ERROR counter, and one controller instance per test binary.
+
+static ERRORS: AtomicUsize = AtomicUsize::new(0);
+static ERROR_LINES: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+struct ErrorCounter;
+
+struct MessageVisitor(String);
+
+impl tracing::field::Visit for MessageVisitor {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.0.push_str(&format!("{}={value:?} ", field.name()));
+    }
+}
+
+impl<S: tracing::Subscriber> Layer<S> for ErrorCounter {
+    fn on_event(&self, event: &tracing::Event<'_>, _ctx: Context<'_, S>) {
+        if *event.metadata().level() == Level::ERROR {
+            ERRORS.fetch_add(1, Ordering::SeqCst);
+            let mut v = MessageVisitor(format!("{}: ", event.metadata().target()));
+            event.record(&mut v);
+            if let Ok(mut lines) = ERROR_LINES.lock() {
+                lines.push(v.0);
+            }
+        }
+    }
+}
+
+struct Harness {
+    registry: Arc<Mutex<Registry>>,
+}
+
+static HARNESS: OnceLock<Harness> = OnceLock::new();
+
+/// The two load-heavy tests (200-pod counters, 1,000-object burst) take turns, so that the 2-core test machine
+/// measures counter latency without a concurrent burst.
+static HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn harness() -> &'static Harness {
+    HARNESS.get_or_init(|| {
+        let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
+        let _ = tracing_subscriber::registry()
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .with_test_writer()
+                    .with_filter(filter),
+            )
+            .with(ErrorCounter)
+            .try_init();
+        let env = TestEnv::shared();
+        let (tx, rx) = std::sync::mpsc::channel::<Result<Arc<Mutex<Registry>>, String>>();
+        std::thread::spawn(move || {
+            let rt = match tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    let _ = tx.send(Err(format!("building the controller runtime: {e}")));
+                    return;
+                }
+            };
+            rt.block_on(async move {
+                let setup = async {
+                    let client = env.client().await?;
+                    phalanx_testenv::apply_crds(&client, &phalanx_api::crds::to_yaml()).await?;
+                    let store = Store::start(client.clone(), StoreConfig::default());
+                    let mut registry = Registry::default();
+                    let (leader_tx, leader_rx) = watch::channel(true);
+                    let fut = run_controllers(
+                        client,
+                        store.clone(),
+                        ControllerOptions {
+                            instance: Some("integration-test".into()),
+                            ..Default::default()
+                        },
+                        leader_rx,
+                        CancellationToken::new(),
+                        &mut registry,
+                    );
+                    tokio::spawn(async move {
+                        let _keep = leader_tx;
+                        if let Err(e) = fut.await {
+                            tracing::error!(error = %e, "controllers ended with an error");
+                        }
+                    });
+                    tokio::time::timeout(Duration::from_secs(120), store.wait_ready())
+                        .await
+                        .context("store not ready after 120 s")?;
+                    anyhow::Ok(Arc::new(Mutex::new(registry)))
+                };
+                match setup.await {
+                    Ok(reg) => {
+                        let _ = tx.send(Ok(reg));
+                        std::future::pending::<()>().await;
+                    }
+                    Err(e) => {
+                        let _ = tx.send(Err(format!("{e:#}")));
+                    }
+                }
+            });
+        });
+        match rx.recv() {
+            Ok(Ok(registry)) => Harness { registry },
+            Ok(Err(e)) => panic!("controller harness failed to start: {e}"),
+            Err(e) => panic!("controller harness thread died: {e}"),
+        }
+    })
+}
+
+/// A client and a fresh namespace, with the controllers running.
+async fn setup(prefix: &str) -> Result<(Client, String)> {
+    tokio::task::spawn_blocking(harness).await?;
+    let client = TestEnv::shared().client().await?;
+    let ns = create_namespace(&client, prefix).await?;
+    Ok((client, ns))
+}
+
+fn metric(name_prefix: &str, label: &str) -> f64 {
+    let mut out = String::new();
+    if let Ok(reg) = harness().registry.lock() {
+        let _ = prometheus_client::encoding::text::encode(&mut out, &reg);
+    }
+    out.lines()
+        .filter(|l| l.starts_with(name_prefix) && l.contains(label))
+        .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
+        .sum()
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Object builders (JSON, so the tests read like the YAML a user writes).
+
+fn workload(name: &str) -> Result<Workload> {
+    // gang-t (gang) -> { gang-leaf (gang), basic-t (basic) -> { basic-leaf (basic), gang-leaf2 (gang) } }
+    Ok(serde_json::from_value(json!({
+        "apiVersion": "scheduling.phalanx.dev/v1beta1", "kind": "Workload",
+        "metadata": { "name": name },
+        "spec": { "compositePodGroupTemplates": [{
+            "name": "gang-t", "schedulingPolicy": { "gang": { "minGroupCount": 1 } },
+            "podGroupTemplates": [{ "name": "gang-leaf", "schedulingPolicy": { "gang": { "minCount": 1 } } }],
+            "compositePodGroupTemplates": [{
+                "name": "basic-t", "schedulingPolicy": { "basic": {} },
+                "podGroupTemplates": [
+                    { "name": "basic-leaf", "schedulingPolicy": { "basic": {} } },
+                    { "name": "gang-leaf2", "schedulingPolicy": { "gang": { "minCount": 1 } } }
+                ]
+            }]
+        }]}
+    }))?)
+}
+
+fn cpg(
+    name: &str,
+    workload: &str,
+    template: &str,
+    parent: Option<&str>,
+    extra: Value,
+) -> Result<CompositePodGroup> {
+    let policy = if template == "basic-t" {
+        json!({ "basic": {} })
+    } else {
+        json!({ "gang": { "minGroupCount": 1 } })
+    };
+    let mut spec = json!({
+        "workloadRef": { "workloadName": workload, "templateName": template },
+        "schedulingPolicy": policy,
+    });
+    if let Some(p) = parent {
+        spec["parentCompositePodGroupName"] = json!(p);
+    }
+    merge(&mut spec, extra);
+    Ok(serde_json::from_value(json!({
+        "apiVersion": "scheduling.phalanx.dev/v1alpha3", "kind": "CompositePodGroup",
+        "metadata": { "name": name }, "spec": spec
+    }))?)
+}
+
+fn pg(name: &str, workload: Option<(&str, &str)>, parent: Option<&str>, extra: Value) -> Result<PodGroup> {
+    let policy = match workload {
+        Some((_, "basic-leaf")) => json!({ "basic": {} }),
+        _ => json!({ "gang": { "minCount": 1 } }),
+    };
+    let mut spec = json!({ "schedulingPolicy": policy });
+    if let Some((w, t)) = workload {
+        spec["workloadRef"] = json!({ "workloadName": w, "templateName": t });
+    }
+    if let Some(p) = parent {
+        spec["parentCompositePodGroupName"] = json!(p);
+    }
+    merge(&mut spec, extra);
+    Ok(serde_json::from_value(json!({
+        "apiVersion": "scheduling.phalanx.dev/v1beta1", "kind": "PodGroup",
+        "metadata": { "name": name }, "spec": spec
+    }))?)
+}
+
+fn merge(base: &mut Value, extra: Value) {
+    if let (Some(b), Value::Object(e)) = (base.as_object_mut(), extra) {
+        b.extend(e);
+    }
+}
+
+fn member_pod(name: &str, group: &str) -> Result<Pod> {
+    Ok(serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": { "name": name, "labels": { "scheduling.phalanx.dev/pod-group": group } },
+        "spec": {
+            "schedulerName": "phalanx-scheduler",
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{ "name": "c", "image": "busybox", "resources": { "requests": { "cpu": "1m" } } }]
+        }
+    }))?)
+}
+
+async fn create_all<K>(api: &Api<K>, objs: Vec<K>, parallel: usize) -> Result<()>
+where
+    K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    stream::iter(objs)
+        .map(|o| {
+            let api = api.clone();
+            async move {
+                let name = o.meta().name.clone().unwrap_or_default();
+                api.create(&PostParams::default(), &o)
+                    .await
+                    .with_context(|| format!("creating {name}"))
+            }
+        })
+        .buffer_unordered(parallel)
+        .try_collect::<Vec<_>>()
+        .await?;
+    Ok(())
+}
+
+/// The `Valid` condition of an object's status as (status, reason, message).
+fn valid_of(status: &Value) -> Option<(String, String, String)> {
+    let c = status
+        .get("conditions")?
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "Valid")?;
+    Some((
+        c["status"].as_str()?.to_string(),
+        c["reason"].as_str().unwrap_or_default().to_string(),
+        c["message"].as_str().unwrap_or_default().to_string(),
+    ))
+}
+
+fn status_of<K: serde::Serialize>(obj: &K) -> Value {
+    serde_json::to_value(obj)
+        .ok()
+        .and_then(|v| v.get("status").cloned())
+        .unwrap_or(Value::Null)
+}
+
+/// Waits until the `Valid` condition of `kind/name` has `status` and `reason`; returns the message.
+async fn wait_valid(
+    client: &Client,
+    ns: &str,
+    kind: &str,
+    name: &str,
+    status: &str,
+    reason: &str,
+) -> Result<String> {
+    let what = format!("{kind} {ns}/{name} Valid={status}/{reason}");
+    let last = Arc::new(Mutex::new(None::<(String, String, String)>));
+    let res = wait_for(&what, Duration::from_secs(30), || {
+        let client = client.clone();
+        let last = last.clone();
+        async move {
+            let st = match kind {
+                "PodGroup" => status_of(&Api::<PodGroup>::namespaced(client, ns).get(name).await?),
+                "CompositePodGroup" => {
+                    status_of(&Api::<CompositePodGroup>::namespaced(client, ns).get(name).await?)
+                }
+                _ => status_of(&Api::<Workload>::namespaced(client, ns).get(name).await?),
+            };
+            let v = valid_of(&st);
+            if let Ok(mut l) = last.lock() {
+                l.clone_from(&v);
+            }
+            Ok(v.filter(|(s, r, _)| s == status && r == reason)
+                .map(|(_, _, m)| m))
+        }
+    })
+    .await;
+    res.with_context(|| {
+        format!(
+            "last Valid condition seen: {:?}",
+            last.lock().ok().and_then(|l| l.clone())
+        )
+    })
+}
+
+/// Waits until an event with `reason` regarding `name` exists in `ns`; returns its note.
+async fn wait_event(client: &Client, ns: &str, name: &str, reason: &str) -> Result<String> {
+    wait_for(
+        &format!("event {reason} for {ns}/{name}"),
+        Duration::from_secs(30),
+        || {
+            let api = Api::<Event>::namespaced(client.clone(), ns);
+            async move {
+                let events = api.list(&ListParams::default()).await?;
+                Ok(events.items.into_iter().find_map(|e| {
+                    let regarding = e.regarding.as_ref()?.name.as_deref()?;
+                    (regarding == name && e.reason.as_deref() == Some(reason))
+                        .then(|| e.note.unwrap_or_default())
+                }))
+            }
+        },
+    )
+    .await
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Tests
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_hierarchies_are_reported_on_every_group() -> Result<()> {
+    let (client, ns) = setup("ctl-hier").await?;
+    let wl: Api<Workload> = Api::namespaced(client.clone(), &ns);
+    let cpgs: Api<CompositePodGroup> = Api::namespaced(client.clone(), &ns);
+    let pgs: Api<PodGroup> = Api::namespaced(client.clone(), &ns);
+    wl.create(&PostParams::default(), &workload("w")?).await?;
+    wl.create(&PostParams::default(), &workload("w2")?).await?;
+
+    // Cycle: cyc-a -> cyc-b -> cyc-a, plus a leaf under it.
+    cpgs.create(
+        &PostParams::default(),
+        &cpg("cyc-a", "w", "gang-t", Some("cyc-b"), json!({}))?,
+    )
+    .await?;
+    cpgs.create(
+        &PostParams::default(),
+        &cpg("cyc-b", "w", "gang-t", Some("cyc-a"), json!({}))?,
+    )
+    .await?;
+    pgs.create(
+        &PostParams::default(),
+        &pg("cyc-leaf", Some(("w", "gang-leaf")), Some("cyc-a"), json!({}))?,
+    )
+    .await?;
+    // Depth 5: d1 <- d2 <- d3 <- d4 <- d-leaf.
+    cpgs.create(
+        &PostParams::default(),
+        &cpg("d1", "w", "gang-t", None, json!({}))?,
+    )
+    .await?;
+    for (c, p) in [("d2", "d1"), ("d3", "d2"), ("d4", "d3")] {
+        cpgs.create(
+            &PostParams::default(),
+            &cpg(c, "w", "gang-t", Some(p), json!({}))?,
+        )
+        .await?;
+    }
+    pgs.create(
+        &PostParams::default(),
+        &pg("d-leaf", Some(("w", "gang-leaf")), Some("d4"), json!({}))?,
+    )
+    .await?;
+    // Parent in another Workload.
+    cpgs.create(
+        &PostParams::default(),
+        &cpg("xw-parent", "w", "gang-t", None, json!({}))?,
+    )
+    .await?;
+    pgs.create(
+        &PostParams::default(),
+        &pg(
+            "xw-child",
+            Some(("w2", "gang-leaf")),
+            Some("xw-parent"),
+            json!({}),
+        )?,
+    )
+    .await?;
+    // Gang CompositePodGroup with a basic child PodGroup.
+    cpgs.create(
+        &PostParams::default(),
+        &cpg("gb-parent", "w", "gang-t", None, json!({}))?,
+    )
+    .await?;
+    pgs.create(
+        &PostParams::default(),
+        &pg(
+            "gb-child",
+            Some(("w", "basic-leaf")),
+            Some("gb-parent"),
+            json!({}),
+        )?,
+    )
+    .await?;
+    // `all` parent with a `single` child.
+    cpgs.create(
+        &PostParams::default(),
+        &cpg(
+            "as-parent",
+            "w",
+            "basic-t",
+            None,
+            json!({ "disruptionMode": { "all": {} } }),
+        )?,
+    )
+    .await?;
+    pgs.create(
+        &PostParams::default(),
+        &pg(
+            "as-child",
+            Some(("w", "gang-leaf2")),
+            Some("as-parent"),
+            json!({}),
+        )?,
+    )
+    .await?;
+    // Missing parent (created later).
+    pgs.create(
+        &PostParams::default(),
+        &pg("orphan", Some(("w", "gang-leaf")), Some("late-parent"), json!({}))?,
+    )
+    .await?;
+
+    let cases: &[(&str, &str, &str, &str)] = &[
+        ("CompositePodGroup", "cyc-a", "HierarchyCycle", "cycle"),
+        ("CompositePodGroup", "cyc-b", "HierarchyCycle", "cycle"),
+        ("PodGroup", "cyc-leaf", "HierarchyCycle", "cycle"),
+        ("PodGroup", "d-leaf", "HierarchyTooDeep", "the maximum is 4"),
+        ("CompositePodGroup", "d1", "HierarchyTooDeep", "the maximum is 4"),
+        ("CompositePodGroup", "d2", "HierarchyTooDeep", "the maximum is 4"),
+        ("CompositePodGroup", "d3", "HierarchyTooDeep", "the maximum is 4"),
+        ("CompositePodGroup", "d4", "HierarchyTooDeep", "the maximum is 4"),
+        ("CompositePodGroup", "xw-parent", "WorkloadMismatch", "\"w2\""),
+        ("PodGroup", "xw-child", "WorkloadMismatch", "\"w2\""),
+        (
+            "CompositePodGroup",
+            "gb-parent",
+            "GangParentBasicChild",
+            "basic pod group child",
+        ),
+        (
+            "PodGroup",
+            "gb-child",
+            "GangParentBasicChild",
+            "basic pod group child",
+        ),
+        (
+            "CompositePodGroup",
+            "as-parent",
+            "DisruptionModeMismatch",
+            "disruptionMode all",
+        ),
+        (
+            "PodGroup",
+            "as-child",
+            "DisruptionModeMismatch",
+            "disruptionMode single",
+        ),
+        ("PodGroup", "orphan", "ParentNotFound", "\"late-parent\""),
+    ];
+    for (kind, name, reason, needle) in cases {
+        let msg = wait_valid(&client, &ns, kind, name, "False", reason).await?;
+        ensure!(
+            msg.contains(needle),
+            "{kind} {name}: message {msg:?} lacks {needle:?}"
+        );
+        let note = wait_event(&client, &ns, name, reason).await?;
+        ensure!(
+            note.contains(needle),
+            "{kind} {name}: event note {note:?} lacks {needle:?}"
+        );
+    }
+
+    // The missing parent appears: the orphan becomes valid, and says so with an event.
+    cpgs.create(
+        &PostParams::default(),
+        &cpg("late-parent", "w", "gang-t", None, json!({}))?,
+    )
+    .await?;
+    wait_valid(&client, &ns, "PodGroup", "orphan", "True", "Valid").await?;
+    wait_valid(&client, &ns, "CompositePodGroup", "late-parent", "True", "Valid").await?;
+    wait_event(&client, &ns, "orphan", "Valid").await?;
+    // Child counts follow the hierarchy.
+    let parent = cpgs.get("late-parent").await?;
+    ensure!(
+        status_of(&parent)["childGroups"] == 1,
+        "late-parent status {:?}",
+        status_of(&parent)
+    );
+    // The Workloads themselves are valid and count the groups per template.
+    wait_valid(&client, &ns, "Workload", "w", "True", "Valid").await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workload_template_tree_is_validated() -> Result<()> {
+    let (client, ns) = setup("ctl-wl").await?;
+    let wl: Api<Workload> = Api::namespaced(client.clone(), &ns);
+    // Duplicate name across levels, different priorities, and an `all` template over a `single` one.
+    let bad: Workload = serde_json::from_value(json!({
+        "apiVersion": "scheduling.phalanx.dev/v1beta1", "kind": "Workload",
+        "metadata": { "name": "bad" },
+        "spec": { "compositePodGroupTemplates": [{
+            "name": "root", "schedulingPolicy": { "basic": {} }, "disruptionMode": { "all": {} },
+            "podGroupTemplates": [
+                { "name": "dup", "schedulingPolicy": { "basic": {} }, "disruptionMode": { "all": {} } },
+                { "name": "single-child", "schedulingPolicy": { "basic": {} } }
+            ],
+            "compositePodGroupTemplates": [{
+                "name": "inner", "schedulingPolicy": { "basic": {} }, "disruptionMode": { "all": {} }, "priority": 5,
+                "podGroupTemplates": [{ "name": "dup", "schedulingPolicy": { "basic": {} }, "disruptionMode": { "all": {} } }]
+            }]
+        }]}
+    }))?;
+    wl.create(&PostParams::default(), &bad).await?;
+    wl.create(&PostParams::default(), &workload("good")?).await?;
+    let msg = wait_valid(&client, &ns, "Workload", "bad", "False", "DisruptionModeMismatch").await?;
+    for needle in [
+        "Duplicate value: \"dup\"",
+        "detected multiple priority configurations",
+        "\"single-child\"",
+    ] {
+        ensure!(msg.contains(needle), "message {msg:?} lacks {needle:?}");
+    }
+    wait_event(&client, &ns, "bad", "DisruptionModeMismatch").await?;
+    wait_valid(&client, &ns, "Workload", "good", "True", "Valid").await?;
+
+    // workloadRef checks on groups: unknown template, policy variant differing from the template, a CPG
+    // template used by a PodGroup, and a Workload that appears later.
+    let pgs_api: Api<PodGroup> = Api::namespaced(client.clone(), &ns);
+    pgs_api
+        .create(
+            &PostParams::default(),
+            &pg("no-template", Some(("good", "nope")), None, json!({}))?,
+        )
+        .await?;
+    pgs_api
+        .create(
+            &PostParams::default(),
+            &pg(
+                "wrong-policy",
+                Some(("good", "gang-leaf")),
+                None,
+                json!({ "schedulingPolicy": { "basic": {} } }),
+            )?,
+        )
+        .await?;
+    pgs_api
+        .create(
+            &PostParams::default(),
+            &pg("wrong-kind", Some(("good", "gang-t")), None, json!({}))?,
+        )
+        .await?;
+    pgs_api
+        .create(
+            &PostParams::default(),
+            &pg("early", Some(("later", "gang-leaf")), None, json!({}))?,
+        )
+        .await?;
+    let m = wait_valid(
+        &client,
+        &ns,
+        "PodGroup",
+        "no-template",
+        "False",
+        "TemplateNotFound",
+    )
+    .await?;
+    ensure!(m.contains("\"nope\""), "{m}");
+    let m = wait_valid(
+        &client,
+        &ns,
+        "PodGroup",
+        "wrong-policy",
+        "False",
+        "PolicyMismatch",
+    )
+    .await?;
+    ensure!(m.contains("schedulingPolicy is basic"), "{m}");
+    wait_valid(
+        &client,
+        &ns,
+        "PodGroup",
+        "wrong-kind",
+        "False",
+        "TemplateKindMismatch",
+    )
+    .await?;
+    wait_valid(&client, &ns, "PodGroup", "early", "False", "WorkloadNotFound").await?;
+    wait_event(&client, &ns, "early", "WorkloadNotFound").await?;
+    wl.create(&PostParams::default(), &workload("later")?).await?;
+    wait_valid(&client, &ns, "PodGroup", "early", "True", "Valid").await?;
+
+    // Per-template counts of referencing groups (the two mismatched groups above count too: they reference
+    // gang-leaf and gang-t).
+    let pgs: Api<PodGroup> = Api::namespaced(client.clone(), &ns);
+    let cpgs: Api<CompositePodGroup> = Api::namespaced(client.clone(), &ns);
+    cpgs.create(
+        &PostParams::default(),
+        &cpg("root", "good", "gang-t", None, json!({}))?,
+    )
+    .await?;
+    for i in 0..3 {
+        pgs.create(
+            &PostParams::default(),
+            &pg(
+                &format!("leaf-{i}"),
+                Some(("good", "gang-leaf")),
+                Some("root"),
+                json!({}),
+            )?,
+        )
+        .await?;
+    }
+    wait_for(
+        "template counts of Workload good",
+        Duration::from_secs(15),
+        || {
+            let wl = wl.clone();
+            async move {
+                let st = status_of(&wl.get("good").await?);
+                let groups: BTreeMap<String, i64> = st["templateGroups"]
+                    .as_array()
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|t| Some((t["name"].as_str()?.to_string(), t["groups"].as_i64()?)))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let ok = groups.get("gang-leaf") == Some(&4)
+                    && groups.get("gang-t") == Some(&2)
+                    && groups.get("basic-leaf") == Some(&0);
+                Ok(ok.then_some(()))
+            }
+        },
+    )
+    .await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn priority_class_resolution() -> Result<()> {
+    let (client, ns) = setup("ctl-prio").await?;
+    let pcs: Api<PriorityClass> = Api::all(client.clone());
+    let pgs: Api<PodGroup> = Api::namespaced(client.clone(), &ns);
+    let high = format!("{ns}-high");
+    let late = format!("{ns}-late");
+    pcs.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({
+            "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+            "metadata": { "name": high }, "value": 1000, "preemptionPolicy": "Never"
+        }))?,
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_secs(1)).await; // let the store see the class first
+    pgs.create(
+        &PostParams::default(),
+        &pg("named", None, None, json!({ "priorityClassName": high }))?,
+    )
+    .await?;
+    pgs.create(
+        &PostParams::default(),
+        &pg("explicit", None, None, json!({ "priority": 42 }))?,
+    )
+    .await?;
+    pgs.create(
+        &PostParams::default(),
+        &pg("missing", None, None, json!({ "priorityClassName": late }))?,
+    )
+    .await?;
+
+    let resolved = |name: &'static str| {
+        let pgs = pgs.clone();
+        async move {
+            wait_for(&format!("priority of {name}"), Duration::from_secs(20), || {
+                let pgs = pgs.clone();
+                async move {
+                    let g = pgs.get(name).await?;
+                    Ok(g.spec.priority.zip(g.spec.preemption_policy))
+                }
+            })
+            .await
+        }
+    };
+    let (p, pp) = resolved("named").await?;
+    ensure!(p == 1000 && format!("{pp:?}") == "Never", "named: {p} {pp:?}");
+    wait_event(&client, &ns, "named", "PriorityResolved").await?;
+    let (p, _) = resolved("explicit").await?;
+    ensure!(p == 42, "an explicit priority is kept, got {p}");
+    let msg = wait_valid(
+        &client,
+        &ns,
+        "PodGroup",
+        "missing",
+        "False",
+        "PriorityClassNotFound",
+    )
+    .await?;
+    ensure!(msg.contains(&late), "{msg}");
+    ensure!(
+        pgs.get("missing").await?.spec.priority.is_none(),
+        "no priority while the class is missing"
+    );
+    // The class appears: the group resolves and becomes valid.
+    pcs.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({
+            "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+            "metadata": { "name": late }, "value": 77
+        }))?,
+    )
+    .await?;
+    let (p, pp) = resolved("missing").await?;
+    ensure!(
+        p == 77 && format!("{pp:?}") == "PreemptLowerPriority",
+        "missing: {p} {pp:?}"
+    );
+    wait_valid(&client, &ns, "PodGroup", "missing", "True", "Valid").await?;
+
+    // Global default. Only one may exist cluster-wide; this is the only test that creates one.
+    let default_pc = format!("{ns}-default");
+    pcs.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({
+            "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+            "metadata": { "name": default_pc }, "value": 500, "globalDefault": true
+        }))?,
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    pgs.create(&PostParams::default(), &pg("defaulted", None, None, json!({}))?)
+        .await?;
+    let cpgs: Api<CompositePodGroup> = Api::namespaced(client.clone(), &ns);
+    let wl: Api<Workload> = Api::namespaced(client.clone(), &ns);
+    wl.create(&PostParams::default(), &workload("w")?).await?;
+    cpgs.create(
+        &PostParams::default(),
+        &cpg("c-defaulted", "w", "gang-t", None, json!({}))?,
+    )
+    .await?;
+    let got = resolved("defaulted").await;
+    let cpg_prio = wait_for("priority of c-defaulted", Duration::from_secs(20), || {
+        let cpgs = cpgs.clone();
+        async move { Ok(cpgs.get("c-defaulted").await?.spec.priority) }
+    })
+    .await;
+    pcs.delete(&default_pc, &DeleteParams::default()).await?;
+    let (p, _) = got?;
+    ensure!(p == 500, "global default: got {p}");
+    ensure!(cpg_prio? == 500, "CompositePodGroup global default");
+    let note = wait_event(&client, &ns, "defaulted", "PriorityResolved").await?;
+    ensure!(note.contains("global default"), "{note}");
+    for n in [&high, &late] {
+        pcs.delete(n, &DeleteParams::default()).await?;
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deletion_waits_for_member_pods() -> Result<()> {
+    let (client, ns) = setup("ctl-del").await?;
+    let node = format!("{ns}-n1");
+    FakeNode::new(&node)
+        .cpu("8")
+        .memory("16Gi")
+        .pods(110)
+        .test_namespace(&ns)
+        .create(&client)
+        .await?;
+    let pgs: Api<PodGroup> = Api::namespaced(client.clone(), &ns);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    pgs.create(&PostParams::default(), &pg("g", None, None, json!({}))?)
+        .await?;
+    wait_for("finalizer on g", Duration::from_secs(15), || {
+        let pgs = pgs.clone();
+        async move {
+            let g = pgs.get("g").await?;
+            Ok(g.finalizers()
+                .iter()
+                .any(|f| f == phalanx_api::finalizers::POD_GROUP_PROTECTION)
+                .then_some(()))
+        }
+    })
+    .await?;
+    for i in 0..3 {
+        pods.create(&PostParams::default(), &member_pod(&format!("p{i}"), "g")?)
+            .await?;
+        bind_pod(&client, &ns, &format!("p{i}"), &node).await?;
+    }
+    wait_for("3 running pods counted", Duration::from_secs(30), || {
+        let pgs = pgs.clone();
+        async move {
+            let st = status_of(&pgs.get("g").await?);
+            Ok((st["runningPods"] == 3 && st["scheduledPods"] == 3 && st["pods"] == 3).then_some(()))
+        }
+    })
+    .await?;
+
+    pgs.delete("g", &DeleteParams::default()).await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let g = pgs
+        .get("g")
+        .await
+        .context("the PodGroup must still exist while its pods run")?;
+    ensure!(g.metadata.deletion_timestamp.is_some(), "g should be Terminating");
+    wait_event(&client, &ns, "g", "WaitingForPods").await?;
+
+    // Deleting two pods is not enough.
+    for i in 0..2 {
+        pods.delete(&format!("p{i}"), &DeleteParams::default()).await?;
+    }
+    wait_for("pods counter 1", Duration::from_secs(30), || {
+        let pgs = pgs.clone();
+        async move { Ok((status_of(&pgs.get("g").await?)["pods"] == 1).then_some(())) }
+    })
+    .await?;
+    ensure!(pgs.get_opt("g").await?.is_some(), "g must wait for its last pod");
+    // The last pod finishes (phase Succeeded) instead of being deleted: that releases the group too.
+    pods.patch_status(
+        "p2",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(json!({ "status": { "phase": "Succeeded" } })),
+    )
+    .await?;
+    wait_for("PodGroup g gone", Duration::from_secs(30), || {
+        let pgs = pgs.clone();
+        async move { Ok(pgs.get_opt("g").await?.is_none().then_some(())) }
+    })
+    .await?;
+
+    // A CompositePodGroup is held while it has children.
+    let wl: Api<Workload> = Api::namespaced(client.clone(), &ns);
+    let cpgs: Api<CompositePodGroup> = Api::namespaced(client.clone(), &ns);
+    wl.create(&PostParams::default(), &workload("w")?).await?;
+    cpgs.create(
+        &PostParams::default(),
+        &cpg("parent", "w", "gang-t", None, json!({}))?,
+    )
+    .await?;
+    pgs.create(
+        &PostParams::default(),
+        &pg("child", Some(("w", "gang-leaf")), Some("parent"), json!({}))?,
+    )
+    .await?;
+    wait_for("parent counts its child", Duration::from_secs(15), || {
+        let cpgs = cpgs.clone();
+        async move {
+            let c = cpgs.get("parent").await?;
+            Ok((status_of(&c)["childGroups"] == 1 && !c.finalizers().is_empty()).then_some(()))
+        }
+    })
+    .await?;
+    cpgs.delete("parent", &DeleteParams::default()).await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    ensure!(
+        cpgs.get_opt("parent").await?.is_some(),
+        "parent must wait for its child"
+    );
+    wait_event(&client, &ns, "parent", "WaitingForChildren").await?;
+    pgs.delete("child", &DeleteParams::default()).await?;
+    wait_for("parent gone", Duration::from_secs(30), || {
+        let cpgs = cpgs.clone();
+        async move { Ok(cpgs.get_opt("parent").await?.is_none().then_some(())) }
+    })
+    .await?;
+    Ok(())
+}
+
+/// Counts of the member pods of `group` as the API shows them: (non-terminal, bound, running).
+async fn actual_counts(pods: &Api<Pod>, group: &str) -> Result<(i64, i64, i64)> {
+    let list = pods
+        .list(&ListParams::default().labels(&format!("scheduling.phalanx.dev/pod-group={group}")))
+        .await?;
+    let mut c = (0, 0, 0);
+    for p in list.items {
+        let phase = p
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.clone())
+            .unwrap_or_default();
+        if phase == "Succeeded" || phase == "Failed" {
+            continue;
+        }
+        c.0 += 1;
+        if p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some() {
+            c.1 += 1;
+        }
+        if phase == "Running" {
+            c.2 += 1;
+        }
+    }
+    Ok(c)
+}
+
+/// Waits until the group's counters equal the API's counts. Returns the controller's lag: the time from the
+/// last change of the API's counts observed by this poll loop (kwok turns bound pods Running and finishes
+/// deletions at its own pace, which is not the controller's latency) to the moment the counters matched, and
+/// the total time from the end of the step.
+async fn counters_converge(
+    pgs: &Api<PodGroup>,
+    pods: &Api<Pod>,
+    group: &str,
+) -> Result<(Duration, Duration)> {
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs(60);
+    let mut last_actual: Option<(i64, i64, i64)> = None;
+    let mut changed_at = Instant::now();
+    loop {
+        let actual = actual_counts(pods, group).await?;
+        let st = status_of(&pgs.get(group).await?);
+        if last_actual != Some(actual) {
+            last_actual = Some(actual);
+            changed_at = Instant::now();
+        }
+        let shown = (
+            st["pods"].as_i64(),
+            st["scheduledPods"].as_i64(),
+            st["runningPods"].as_i64(),
+        );
+        if shown == (Some(actual.0), Some(actual.1), Some(actual.2)) {
+            return Ok((changed_at.elapsed(), start.elapsed()));
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "counters of {group} never matched: shown {shown:?}, actual {actual:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counters_of_a_200_pod_group_follow_binds_and_deletes() -> Result<()> {
+    let _turn = HEAVY.lock().await;
+    let (client, ns) = setup("ctl-count").await?;
+    let nodes: Vec<String> = (0..2).map(|i| format!("{ns}-n{i}")).collect();
+    for n in &nodes {
+        FakeNode::new(n)
+            .cpu("64")
+            .memory("256Gi")
+            .pods(250)
+            .test_namespace(&ns)
+            .create(&client)
+            .await?;
+    }
+    let pgs: Api<PodGroup> = Api::namespaced(client.clone(), &ns);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    pgs.create(&PostParams::default(), &pg("big", None, None, json!({}))?)
+        .await?;
+    let writes_before = metric("controller_status_writes", "controller=\"podgroup\"");
+    let names: Vec<String> = (0..200).map(|i| format!("p{i:03}")).collect();
+    create_all(
+        &pods,
+        names
+            .iter()
+            .map(|n| member_pod(n, "big"))
+            .collect::<Result<Vec<_>>>()?,
+        20,
+    )
+    .await?;
+    let mut lags = vec![("created 200", counters_converge(&pgs, &pods, "big").await?)];
+
+    for (step, chunk) in names.chunks(50).enumerate() {
+        stream::iter(chunk.iter().enumerate())
+            .map(|(i, n)| {
+                let client = client.clone();
+                let ns = ns.clone();
+                let node = nodes[i % 2].clone();
+                async move { bind_pod(&client, &ns, n, &node).await }
+            })
+            .buffer_unordered(20)
+            .try_collect::<Vec<_>>()
+            .await?;
+        lags.push((
+            if step == 0 { "bound 50" } else { "bound 50 more" },
+            counters_converge(&pgs, &pods, "big").await?,
+        ));
+    }
+    for chunk in names.chunks(50).take(2) {
+        stream::iter(chunk)
+            .map(|n| {
+                let pods = pods.clone();
+                async move { pods.delete(n, &DeleteParams::default()).await.map(|_| ()) }
+            })
+            .buffer_unordered(20)
+            .try_collect::<Vec<_>>()
+            .await?;
+        lags.push(("deleted 50", counters_converge(&pgs, &pods, "big").await?));
+    }
+    let final_counts = actual_counts(&pods, "big").await?;
+    let writes = metric("controller_status_writes", "controller=\"podgroup\"") - writes_before;
+    println!(
+        "(controller lag, time since the step ended) after each step: {lags:?}; final {final_counts:?}; podgroup status writes during the test: {writes}"
+    );
+    for (step, (lag, _total)) in &lags {
+        ensure!(
+            *lag <= Duration::from_secs(2),
+            "counters took {lag:?} to match after step {step:?}"
+        );
+    }
+    ensure!(
+        final_counts.0 == 100,
+        "100 pods should remain, got {final_counts:?}"
+    );
+    // 200 creates + 200 binds + 200 Running transitions + 100 deletes = 700+ pod events; debouncing keeps the
+    // writes far below that (other tests' groups are included in the metric, so the bound is generous).
+    ensure!(writes < 350.0, "too many status writes: {writes}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn burst_of_1000_objects_without_error_logs() -> Result<()> {
+    let _turn = HEAVY.lock().await;
+    let (client, ns) = setup("ctl-burst").await?;
+    let wl: Api<Workload> = Api::namespaced(client.clone(), &ns);
+    let cpgs: Api<CompositePodGroup> = Api::namespaced(client.clone(), &ns);
+    let pgs: Api<PodGroup> = Api::namespaced(client.clone(), &ns);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let start = Instant::now();
+    // 10 Workloads, 90 CompositePodGroups, 400 PodGroups, 500 pods = 1,000 objects, created all at once,
+    // children before parents for half of them.
+    let workloads: Vec<Workload> = (0..10)
+        .map(|i| workload(&format!("w{i}")))
+        .collect::<Result<_>>()?;
+    let composites: Vec<CompositePodGroup> = (0..90)
+        .map(|i| {
+            cpg(
+                &format!("c{i}"),
+                &format!("w{}", i % 10),
+                "gang-t",
+                None,
+                json!({}),
+            )
+        })
+        .collect::<Result<_>>()?;
+    let groups: Vec<PodGroup> = (0..400)
+        .map(|i| {
+            pg(
+                &format!("g{i}"),
+                Some((&format!("w{}", (i % 90) % 10), "gang-leaf")),
+                Some(&format!("c{}", i % 90)),
+                json!({}),
+            )
+        })
+        .collect::<Result<_>>()?;
+    let members: Vec<Pod> = (0..500)
+        .map(|i| member_pod(&format!("p{i}"), &format!("g{}", i % 400)))
+        .collect::<Result<_>>()?;
+    let (a, b, c, d) = tokio::join!(
+        create_all(&pods, members, 16),
+        create_all(&pgs, groups, 16),
+        create_all(&cpgs, composites, 8),
+        create_all(&wl, workloads, 4),
+    );
+    a?;
+    b?;
+    c?;
+    d?;
+    let created = start.elapsed();
+    wait_for(
+        "all 400 PodGroups valid with finalizer and counters",
+        Duration::from_secs(120),
+        || {
+            let pgs = pgs.clone();
+            async move {
+                let list = pgs.list(&ListParams::default()).await?;
+                let done = list
+                    .items
+                    .iter()
+                    .filter(|g| {
+                        let st = status_of(*g);
+                        let want_pods = if g.name_any()[1..].parse::<usize>().is_ok_and(|i| i < 100) {
+                            2
+                        } else {
+                            1
+                        };
+                        valid_of(&st).is_some_and(|(s, _, _)| s == "True")
+                            && st["pods"] == want_pods
+                            && !g.finalizers().is_empty()
+                    })
+                    .count();
+                Ok((done == 400).then_some(()))
+            }
+        },
+    )
+    .await?;
+    wait_for("all 90 CompositePodGroups valid", Duration::from_secs(60), || {
+        let cpgs = cpgs.clone();
+        async move {
+            let list = cpgs.list(&ListParams::default()).await?;
+            let done = list
+                .items
+                .iter()
+                .filter(|c| {
+                    valid_of(&status_of(*c)).is_some_and(|(s, _, _)| s == "True")
+                        && status_of(*c)["childGroups"].as_i64().is_some_and(|n| n >= 4)
+                })
+                .count();
+            Ok((done == 90).then_some(()))
+        }
+    })
+    .await?;
+    let settled = start.elapsed();
+    println!("burst: 1000 objects created in {created:?}, all reconciled after {settled:?}");
+    let errors = ERRORS.load(Ordering::SeqCst);
+    let lines = ERROR_LINES.lock().map(|l| l.clone()).unwrap_or_default();
+    ensure!(errors == 0, "{errors} error log line(s): {lines:?}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_that_is_not_leader_never_reconciles_or_writes() -> Result<()> {
+    let (client, ns) = setup("ctl-leader").await?;
+    // A second replica with its own store and metrics; the harness instance is the leader of the cluster.
+    let store = Store::start(client.clone(), StoreConfig::default());
+    let mut registry = Registry::default();
+    let (leader_tx, leader_rx) = watch::channel(false);
+    let shutdown = CancellationToken::new();
+    let fut = run_controllers(
+        client.clone(),
+        store.clone(),
+        ControllerOptions {
+            instance: Some("standby".into()),
+            ..Default::default()
+        },
+        leader_rx,
+        shutdown.clone(),
+        &mut registry,
+    );
+    let task = tokio::spawn(fut);
+    let count = |name: &str| {
+        let mut out = String::new();
+        let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
+        out.lines()
+            .filter(|l| l.starts_with(name))
+            .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
+            .sum::<f64>()
+    };
+    let pgs: Api<PodGroup> = Api::namespaced(client.clone(), &ns);
+    pgs.create(&PostParams::default(), &pg("g", None, None, json!({}))?)
+        .await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (reconciles, writes) = (count("controller_reconciles"), count("controller_status_writes"));
+    ensure!(
+        reconciles == 0.0 && writes == 0.0,
+        "standby reconciled {reconciles} times and wrote {writes} statuses"
+    );
+    // Taking over the Lease starts the controllers: everything is reconciled once.
+    leader_tx.send(true)?;
+    wait_for(
+        "standby reconciles after becoming leader",
+        Duration::from_secs(30),
+        || {
+            let n = count("controller_reconciles");
+            async move { Ok((n > 0.0).then_some(())) }
+        },
+    )
+    .await?;
+    shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(30), task)
+        .await
+        .context("controllers did not stop on shutdown")???;
+    Ok(())
+}
