@@ -130,7 +130,7 @@ if phalanx::port_in_use "$metrics_port"; then
   phalanx::die "port $metrics_port is in use (another phalanx run?); free it or set QUICKSTART_METRICS_PORT"
 fi
 nohup "$PHALANX" run --kubeconfig "$QS/phalanx-sa.kubeconfig" --config config/phalanx.yaml \
-  --leader-elect=true --leader-elect-lease-namespace "$RELEASE_NS" --leader-elect-identity "quickstart-$(hostname)" \
+  --leader-elect=true --leader-elect-lease-namespace "$RELEASE_NS" --leader-elect-identity "quickstart-$(uname -n)" \
   --metrics-addr "$METRICS_ADDR" --log-format text >"$QS/phalanx.log" 2>&1 &
 echo $! >"$QS/phalanx.pid"
 ready=0
@@ -162,6 +162,13 @@ while :; do
   decided=$(k -n "$NS" get "$pg" -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="PodGroupInitiallyScheduled")].status}{"\n"}{end}' | grep -c . || true)
   [ "$total_groups" -gt 0 ] && [ "$decided" -ge "$total_groups" ] && break
   [ $SECONDS -ge $deadline ] && { echo "  timed out: $decided of $total_groups groups decided (see $QS/phalanx.log)"; break; }
+  sleep 1
+done
+# The controllers' counters (PODS, SCHEDULED, RUNNING columns) trail the decisions by a moment.
+member_pods=$(k -n "$NS" get pods -l scheduling.phalanx.dev/pod-group --no-headers 2>/dev/null | wc -l)
+for _ in $(seq 1 15); do
+  counted=$(k -n "$NS" get "$pg" -o jsonpath='{range .items[*]}{.status.pods}{"\n"}{end}' | awk '{s+=$1} END {print s+0}')
+  [ "$counted" -ge "$member_pods" ] && break
   sleep 1
 done
 

@@ -1,0 +1,167 @@
+//! Command line of the `phalanx` binary (clap derive).
+//!
+//! Every `run` flag can also be set through an environment variable (`PHALANX_*`, or `KUBECONFIG`), so the Helm
+//! chart sets most of them through the Deployment's `env` and the quick start through flags. Flag names follow
+//! kube-scheduler's where one exists (`--leader-elect`, `--leader-elect-lease-duration`, ...).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// `phalanx <command>`: the operator's entry point.
+#[derive(Debug, Parser)]
+#[command(
+    name = "phalanx",
+    version,
+    about = "Gang scheduling for Kubernetes: PodGroups placed all-or-nothing"
+)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The sub-commands of `phalanx`.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the store, the controllers and the scheduler in one process.
+    Run(Box<RunArgs>),
+    /// Print the CustomResourceDefinitions (the bytes of `crds/phalanx.yaml`) to stdout.
+    Crds,
+    /// Print the version.
+    Version,
+}
+
+/// Log line format of `phalanx run`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// One JSON object per line (for log collectors); the default in the Helm chart.
+    Json,
+    /// Human-readable lines; the default on a terminal.
+    Text,
+}
+
+/// Flags of `phalanx run`.
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    /// Kubeconfig file. Without it the in-cluster ServiceAccount or `~/.kube/config` is used (kube's `Config::infer`).
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Kubeconfig context to use (default: the file's current context).
+    #[arg(long, env = "PHALANX_CONTEXT")]
+    pub context: Option<String>,
+
+    /// Scheduler configuration file (YAML, see config/phalanx.yaml). Without it the built-in defaults are used.
+    #[arg(long, env = "PHALANX_CONFIG")]
+    pub config: Option<PathBuf>,
+
+    /// Pods whose `spec.schedulerName` equals this are scheduled by Phalanx.
+    #[arg(long, env = "PHALANX_SCHEDULER_NAME", default_value = phalanx_api::DEFAULT_SCHEDULER_NAME)]
+    pub scheduler_name: String,
+
+    /// Restrict scheduling to nodes matching this label selector (e.g. `pool=gpu,!maintenance`). Empty = all nodes.
+    #[arg(long, env = "PHALANX_NODE_SELECTOR", default_value = "")]
+    pub node_selector: String,
+
+    /// Maximum number of `pods/binding` calls in flight.
+    #[arg(long, env = "PHALANX_BIND_CONCURRENCY", default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub bind_concurrency: u32,
+
+    /// Address of the HTTP server for /healthz, /readyz and /metrics.
+    #[arg(long, env = "PHALANX_METRICS_ADDR", default_value = "0.0.0.0:8080")]
+    pub metrics_addr: SocketAddr,
+
+    /// Log format.
+    #[arg(long, env = "PHALANX_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    /// Leader election options.
+    #[command(flatten)]
+    pub leader: LeaderArgs,
+}
+
+/// Leader election flags. With several replicas every replica keeps its caches warm and only the Lease holder
+/// schedules and writes.
+#[derive(Debug, Clone, Args)]
+pub struct LeaderArgs {
+    /// Enable leader election (required with more than one replica).
+    #[arg(long = "leader-elect", env = "PHALANX_LEADER_ELECT", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub enabled: bool,
+
+    /// Name of the coordination.k8s.io Lease.
+    #[arg(
+        long = "leader-elect-lease-name",
+        env = "PHALANX_LEASE_NAME",
+        default_value = "phalanx"
+    )]
+    pub lease_name: String,
+
+    /// Namespace of the Lease (default: the pod's namespace from the ServiceAccount mount, else `default`).
+    #[arg(long = "leader-elect-lease-namespace", env = "PHALANX_LEASE_NAMESPACE")]
+    pub lease_namespace: Option<String>,
+
+    /// Holder identity (default: `$POD_NAME`, else the host name plus the process id).
+    #[arg(long = "leader-elect-identity", env = "PHALANX_LEASE_IDENTITY")]
+    pub identity: Option<String>,
+
+    /// Lease duration in seconds: how long a stale holder keeps the Lease.
+    #[arg(long = "leader-elect-lease-duration", env = "PHALANX_LEASE_DURATION", default_value_t = 15, value_parser = clap::value_parser!(u64).range(2..=3600))]
+    pub lease_duration_secs: u64,
+
+    /// Seconds before expiry at which the holder renews.
+    #[arg(long = "leader-elect-renew-grace", env = "PHALANX_LEASE_GRACE", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub grace_secs: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn run_flags_parse() {
+        let cli = Cli::try_parse_from([
+            "phalanx",
+            "run",
+            "--scheduler-name",
+            "s",
+            "--leader-elect",
+            "--leader-elect-lease-namespace",
+            "ns",
+            "--bind-concurrency",
+            "4",
+            "--log-format",
+            "json",
+            "--node-selector",
+            "a=b",
+        ])
+        .expect("flags parse");
+        let Command::Run(args) = cli.command else {
+            panic!("expected run")
+        };
+        assert_eq!(args.scheduler_name, "s");
+        assert!(args.leader.enabled);
+        assert_eq!(args.leader.lease_namespace.as_deref(), Some("ns"));
+        assert_eq!(args.bind_concurrency, 4);
+        assert_eq!(args.log_format, LogFormat::Json);
+        assert_eq!(args.node_selector, "a=b");
+    }
+
+    #[test]
+    fn leader_elect_accepts_explicit_false_and_bad_values_fail() {
+        let cli = Cli::try_parse_from(["phalanx", "run", "--leader-elect=false"]).expect("parses");
+        let Command::Run(args) = cli.command else {
+            panic!("expected run")
+        };
+        assert!(!args.leader.enabled);
+        assert!(Cli::try_parse_from(["phalanx", "run", "--bind-concurrency", "0"]).is_err());
+        assert!(Cli::try_parse_from(["phalanx", "run", "--log-format", "xml"]).is_err());
+    }
+}

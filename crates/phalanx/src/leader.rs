@@ -1,0 +1,348 @@
+//! Leader election on a `coordination.k8s.io/v1` Lease (kube-lease-manager), fail-stop.
+//!
+//! Every replica runs its watches and caches (warm standby); only the Lease holder schedules and writes. The
+//! components receive a `watch::Receiver<bool>` that reads `true` only while this replica holds the Lease. When a
+//! holder loses the Lease it does not try to drain: the receiver flips to `false` at once and the process exits
+//! (kube-scheduler's `OnStoppedLeading` does the same, `cmd/kube-scheduler/app/server.go`), so two replicas never bind
+//! at the same time. With leader election off the receiver is constant `true`.
+//!
+//! kube-lease-manager only learns of a loss at its next renewal, and not at all while the API server is unreachable,
+//! so a guard re-reads the Lease every `grace / 2` seconds and declares it lost when another identity holds it, when
+//! its term has ended, or when it could not be confirmed for `duration - grace` seconds (kube-scheduler's
+//! renewDeadline). After a loss the lease manager is aborted rather than allowed to "release" a Lease that now
+//! belongs to someone else.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::jiff::Timestamp;
+use kube::{Api, Client};
+use kube_lease_manager::LeaseManagerBuilder;
+use prometheus_client::metrics::gauge::Gauge;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// Leader election settings (from `phalanx run --leader-elect*`).
+#[derive(Debug, Clone)]
+pub struct LeaderConfig {
+    /// Off: this process is always the leader (single replica, or the quick start).
+    pub enabled: bool,
+    /// Lease name.
+    pub lease_name: String,
+    /// Lease namespace; `None` = the client's default namespace (the pod's own namespace in-cluster).
+    pub namespace: Option<String>,
+    /// Holder identity; `None` = `$POD_NAME`, else host name and process id.
+    pub identity: Option<String>,
+    /// Seconds a holder keeps the Lease without renewing.
+    pub lease_duration_secs: u64,
+    /// Seconds before expiry at which the holder renews.
+    pub grace_secs: u64,
+}
+
+impl Default for LeaderConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            lease_name: "phalanx".into(),
+            namespace: None,
+            identity: None,
+            lease_duration_secs: 15,
+            grace_secs: 5,
+        }
+    }
+}
+
+/// What the caller does when the Lease is lost after having been held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnLeaseLost {
+    /// Exit the process with status 1 right away (the binary).
+    ExitProcess,
+    /// Cancel the shutdown token and let [`Leadership::lost`] report it (in-process tests).
+    Cancel,
+}
+
+/// A running election: the receiver handed to the components, and the background tasks.
+pub struct Leadership {
+    /// `true` while this replica may write.
+    pub receiver: watch::Receiver<bool>,
+    sender: Option<watch::Sender<bool>>,
+    lost: watch::Receiver<bool>,
+    lease_task: Option<JoinHandle<()>>,
+    monitor: Option<JoinHandle<()>>,
+}
+
+impl Leadership {
+    /// Whether the Lease was lost after being held (the operator then returns an error).
+    pub fn lost(&self) -> bool {
+        *self.lost.borrow()
+    }
+
+    /// Releases the Lease (if held), so a replica that starts next finds it free; a running standby takes it when
+    /// the released term would have ended (kube-lease-manager sleeps until then). Call after every writer has
+    /// stopped. Waits at most `timeout`. A Lease held by another identity is left alone.
+    pub async fn release(mut self, timeout: Duration) {
+        if let Some(m) = self.monitor.take() {
+            m.abort();
+        }
+        // kube-lease-manager releases the Lease when every receiver of its channel is gone; the monitor held the
+        // last one.
+        drop(self.receiver);
+        drop(self.sender.take());
+        if let Some(task) = self.lease_task.take()
+            && tokio::time::timeout(timeout, task).await.is_err()
+        {
+            tracing::warn!(
+                "releasing the Lease took longer than {timeout:?}; a standby takes over at expiry"
+            );
+        }
+    }
+}
+
+fn default_identity() -> String {
+    if let Ok(pod) = std::env::var("POD_NAME")
+        && !pod.is_empty()
+    {
+        return pod;
+    }
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "phalanx".into());
+    format!("{host}-{}", std::process::id())
+}
+
+/// Starts leader election (or a constant `true` channel when disabled) and a monitor that applies `on_lost` when a
+/// held Lease is lost. `gauge` is set to 1 while leading.
+///
+/// # Errors
+/// The Lease could not be read or created (RBAC: `leases` get/create/patch in the Lease namespace).
+pub async fn start(
+    client: Client,
+    config: &LeaderConfig,
+    shutdown: CancellationToken,
+    on_lost: OnLeaseLost,
+    gauge: Gauge,
+) -> anyhow::Result<Leadership> {
+    let (lost_tx, lost_rx) = watch::channel(false);
+    if !config.enabled {
+        let (tx, rx) = watch::channel(true);
+        gauge.set(1);
+        // The sender stays in `Leadership` until `release`, so receivers never see a closed channel.
+        return Ok(Leadership {
+            receiver: rx,
+            sender: Some(tx),
+            lost: lost_rx,
+            lease_task: None,
+            monitor: None,
+        });
+    }
+
+    let namespace = config
+        .namespace
+        .clone()
+        .unwrap_or_else(|| client.default_namespace().to_owned());
+    let identity = config.identity.clone().unwrap_or_else(default_identity);
+    if config.grace_secs >= config.lease_duration_secs {
+        anyhow::bail!(
+            "--leader-elect-renew-grace ({}) must be smaller than --leader-elect-lease-duration ({})",
+            config.grace_secs,
+            config.lease_duration_secs
+        );
+    }
+    let manager = LeaseManagerBuilder::new(client.clone(), &config.lease_name)
+        .with_namespace(&namespace)
+        .with_identity(&identity)
+        .with_duration(config.lease_duration_secs)
+        .with_grace(config.grace_secs)
+        .with_field_manager(format!("phalanx-leader-{identity}"))
+        .build()
+        .await
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "leader election: cannot use Lease {namespace}/{}: {e}",
+                config.lease_name
+            )
+        })?;
+    tracing::info!(lease = %config.lease_name, %namespace, %identity, "leader election started; waiting for the Lease");
+    let (mut rx, handle) = manager.watch().await;
+    // After a loss the lease manager's view is stale: if it "released" the Lease it would clear the new holder's
+    // record. So on loss it is aborted, never allowed to release.
+    let manager_abort = handle.abort_handle();
+    let lease_task = tokio::spawn(async move {
+        match handle.await {
+            Err(e) if e.is_cancelled() => {
+                tracing::info!("leader election stopped without touching the lost Lease")
+            }
+            Ok(Ok(_)) => {
+                tracing::info!("leader election stopped (the Lease was released if this replica held it)")
+            }
+            Ok(Err(e)) => tracing::warn!(error = %e, "lease manager stopped"),
+            Err(e) => tracing::warn!(error = %e, "lease manager task failed"),
+        }
+    });
+
+    // Components read our own channel, not the lease manager's: the guard below can then force it to `false`
+    // before the process stops, even when the lease manager still believes it holds the Lease.
+    let (tx, receiver) = watch::channel(false);
+    // Kept until `release`, so components never see a closed channel while they drain.
+    let keep_sender = tx.clone();
+    let guard = LeaseGuard {
+        leases: Api::namespaced(client, &namespace),
+        name: config.lease_name.clone(),
+        identity,
+        // kube-scheduler's renewDeadline plays this role (10 s with a 15 s lease): past it, another replica may
+        // already have taken over, so this one must not write any more.
+        deadline: Duration::from_secs(config.lease_duration_secs - config.grace_secs),
+        interval: Duration::from_secs((config.grace_secs / 2).max(1)),
+    };
+    let monitor = tokio::spawn(async move {
+        // Wait to become leader.
+        loop {
+            if *rx.borrow_and_update() {
+                break;
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                changed = rx.changed() => if changed.is_err() { return },
+            }
+        }
+        gauge.set(1);
+        let _ = tx.send(true);
+        tracing::info!("acquired the Lease: this replica now schedules and writes");
+        // Wait to lose it: the lease manager says so at its next renewal, or the guard sees another holder, an
+        // expired Lease, or no confirmation within the deadline.
+        let mut confirmed = Instant::now();
+        let mut tick = tokio::time::interval(guard.interval);
+        let why = loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => { let _ = tx.send(false); gauge.set(0); return; }
+                changed = rx.changed() => {
+                    if changed.is_err() || !*rx.borrow_and_update() {
+                        break "the lease manager reports it lost".to_owned();
+                    }
+                }
+                _ = tick.tick() => match guard.check().await {
+                    Ok(()) => confirmed = Instant::now(),
+                    Err(GuardError::Lost(why)) => break why,
+                    Err(GuardError::Unconfirmed(e)) => {
+                        tracing::warn!(error = %e, "cannot confirm the Lease");
+                        if confirmed.elapsed() > guard.deadline {
+                            break format!("not confirmed for {:?} (last error: {e})", guard.deadline);
+                        }
+                    }
+                },
+            }
+        };
+        let _ = tx.send(false);
+        gauge.set(0);
+        manager_abort.abort();
+        if shutdown.is_cancelled() {
+            return;
+        }
+        tracing::error!(reason = %why, "lost the Lease: stopping at once (fail-stop) so that two replicas never bind together");
+        let _ = lost_tx.send(true);
+        match on_lost {
+            OnLeaseLost::ExitProcess => std::process::exit(1),
+            OnLeaseLost::Cancel => shutdown.cancel(),
+        }
+    });
+
+    Ok(Leadership {
+        receiver,
+        sender: Some(keep_sender),
+        lost: lost_rx,
+        lease_task: Some(lease_task),
+        monitor: Some(monitor),
+    })
+}
+
+/// Confirms, independently of the lease manager's cached state, that the Lease still names this replica and has
+/// not expired.
+struct LeaseGuard {
+    leases: Api<Lease>,
+    name: String,
+    identity: String,
+    deadline: Duration,
+    interval: Duration,
+}
+
+enum GuardError {
+    /// The Lease names another holder or has expired.
+    Lost(String),
+    /// The Lease could not be read (API unreachable, throttled).
+    Unconfirmed(String),
+}
+
+impl LeaseGuard {
+    async fn check(&self) -> Result<(), GuardError> {
+        let lease = self
+            .leases
+            .get(&self.name)
+            .await
+            .map_err(|e| GuardError::Unconfirmed(e.to_string()))?;
+        held_by(&lease, &self.identity, Timestamp::now()).map_err(GuardError::Lost)
+    }
+}
+
+/// `Ok` when `lease` names `identity` and its term (renewTime + leaseDurationSeconds) has not ended at `now`;
+/// otherwise why not.
+fn held_by(lease: &Lease, identity: &str, now: Timestamp) -> Result<(), String> {
+    let spec = lease.spec.as_ref().ok_or("the Lease has no spec")?;
+    match spec.holder_identity.as_deref() {
+        Some(h) if h == identity => {}
+        Some(h) => return Err(format!("the Lease is now held by {h:?}")),
+        None => return Err("the Lease has no holder".into()),
+    }
+    let (Some(renewed), Some(secs)) = (spec.renew_time.as_ref(), spec.lease_duration_seconds) else {
+        return Err("the Lease has no renewTime or leaseDurationSeconds".into());
+    };
+    let expiry = renewed.0.as_second().saturating_add(i64::from(secs));
+    if now.as_second() >= expiry {
+        return Err(format!("the Lease expired {}s ago", now.as_second() - expiry));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use k8s_openapi::api::coordination::v1::LeaseSpec;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+
+    fn lease(holder: Option<&str>, renewed: i64, secs: i32) -> Lease {
+        Lease {
+            spec: Some(LeaseSpec {
+                holder_identity: holder.map(str::to_owned),
+                renew_time: Some(MicroTime(Timestamp::from_second(renewed).expect("timestamp"))),
+                lease_duration_seconds: Some(secs),
+                ..LeaseSpec::default()
+            }),
+            ..Lease::default()
+        }
+    }
+
+    #[test]
+    fn guard_accepts_own_unexpired_lease_only() {
+        let now = Timestamp::from_second(1_000).expect("timestamp");
+        assert!(held_by(&lease(Some("me"), 990, 15), "me", now).is_ok());
+        let other = held_by(&lease(Some("you"), 990, 15), "me", now).expect_err("another holder");
+        assert!(other.contains("you"), "{other}");
+        let expired = held_by(&lease(Some("me"), 980, 15), "me", now).expect_err("expired");
+        assert!(expired.contains("expired 5s ago"), "{expired}");
+        assert!(held_by(&lease(None, 990, 15), "me", now).is_err());
+        assert!(held_by(&Lease::default(), "me", now).is_err());
+    }
+
+    #[test]
+    fn default_identity_is_not_empty_and_prefers_pod_name() {
+        let id = default_identity();
+        assert!(!id.is_empty());
+        if std::env::var("POD_NAME").map(|p| p.is_empty()).unwrap_or(true) {
+            assert!(id.ends_with(&format!("-{}", std::process::id())), "{id}");
+        }
+    }
+}

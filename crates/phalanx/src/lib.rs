@@ -1,0 +1,22 @@
+//! The Phalanx operator as a library: what `phalanx run` does, callable in-process (the end-to-end tests start the
+//! operator this way with a ServiceAccount token client, so the Helm chart's RBAC is what they exercise).
+//!
+//! - [`cli`] defines the command line (clap);
+//! - [`config`] reads the configuration file (`config/phalanx.yaml`), with errors that name the key;
+//! - [`operator`] wires store, controllers and scheduler with leader election, probes, metrics and shutdown;
+//! - [`leader`] runs Lease-based leader election, fail-stop;
+//! - [`server`] serves `/healthz`, `/readyz` and `/metrics`;
+//! - [`telemetry`] sets up logging.
+
+pub mod cli;
+pub mod config;
+pub mod leader;
+pub mod operator;
+pub mod server;
+pub mod telemetry;
+mod wiring;
+
+pub use operator::{RunOptions, run};
+
+/// The crate version (`phalanx version` prints it).
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -1,0 +1,297 @@
+//! `phalanx run` as a library function: store + controllers + scheduler in one process, with leader election, the
+//! probe/metrics server and one shutdown token.
+//!
+//! Order of events (follows kube-scheduler's `Run` in `cmd/kube-scheduler/app/server.go`):
+//! 1. caches start on every replica (warm standby) and `/readyz` turns 200 once they have synced;
+//! 2. leader election starts; components get a `watch::Receiver<bool>` and write only while it reads `true`;
+//! 3. on SIGTERM (the token is cancelled) every component stops, then the Lease is released so a standby takes over
+//!    at once; on Lease loss the process exits (fail-stop, see [`crate::leader`]).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::Client;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::info::Info;
+use prometheus_client::registry::Registry;
+use tokio::sync::oneshot;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::PhalanxConfig;
+use crate::leader::{self, LeaderConfig, OnLeaseLost};
+use crate::server::{self, Health};
+use crate::wiring;
+
+/// How long components get to stop after the shutdown token is cancelled (the chart's
+/// `terminationGracePeriodSeconds` is larger).
+pub const STOP_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Everything `phalanx run` needs besides the client.
+#[derive(Debug)]
+pub struct RunOptions {
+    /// Pods with this `spec.schedulerName` are ours.
+    pub scheduler_name: String,
+    /// Label selector restricting the nodes Phalanx places on ("" = all).
+    pub node_selector: String,
+    /// Maximum `pods/binding` calls in flight.
+    pub bind_concurrency: u32,
+    /// Address of /healthz, /readyz, /metrics (port 0 = any free port).
+    pub metrics_addr: SocketAddr,
+    /// The validated configuration file.
+    pub config: PhalanxConfig,
+    /// Leader election.
+    pub leader: LeaderConfig,
+    /// Reporting instance of events (the pod name in-cluster); `None` = the component's name.
+    pub instance: Option<String>,
+    /// What to do on Lease loss.
+    pub on_lease_lost: OnLeaseLost,
+    /// Receives the bound metrics address once the server listens (useful with port 0).
+    pub bound_addr: Option<oneshot::Sender<SocketAddr>>,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        Self {
+            scheduler_name: phalanx_api::DEFAULT_SCHEDULER_NAME.into(),
+            node_selector: String::new(),
+            bind_concurrency: 16,
+            metrics_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            config: PhalanxConfig::default(),
+            leader: LeaderConfig::default(),
+            instance: None,
+            on_lease_lost: OnLeaseLost::Cancel,
+            bound_addr: None,
+        }
+    }
+}
+
+/// Builds a client from an explicit kubeconfig (and context), or infers one (in-cluster, then `~/.kube/config`).
+///
+/// # Errors
+/// The kubeconfig cannot be read or has no usable context.
+pub async fn client(kubeconfig: Option<&PathBuf>, context: Option<&str>) -> anyhow::Result<Client> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc = Kubeconfig::read_from(path)
+                .map_err(|e| anyhow::anyhow!("cannot read kubeconfig {}: {e}", path.display()))?;
+            let opts = KubeConfigOptions {
+                context: context.map(str::to_owned),
+                ..Default::default()
+            };
+            kube::Config::from_custom_kubeconfig(kc, &opts)
+                .await
+                .map_err(|e| anyhow::anyhow!("kubeconfig {}: {e}", path.display()))?
+        }
+        None if context.is_some() => {
+            let opts = KubeConfigOptions {
+                context: context.map(str::to_owned),
+                ..Default::default()
+            };
+            kube::Config::from_kubeconfig(&opts).await?
+        }
+        None => kube::Config::infer().await.map_err(|e| {
+            anyhow::anyhow!(
+                "no Kubernetes configuration found (in-cluster or ~/.kube/config); pass --kubeconfig: {e}"
+            )
+        })?,
+    };
+    Ok(Client::try_from(config)?)
+}
+
+/// Runs the operator until `shutdown` is cancelled or a component fails.
+///
+/// # Errors
+/// A component failed, the server could not bind, the Lease could not be used, or the Lease was lost.
+pub async fn run(client: Client, mut opts: RunOptions, shutdown: CancellationToken) -> anyhow::Result<()> {
+    wiring::validate(&opts)?;
+    let mut registry = Registry::with_prefix("phalanx");
+    registry.register(
+        "build",
+        "Phalanx build information",
+        Info::new(vec![("version", env!("CARGO_PKG_VERSION"))]),
+    );
+    let leader_gauge = Gauge::<i64>::default();
+    registry.register(
+        "leader",
+        "1 while this replica holds the Lease and may write",
+        leader_gauge.clone(),
+    );
+
+    // Bind first: a port conflict must fail before this process touches the Lease.
+    let listener = server::bind(opts.metrics_addr).await?;
+    let store = wiring::start_store(&client);
+    let leadership = leader::start(
+        client.clone(),
+        &opts.leader,
+        shutdown.clone(),
+        opts.on_lease_lost,
+        leader_gauge,
+    )
+    .await?;
+
+    let scheduler = wiring::scheduler(
+        &client,
+        &store,
+        &opts,
+        leadership.receiver.clone(),
+        shutdown.clone(),
+        &mut registry,
+    )?;
+    let controllers = wiring::controllers(
+        &client,
+        &store,
+        &opts,
+        leadership.receiver.clone(),
+        shutdown.clone(),
+        &mut registry,
+    )?;
+
+    let health = Arc::new(Health::default());
+    let app = server::router(health.clone(), Arc::new(registry));
+    let mut tasks: JoinSet<(&'static str, anyhow::Result<()>)> = JoinSet::new();
+    {
+        let (token, bound) = (shutdown.clone(), opts.bound_addr.take());
+        tasks.spawn(async move { ("http server", server::serve(listener, app, token, bound).await) });
+    }
+    {
+        let (store, token, health) = (store.clone(), shutdown.clone(), health.clone());
+        tasks.spawn(async move {
+            tokio::select! {
+                _ = wiring::store_ready(&store) => {
+                    health.set_ready(true);
+                    tracing::info!("caches synced; ready");
+                }
+                _ = token.cancelled() => {}
+            }
+            ("readiness", Ok(()))
+        });
+    }
+    tasks.spawn(async move { ("scheduler", scheduler.await) });
+    tasks.spawn(async move { ("controllers", controllers.await) });
+
+    let mut failure: Option<anyhow::Error> = None;
+    // Until shutdown: a component that ends early (other than readiness) is fatal for the process.
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            joined = tasks.join_next() => match joined {
+                None => break,
+                Some(Ok(("readiness", _))) => {}
+                Some(Ok((name, Ok(())))) => {
+                    if !shutdown.is_cancelled() {
+                        failure = Some(anyhow::anyhow!("{name} stopped unexpectedly"));
+                    }
+                    break;
+                }
+                Some(Ok((name, Err(e)))) => { failure = Some(e.context(format!("{name} failed"))); break; }
+                Some(Err(e)) => { failure = Some(anyhow::anyhow!("a task panicked: {e}")); break; }
+            }
+        }
+    }
+    shutdown.cancel();
+    health.set_ready(false);
+    let drain = async {
+        while let Some(joined) = tasks.join_next().await {
+            match joined {
+                Ok((name, Err(e))) => {
+                    tracing::warn!(component = name, error = %format!("{e:#}"), "stopped with an error")
+                }
+                Ok((name, Ok(()))) => tracing::debug!(component = name, "stopped"),
+                Err(e) => tracing::warn!(error = %e, "task panicked during shutdown"),
+            }
+        }
+    };
+    if tokio::time::timeout(STOP_TIMEOUT, drain).await.is_err() {
+        tracing::warn!("components did not stop within {STOP_TIMEOUT:?}; aborting them");
+        tasks.abort_all();
+    }
+    let lost = leadership.lost();
+    leadership.release(Duration::from_secs(5)).await;
+    if lost {
+        anyhow::bail!("lost the leader Lease (fail-stop)");
+    }
+    match failure {
+        Some(e) => Err(e),
+        None => {
+            tracing::info!("stopped");
+            Ok(())
+        }
+    }
+}
+
+/// Returns a token cancelled on SIGTERM or SIGINT (Ctrl-C). A second signal exits at once.
+pub fn shutdown_on_signals() -> CancellationToken {
+    let token = CancellationToken::new();
+    let t = token.clone();
+    tokio::spawn(async move {
+        wait_signal().await;
+        tracing::info!("signal received; shutting down (send again to exit at once)");
+        t.cancel();
+        wait_signal().await;
+        std::process::exit(130);
+    });
+    token
+}
+
+async fn wait_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A client for an address where nothing listens: any API call would fail with a connection error.
+    fn unreachable_client() -> Client {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().expect("uri"));
+        Client::try_from(config).expect("client")
+    }
+
+    #[tokio::test]
+    async fn bad_node_selector_fails_before_touching_the_cluster() {
+        let opts = RunOptions {
+            node_selector: "a in (b".into(),
+            ..RunOptions::default()
+        };
+        let err = run(unreachable_client(), opts, CancellationToken::new())
+            .await
+            .expect_err("bad selector");
+        let msg = format!("{err:#}");
+        assert!(msg.contains("--node-selector"), "{msg}");
+    }
+
+    #[tokio::test]
+    async fn port_conflict_fails_before_touching_the_cluster() {
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let opts = RunOptions {
+            metrics_addr: taken.local_addr().expect("addr"),
+            ..RunOptions::default()
+        };
+        let err = run(unreachable_client(), opts, CancellationToken::new())
+            .await
+            .expect_err("port in use");
+        assert!(format!("{err:#}").contains("cannot listen on"), "{err:#}");
+    }
+}
