@@ -1,0 +1,121 @@
+//! Binding pods to nodes through `pods/binding`, with bounded concurrency and a per-call timeout.
+//!
+//! Mirrors kube-scheduler's DefaultBinder (`pkg/scheduler/framework/plugins/defaultbinder`) and its API dispatcher
+//! (`pkg/scheduler/backend/api_calls/pod_binding.go`): the Binding carries `metadata.uid` so a pod recreated under the
+//! same name is never bound by mistake. kube-rs has no client-side rate limiter, so a semaphore bounds the number of
+//! binds in flight, and every call has a timeout because kube's default retry policy can replay a POST for minutes
+//! (rust-stack.md §5.3). A 409 that names the node we chose means an earlier attempt (or a replay) already bound the
+//! pod there and counts as success (§5.5).
+
+use std::{sync::Arc, time::Duration};
+
+use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
+use kube::{
+    Api, Client,
+    api::{ObjectMeta, PostParams},
+};
+use tokio::sync::Semaphore;
+
+/// What happened to one bind call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BindOutcome {
+    /// The API server accepted the Binding.
+    Bound,
+    /// 409: the pod is already bound to the node we chose (an earlier or replayed call succeeded). Success.
+    AlreadyBound,
+    /// 409: the pod is bound to another node, or its UID changed. Not our placement.
+    Conflict(String),
+    /// 404: the pod is gone.
+    NotFound,
+    /// Any other error, including a timeout. The message is for events and logs.
+    Failed(String),
+}
+
+impl BindOutcome {
+    /// True for [`BindOutcome::Bound`] and [`BindOutcome::AlreadyBound`].
+    pub fn is_success(&self) -> bool {
+        matches!(self, BindOutcome::Bound | BindOutcome::AlreadyBound)
+    }
+}
+
+/// Issues `pods/binding` calls with at most `concurrency` in flight.
+#[derive(Clone)]
+pub struct Binder {
+    client: Client,
+    permits: Arc<Semaphore>,
+    timeout: Duration,
+}
+
+impl Binder {
+    /// A binder over `client` with `concurrency` parallel calls (minimum 1) and a per-call `timeout`.
+    pub fn new(client: Client, concurrency: usize, timeout: Duration) -> Self {
+        Self {
+            client,
+            permits: Arc::new(Semaphore::new(concurrency.max(1))),
+            timeout,
+        }
+    }
+
+    /// Binds `pod` to `node`. Waits for a permit first; the timeout covers only the API call.
+    pub async fn bind(&self, pod: &Pod, node: &str) -> BindOutcome {
+        let (Some(ns), Some(name)) = (pod.metadata.namespace.as_deref(), pod.metadata.name.as_deref()) else {
+            return BindOutcome::Failed("pod has no namespace or name".into());
+        };
+        let Ok(_permit) = self.permits.acquire().await else {
+            return BindOutcome::Failed("binder closed".into());
+        };
+        let binding = Binding {
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                namespace: Some(ns.to_owned()),
+                uid: pod.metadata.uid.clone(),
+                ..Default::default()
+            },
+            target: ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Node".into()),
+                name: Some(node.to_owned()),
+                ..Default::default()
+            },
+        };
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
+        let pp = PostParams::default();
+        let call = api.create_subresource::<_, serde_json::Value>("binding", name, &pp, &binding);
+        match tokio::time::timeout(self.timeout, call).await {
+            Err(_) => BindOutcome::Failed(format!("binding timed out after {:?}", self.timeout)),
+            Ok(Ok(_)) => BindOutcome::Bound,
+            Ok(Err(kube::Error::Api(s))) if s.is_conflict() => classify_conflict(&s.message, node),
+            Ok(Err(kube::Error::Api(s))) if s.is_not_found() => BindOutcome::NotFound,
+            Ok(Err(e)) => BindOutcome::Failed(e.to_string()),
+        }
+    }
+}
+
+/// Classifies a 409 message. The apiserver says `pod p is already assigned to node "n"` when the pod is bound
+/// (`pkg/registry/core/pod/storage/storage.go` `assignPod`); only that text with our node counts as success.
+pub fn classify_conflict(message: &str, node: &str) -> BindOutcome {
+    match assigned_node(message) {
+        Some(n) if n == node => BindOutcome::AlreadyBound,
+        _ => BindOutcome::Conflict(message.to_owned()),
+    }
+}
+
+fn assigned_node(message: &str) -> Option<&str> {
+    let rest = message.split("already assigned to node \"").nth(1)?;
+    rest.split('"').next()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conflict_same_node_is_success() {
+        let m =
+            r#"Operation cannot be fulfilled on pods/binding "p1": pod p1 is already assigned to node "n1""#;
+        assert_eq!(classify_conflict(m, "n1"), BindOutcome::AlreadyBound);
+        assert!(matches!(classify_conflict(m, "n2"), BindOutcome::Conflict(_)));
+        let uid = "Precondition failed: UID in precondition: a, UID in object meta: b";
+        assert!(matches!(classify_conflict(uid, "n1"), BindOutcome::Conflict(_)));
+    }
+}

@@ -1,0 +1,87 @@
+//! Scheduler metrics, registered into the process registry (prefix given by the caller, `phalanx` in the binary).
+//!
+//! Names follow kube-scheduler's (`pkg/scheduler/metrics/metrics.go`): `scheduler_schedule_attempts_total{result}`,
+//! `scheduler_scheduling_attempt_duration_seconds`, `scheduler_pending_pods{queue}`, and
+//! `scheduler_binding_duration_seconds`, with `scheduler_` kept so dashboards read alike.
+
+use prometheus_client::{
+    metrics::{
+        counter::Counter,
+        family::Family,
+        gauge::Gauge,
+        histogram::{Histogram, exponential_buckets},
+    },
+    registry::Registry,
+};
+
+type Labels = Vec<(&'static str, String)>;
+
+/// Handles to the scheduler's metrics. Cloning shares the same series.
+#[derive(Clone)]
+pub struct Metrics {
+    attempts: Family<Labels, Counter>,
+    cycle: Family<Labels, Histogram>,
+    pending: Family<Labels, Gauge>,
+    binds: Family<Labels, Counter>,
+    bind_latency: Histogram,
+}
+
+impl Metrics {
+    /// Creates the metrics and registers them in `registry` (synchronously; nothing borrows the registry later).
+    pub fn register(registry: &mut Registry) -> Self {
+        let m = Self {
+            attempts: Family::default(),
+            cycle: Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.0005, 2.0, 16))),
+            pending: Family::default(),
+            binds: Family::default(),
+            bind_latency: Histogram::new(exponential_buckets(0.001, 2.0, 15)),
+        };
+        registry.register(
+            "scheduler_schedule_attempts",
+            "Scheduling attempts of entities (pods or pod groups) by result: scheduled, unschedulable, error, waiting",
+            m.attempts.clone(),
+        );
+        registry.register(
+            "scheduler_scheduling_attempt_duration_seconds",
+            "Duration of one scheduling cycle (snapshot, algorithm, decision) by entity kind and result",
+            m.cycle.clone(),
+        );
+        registry.register(
+            "scheduler_pending_entities",
+            "Entities waiting in the scheduling queue, by queue (active, backoff, unschedulable, gated)",
+            m.pending.clone(),
+        );
+        registry.register("scheduler_binds", "pods/binding calls by result", m.binds.clone());
+        registry.register(
+            "scheduler_binding_duration_seconds",
+            "Latency of one pods/binding call, including the wait for a concurrency permit",
+            m.bind_latency.clone(),
+        );
+        m
+    }
+
+    /// Counts one attempt with `result` (`scheduled`, `unschedulable`, `error`, `waiting`) and its duration.
+    pub fn attempt(&self, kind: &'static str, result: &'static str, seconds: f64) {
+        self.attempts
+            .get_or_create(&vec![("result", result.to_owned())])
+            .inc();
+        self.cycle
+            .get_or_create(&vec![("kind", kind.to_owned()), ("result", result.to_owned())])
+            .observe(seconds);
+    }
+
+    /// Sets the number of pending entities in `queue`.
+    pub fn pending(&self, queue: &'static str, n: usize) {
+        self.pending
+            .get_or_create(&vec![("queue", queue.to_owned())])
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    /// Records one bind call.
+    pub fn bind(&self, result: &'static str, seconds: f64) {
+        self.binds
+            .get_or_create(&vec![("result", result.to_owned())])
+            .inc();
+        self.bind_latency.observe(seconds);
+    }
+}

@@ -1,0 +1,114 @@
+//! The scheduling driver: runs the pure core (`phalanx-scheduler`) against the cluster.
+//!
+//! Data path (one way): store watch events -> [`SchedulingQueue`](phalanx_scheduler::SchedulingQueue) -> pop an
+//! entity -> snapshot from the store plus the assumed overlay -> `Scheduler::schedule` -> [`Decision`] -> assume the
+//! bindings and bind them in the background ([`binder`]), write pod and group conditions and events ([`status`]).
+//! This mirrors kube-scheduler's `scheduleOne` / `scheduleOnePodGroup` (`pkg/scheduler/schedule_one*.go`) with the
+//! binding cycle run asynchronously, and adds Phalanx's "no silent Pending": pods held before the queue get
+//! `PodScheduled=False` with reason `WaitingForPodGroup` or `WaitingForQuorum`, and their PodGroup says the same.
+//!
+//! Only pods whose `spec.schedulerName` equals [`SchedulerOptions::scheduler_name`] are scheduled; every other pod on
+//! a considered node only counts as usage. [`SchedulerOptions::node_selector`] restricts the nodes considered.
+//! Nothing is written unless `leader` is true.
+//!
+//! [`Decision`]: phalanx_scheduler::Decision
+
+pub mod binder;
+pub mod convert;
+mod driver;
+pub mod metrics;
+pub mod node_filter;
+pub mod status;
+mod writes;
+
+use std::{future::Future, time::Duration};
+
+use phalanx_scheduler::SchedulerConfig;
+use prometheus_client::registry::Registry;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+pub use binder::{BindOutcome, Binder};
+pub use metrics::Metrics;
+pub use node_filter::{NodeFilter, NodeFilterError};
+pub use status::{FIELD_MANAGER, StatusWriter, reasons};
+
+/// Options of one scheduler instance.
+#[derive(Clone, Debug)]
+pub struct SchedulerOptions {
+    /// `spec.schedulerName` this instance schedules (default `phalanx-scheduler`).
+    pub scheduler_name: String,
+    /// Maximum `pods/binding` calls in flight (default 16). kube-rs has no client-side rate limiter.
+    pub bind_concurrency: usize,
+    /// Timeout of one bind call (default 10 s); a timed-out bind is forgotten and the pod requeued.
+    pub bind_timeout: Duration,
+    /// Maximum status patches and events in flight (default 16).
+    pub status_concurrency: usize,
+    /// Label selector (kubectl `-l` syntax) restricting the nodes this instance considers; empty = all nodes.
+    /// Partitions a cluster between scheduler instances.
+    pub node_selector: Option<String>,
+    /// Reporting instance for events (usually the pod name); defaults to the scheduler name.
+    pub instance: Option<String>,
+    /// Core configuration (plugin weights, backoff, flush interval, ...).
+    pub config: SchedulerConfig,
+}
+
+impl Default for SchedulerOptions {
+    fn default() -> Self {
+        Self {
+            scheduler_name: phalanx_api::DEFAULT_SCHEDULER_NAME.to_owned(),
+            bind_concurrency: 16,
+            bind_timeout: Duration::from_secs(10),
+            status_concurrency: 16,
+            node_selector: None,
+            instance: None,
+            config: SchedulerConfig::default(),
+        }
+    }
+}
+
+/// Errors that stop the driver before it starts.
+#[derive(Debug, thiserror::Error)]
+pub enum SchedulingError {
+    /// `node_selector` does not parse.
+    #[error(transparent)]
+    NodeSelector(#[from] NodeFilterError),
+    /// The core configuration is invalid.
+    #[error("invalid scheduler configuration: {0}")]
+    Config(String),
+}
+
+/// Runs the scheduler until `shutdown` is cancelled.
+///
+/// Metrics are registered into `registry` synchronously, before the returned future starts, so the future is
+/// `Send + 'static` and does not borrow the registry. The future waits for `store` to be ready, then keeps the queue
+/// warm at all times but pops, binds and writes only while `leader` reads true. Errors: an invalid
+/// `node_selector` or configuration (returned at once by the future).
+pub fn run(
+    client: kube::Client,
+    store: phalanx_store::Store,
+    opts: SchedulerOptions,
+    leader: watch::Receiver<bool>,
+    shutdown: CancellationToken,
+    registry: &mut Registry,
+) -> impl Future<Output = anyhow::Result<()>> + Send + use<> {
+    let metrics = Metrics::register(registry);
+    async move {
+        let filter = NodeFilter::parse(opts.node_selector.as_deref().unwrap_or_default())
+            .map_err(SchedulingError::from)?;
+        opts.config
+            .validate()
+            .map_err(|e| SchedulingError::Config(e.to_string()))?;
+        driver::Driver::new(client, store, opts, filter, leader, metrics)
+            .run(shutdown)
+            .await
+    }
+}
+
+/// Builds a client for the scheduler from `config` with kube's default retry policy off: that policy retries a
+/// POST on 429/503/504 with up to 1000 s backoff (rust-stack.md §5.3), which would stall binds for minutes. The
+/// driver bounds every call with its own timeout instead.
+pub fn scheduler_client(mut config: kube::Config) -> Result<kube::Client, kube::Error> {
+    config.default_retry = false;
+    kube::Client::try_from(config)
+}

@@ -1,0 +1,282 @@
+//! Writing what a scheduling attempt found: pod `PodScheduled` conditions, group conditions, and events.
+//!
+//! Follows kube-scheduler: `updatePod` in `pkg/scheduler/schedule_one.go` (strategic-merge patch of
+//! `PodScheduled=False` on pods/status, skipped when nothing changed), `updatePodGroupCondition` in
+//! `schedule_one_podgroup.go` (the group condition is True once and never goes back, `observedGeneration` is set, no
+//! call when unchanged, `lastTransitionTime` changes only when the status flips), and the `Scheduled` /
+//! `FailedScheduling` events. Group conditions are written by server-side apply with field manager
+//! `phalanx-scheduler` so the scheduler owns only its condition entry (conditions are a map list keyed by `type`).
+//! Every writer checks the leader flag first: only the lease holder writes.
+
+use std::sync::Arc;
+
+use k8s_openapi::{
+    api::core::v1::{Pod, PodCondition},
+    apimachinery::pkg::apis::meta::v1::{Condition, Time},
+    jiff::Timestamp,
+};
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    api::{Patch, PatchParams},
+    runtime::events::{Event, EventType, Recorder},
+};
+use serde::de::DeserializeOwned;
+use serde_json::json;
+use tokio::sync::watch;
+
+/// Field manager of every write the scheduler makes.
+pub const FIELD_MANAGER: &str = "phalanx-scheduler";
+
+/// Pod condition reasons (core `PodReasonUnschedulable`, `PodReasonSchedulerError`, plus Phalanx's waiting reasons).
+pub mod reasons {
+    /// No node fits (or the gang cannot reach minCount).
+    pub const UNSCHEDULABLE: &str = "Unschedulable";
+    /// The attempt failed for an internal reason or the hierarchy is invalid.
+    pub const SCHEDULER_ERROR: &str = "SchedulerError";
+    /// The pod names a PodGroup that does not exist (yet).
+    pub const WAITING_FOR_POD_GROUP: &str = "WaitingForPodGroup";
+    /// The group has fewer pods than its minCount (or its tree lacks groups for minGroupCount).
+    pub const WAITING_FOR_QUORUM: &str = "WaitingForQuorum";
+    /// Group condition reason on success.
+    pub const SCHEDULED: &str = "Scheduled";
+}
+
+/// The writes a scheduling attempt makes, gated on leadership.
+#[derive(Clone)]
+pub struct StatusWriter {
+    client: Client,
+    recorder: Arc<Recorder>,
+    leader: watch::Receiver<bool>,
+}
+
+impl StatusWriter {
+    /// A writer that publishes events through the shared `recorder` and writes only while `leader` is true.
+    pub fn new(client: Client, recorder: Arc<Recorder>, leader: watch::Receiver<bool>) -> Self {
+        Self {
+            client,
+            recorder,
+            leader,
+        }
+    }
+
+    /// True while this replica holds the lease.
+    pub fn is_leader(&self) -> bool {
+        *self.leader.borrow()
+    }
+
+    /// Sets `PodScheduled=False` with `reason`/`message` on the pod unless it already says exactly that.
+    /// Returns whether a patch was sent.
+    pub async fn pod_unschedulable(
+        &self,
+        pod: &Pod,
+        reason: &str,
+        message: &str,
+    ) -> Result<bool, kube::Error> {
+        let current = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == "PodScheduled"));
+        if current.is_some_and(|c| {
+            c.status == "False"
+                && c.reason.as_deref() == Some(reason)
+                && c.message.as_deref() == Some(message)
+        }) {
+            return Ok(false);
+        }
+        if !self.is_leader() {
+            return Ok(false);
+        }
+        let ltt = match current {
+            Some(c) if c.status == "False" => c.last_transition_time.clone(),
+            _ => None,
+        }
+        .unwrap_or(Time(Timestamp::now()));
+        let cond = PodCondition {
+            type_: "PodScheduled".into(),
+            status: "False".into(),
+            reason: Some(reason.into()),
+            message: Some(message.into()),
+            last_transition_time: Some(ltt),
+            ..Default::default()
+        };
+        let (Some(ns), name) = (pod.namespace(), pod.name_any()) else {
+            return Ok(false);
+        };
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
+        let patch = json!({ "status": { "conditions": [cond] } });
+        api.patch_status(&name, &PatchParams::default(), &Patch::Strategic(patch))
+            .await?;
+        Ok(true)
+    }
+
+    /// Emits the `Scheduled` event kube-scheduler emits after a successful bind.
+    pub async fn event_scheduled(&self, pod: &Pod, node: &str) {
+        let note = format!(
+            "Successfully assigned {}/{} to {}",
+            pod.namespace().unwrap_or_default(),
+            pod.name_any(),
+            node
+        );
+        self.event(pod, EventType::Normal, "Scheduled", "Binding", note)
+            .await;
+    }
+
+    /// Emits `FailedScheduling` with `message`.
+    pub async fn event_failed(&self, pod: &Pod, message: &str) {
+        self.event(
+            pod,
+            EventType::Warning,
+            "FailedScheduling",
+            "Scheduling",
+            message.to_owned(),
+        )
+        .await;
+    }
+
+    async fn event(&self, pod: &Pod, type_: EventType, reason: &str, action: &str, note: String) {
+        if !self.is_leader() {
+            return;
+        }
+        let ev = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(truncate(note, 1000)),
+            action: action.into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&ev, &pod.object_ref(&())).await {
+            tracing::debug!(pod = %pod.name_any(), error = %e, "event not recorded");
+        }
+    }
+
+    /// Applies the group condition `type_` with upstream's rules. `current` are the object's conditions as cached.
+    /// A True condition is never replaced by a non-True one; nothing is sent when status, reason, message and
+    /// observedGeneration are unchanged. Returns whether a patch was sent.
+    pub async fn group_condition<K>(
+        &self,
+        obj: &K,
+        current: &[Condition],
+        type_: &str,
+        status: bool,
+        reason: &str,
+        message: &str,
+    ) -> Result<bool, kube::Error>
+    where
+        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + DeserializeOwned
+            + std::fmt::Debug,
+    {
+        let Some(cond) =
+            desired_group_condition(current, type_, status, reason, message, obj.meta().generation)
+        else {
+            return Ok(false);
+        };
+        if !self.is_leader() {
+            return Ok(false);
+        }
+        let (Some(ns), name) = (obj.namespace(), obj.name_any()) else {
+            return Ok(false);
+        };
+        let api: Api<K> = Api::namespaced(self.client.clone(), &ns);
+        let body = json!({
+            "apiVersion": K::api_version(&()),
+            "kind": K::kind(&()),
+            "status": { "conditions": [cond] },
+        });
+        api.patch_status(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(body),
+        )
+        .await?;
+        Ok(true)
+    }
+}
+
+/// The condition to write, or `None` when nothing must be written (no regression from True, or no change).
+pub fn desired_group_condition(
+    current: &[Condition],
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+) -> Option<Condition> {
+    use phalanx_api::conditions::{set_condition, status as cs};
+    let status_s = if status { cs::TRUE } else { cs::FALSE };
+    let mut conds: Vec<Condition> = current.iter().filter(|c| c.type_ == type_).cloned().collect();
+    if conds.first().is_some_and(|o| o.status == cs::TRUE) && !status {
+        // PodGroupInitiallyScheduled is terminal once True (upstream-spec.md §3.9).
+        return None;
+    }
+    let new = Condition {
+        type_: type_.into(),
+        status: status_s.into(),
+        reason: reason.into(),
+        message: truncate(message.to_owned(), 32_000),
+        observed_generation: generation,
+        last_transition_time: Time(Timestamp::now()),
+    };
+    if !set_condition(&mut conds, new) {
+        return None;
+    }
+    conds.pop()
+}
+
+/// Cuts `s` to at most `max` bytes on a char boundary (events allow 1 kB notes, conditions 32 kB messages).
+fn truncate(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let mut i = max;
+        while !s.is_char_boundary(i) {
+            i -= 1;
+        }
+        s.truncate(i);
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cond(status: &str, reason: &str, msg: &str, gen_: Option<i64>) -> Condition {
+        Condition {
+            type_: "PodGroupInitiallyScheduled".into(),
+            status: status.into(),
+            reason: reason.into(),
+            message: msg.into(),
+            observed_generation: gen_,
+            last_transition_time: Time(Timestamp::UNIX_EPOCH),
+        }
+    }
+
+    #[test]
+    fn group_condition_rules() {
+        let t = "PodGroupInitiallyScheduled";
+        // First write.
+        let c = desired_group_condition(&[], t, false, "Unschedulable", "m", Some(1)).unwrap();
+        assert_eq!((c.status.as_str(), c.reason.as_str()), ("False", "Unschedulable"));
+        // Unchanged: no write.
+        let cur = [cond("False", "Unschedulable", "m", Some(1))];
+        assert!(desired_group_condition(&cur, t, false, "Unschedulable", "m", Some(1)).is_none());
+        // New message keeps the transition time (status did not flip).
+        let c = desired_group_condition(&cur, t, false, "Unschedulable", "m2", Some(1)).unwrap();
+        assert_eq!(c.last_transition_time, Time(Timestamp::UNIX_EPOCH));
+        // New generation is written.
+        assert!(desired_group_condition(&cur, t, false, "Unschedulable", "m", Some(2)).is_some());
+        // Flip to True changes the transition time.
+        let c = desired_group_condition(&cur, t, true, "Scheduled", "", Some(1)).unwrap();
+        assert_ne!(c.last_transition_time, Time(Timestamp::UNIX_EPOCH));
+        // Never back from True.
+        let cur = [cond("True", "Scheduled", "", Some(1))];
+        assert!(desired_group_condition(&cur, t, false, "Unschedulable", "x", Some(2)).is_none());
+    }
+
+    #[test]
+    fn truncate_on_char_boundary() {
+        assert_eq!(truncate("héllo".into(), 2), "h");
+        assert_eq!(truncate("abc".into(), 5), "abc");
+    }
+}

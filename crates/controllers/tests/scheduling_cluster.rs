@@ -1,0 +1,896 @@
+//! The scheduling driver on a real control plane (phalanx-testenv: kube-apiserver, etcd, KCM v1.37.2 and kwok).
+//!
+//! Every test creates its own namespace, its own kwok nodes labelled `phalanx.dev/test-ns=<ns>`, and its own
+//! in-process scheduler (`scheduling::run`) with a unique scheduler name and `node_selector` over those nodes, so
+//! tests share the control plane without seeing each other's pods or nodes. Scenario numbers are those of
+//! upstream-spec.md §4 (from kubernetes `test/integration/scheduler/podgroup/podgroup_test.go`).
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, bail, ensure};
+use futures::{StreamExt, TryStreamExt, stream};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{DeleteParams, ListParams, PostParams},
+    runtime::{WatchStreamExt, watcher},
+};
+use phalanx_api::v1beta1::PodGroup;
+use phalanx_controllers::scheduling::{self, SchedulerOptions};
+use phalanx_store::{Store, StoreConfig};
+use phalanx_testenv::{FakeNode, TEST_NS_LABEL, TestEnv, create_namespace, wait_for};
+use prometheus_client::registry::Registry;
+use rand::seq::SliceRandom;
+use serde_json::json;
+use tokio::{sync::watch, task::JoinHandle};
+use tokio_util::sync::CancellationToken;
+
+const SETTLE: Duration = Duration::from_secs(60);
+
+/// One test's client, namespace and scheduler name.
+struct Ctx {
+    client: Client,
+    ns: String,
+    sched: String,
+}
+
+/// A running in-process scheduler.
+struct Sched {
+    shutdown: CancellationToken,
+    handle: JoinHandle<anyhow::Result<()>>,
+    registry: Registry,
+    leader: watch::Sender<bool>,
+}
+
+impl Sched {
+    async fn stop(self) -> anyhow::Result<()> {
+        self.shutdown.cancel();
+        self.handle.await.context("scheduler task")?
+    }
+
+    /// Abrupt stop: the task and its binds are aborted mid-flight (a crash).
+    async fn kill(self) {
+        self.handle.abort();
+        let _ = self.handle.await;
+    }
+
+    fn metrics(&self) -> String {
+        let mut s = String::new();
+        prometheus_client::encoding::text::encode(&mut s, &self.registry).unwrap_or_default();
+        s
+    }
+}
+
+async fn setup(prefix: &str) -> anyhow::Result<Ctx> {
+    let env = TestEnv::shared();
+    let client = env.client().await?;
+    phalanx_testenv::apply_crds(&client, &phalanx_api::crds::to_yaml()).await?;
+    let ns = create_namespace(&client, prefix).await?;
+    let sched = format!("phalanx-{ns}");
+    Ok(Ctx { client, ns, sched })
+}
+
+impl Ctx {
+    fn start(&self, tweak: impl FnOnce(&mut SchedulerOptions)) -> Sched {
+        let mut opts = SchedulerOptions {
+            scheduler_name: self.sched.clone(),
+            node_selector: Some(format!("{TEST_NS_LABEL}={}", self.ns)),
+            ..SchedulerOptions::default()
+        };
+        tweak(&mut opts);
+        let store = Store::start(self.client.clone(), StoreConfig::default());
+        let (tx, rx) = watch::channel(opts.instance.as_deref() != Some("follower"));
+        let shutdown = CancellationToken::new();
+        let mut registry = Registry::with_prefix("phalanx");
+        let fut = scheduling::run(
+            self.client.clone(),
+            store,
+            opts,
+            rx,
+            shutdown.clone(),
+            &mut registry,
+        );
+        Sched {
+            shutdown,
+            handle: tokio::spawn(fut),
+            registry,
+            leader: tx,
+        }
+    }
+
+    async fn node(&self, name: &str, cpu: &str) -> anyhow::Result<String> {
+        let full = format!("{}-{name}", self.ns);
+        FakeNode::new(&full)
+            .cpu(cpu)
+            .memory("32Gi")
+            .pods(110)
+            .test_namespace(&self.ns)
+            .create(&self.client)
+            .await?;
+        Ok(full)
+    }
+
+    fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    fn groups(&self) -> Api<PodGroup> {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    async fn pod(&self, name: &str, cpu: &str, group: Option<&str>) -> anyhow::Result<()> {
+        self.pod_with(name, cpu, group, &self.sched.clone(), None).await
+    }
+
+    async fn pod_with(
+        &self,
+        name: &str,
+        cpu: &str,
+        group: Option<&str>,
+        scheduler: &str,
+        node: Option<&str>,
+    ) -> anyhow::Result<()> {
+        let mut labels = BTreeMap::new();
+        if let Some(g) = group {
+            labels.insert(phalanx_api::labels::POD_GROUP.to_string(), g.to_string());
+        }
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": { "name": name, "labels": labels },
+            "spec": {
+                "schedulerName": scheduler,
+                "nodeName": node,
+                "terminationGracePeriodSeconds": 0,
+                "containers": [{ "name": "c", "image": "busybox", "resources": { "requests": { "cpu": cpu } } }],
+            }
+        }))?;
+        self.pods()
+            .create(&PostParams::default(), &pod)
+            .await
+            .with_context(|| format!("creating pod {name}"))?;
+        Ok(())
+    }
+
+    async fn group(&self, name: &str, gang: Option<i32>) -> anyhow::Result<()> {
+        let policy = match gang {
+            Some(n) => json!({ "gang": { "minCount": n } }),
+            None => json!({ "basic": {} }),
+        };
+        let pg: PodGroup = serde_json::from_value(json!({
+            "apiVersion": "scheduling.phalanx.dev/v1beta1",
+            "kind": "PodGroup",
+            "metadata": { "name": name },
+            "spec": { "schedulingPolicy": policy },
+        }))?;
+        self.groups()
+            .create(&PostParams::default(), &pg)
+            .await
+            .with_context(|| format!("creating PodGroup {name}"))?;
+        Ok(())
+    }
+
+    async fn delete_pod(&self, name: &str) -> anyhow::Result<()> {
+        self.pods()
+            .delete(name, &DeleteParams::default().grace_period(0))
+            .await?;
+        let api = self.pods();
+        wait_for(&format!("pod {name} gone"), SETTLE, || {
+            let api = api.clone();
+            async move { Ok(api.get_opt(name).await?.is_none().then_some(())) }
+        })
+        .await
+    }
+
+    /// Node of every pod in the namespace that is bound.
+    async fn bindings(&self) -> anyhow::Result<HashMap<String, String>> {
+        let list = self.pods().list(&ListParams::default()).await?;
+        Ok(list
+            .items
+            .iter()
+            .filter_map(|p| Some((p.name_any(), node_of(p)?.to_owned())))
+            .collect())
+    }
+
+    async fn wait_bound(&self, names: &[&str]) -> anyhow::Result<HashMap<String, String>> {
+        let what = format!("pods {names:?} bound");
+        wait_for(&what, SETTLE, || async {
+            let b = self.bindings().await?;
+            Ok(names.iter().all(|n| b.contains_key(*n)).then_some(b))
+        })
+        .await
+    }
+
+    /// Waits for `PodScheduled=False` with `reason` on `name`; returns the message.
+    async fn wait_pod_reason(&self, name: &str, reason: &str) -> anyhow::Result<String> {
+        let api = self.pods();
+        wait_for(&format!("pod {name} PodScheduled=False/{reason}"), SETTLE, || {
+            let api = api.clone();
+            async move {
+                let p = api.get(name).await?;
+                Ok(pod_scheduled(&p)
+                    .filter(|(s, r, _)| s == "False" && r == reason)
+                    .map(|(_, _, m)| m))
+            }
+        })
+        .await
+    }
+
+    /// Waits for the PodGroupInitiallyScheduled condition with `status`/`reason`; returns its message.
+    async fn wait_group(&self, name: &str, status: &str, reason: &str) -> anyhow::Result<String> {
+        let api = self.groups();
+        wait_for(&format!("PodGroup {name} {status}/{reason}"), SETTLE, || {
+            let api = api.clone();
+            async move {
+                let g = api.get(name).await?;
+                Ok(group_condition(&g)
+                    .filter(|c| c.status == status && c.reason == reason)
+                    .map(|c| c.message))
+            }
+        })
+        .await
+    }
+
+    /// Asserts that none of `names` gets bound during `d`.
+    async fn stays_unbound(&self, names: &[&str], d: Duration) -> anyhow::Result<()> {
+        let end = Instant::now() + d;
+        while Instant::now() < end {
+            let b = self.bindings().await?;
+            for n in names {
+                ensure!(
+                    !b.contains_key(*n),
+                    "pod {n} was bound to {:?}, expected it to stay pending",
+                    b.get(*n)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        Ok(())
+    }
+
+    /// Fails if any node of this test has more CPU requested by bound pods than it has.
+    async fn no_overcommit(&self) -> anyhow::Result<()> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let lp = ListParams::default().labels(&format!("{TEST_NS_LABEL}={}", self.ns));
+        let mut cap = HashMap::new();
+        for n in nodes.list(&lp).await?.items {
+            let q = n
+                .status
+                .as_ref()
+                .and_then(|s| s.allocatable.as_ref())
+                .and_then(|a| a.get("cpu"))
+                .cloned();
+            cap.insert(n.name_any(), milli(&q.map(|q| q.0).unwrap_or_default()));
+        }
+        let mut used: HashMap<String, i64> = HashMap::new();
+        for p in Api::<Pod>::all(self.client.clone())
+            .list(&ListParams::default())
+            .await?
+            .items
+        {
+            if let Some(n) = node_of(&p).filter(|n| cap.contains_key(*n)) {
+                *used.entry(n.to_owned()).or_default() += pod_cpu(&p);
+            }
+        }
+        for (n, u) in &used {
+            ensure!(
+                u <= &cap[n],
+                "node {n} overcommitted: {u}m requested of {}m",
+                cap[n]
+            );
+        }
+        Ok(())
+    }
+}
+
+fn node_of(p: &Pod) -> Option<&str> {
+    p.spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .filter(|n| !n.is_empty())
+}
+
+fn pod_scheduled(p: &Pod) -> Option<(String, String, String)> {
+    let c = p
+        .status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "PodScheduled")?;
+    Some((
+        c.status.clone(),
+        c.reason.clone().unwrap_or_default(),
+        c.message.clone().unwrap_or_default(),
+    ))
+}
+
+fn group_condition(g: &PodGroup) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    g.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == phalanx_api::conditions::POD_GROUP_INITIALLY_SCHEDULED)
+        .cloned()
+}
+
+fn milli(q: &str) -> i64 {
+    match q.strip_suffix('m') {
+        Some(m) => m.parse().unwrap_or(0),
+        None => q.parse::<f64>().map(|v| (v * 1000.0) as i64).unwrap_or(0),
+    }
+}
+
+fn pod_cpu(p: &Pod) -> i64 {
+    p.spec
+        .iter()
+        .flat_map(|s| s.containers.iter())
+        .filter_map(|c| {
+            c.resources
+                .as_ref()?
+                .requests
+                .as_ref()?
+                .get("cpu")
+                .map(|q| milli(&q.0))
+        })
+        .sum()
+}
+
+fn count_in(b: &HashMap<String, String>, names: &[String]) -> usize {
+    names.iter().filter(|n| b.contains_key(*n)).count()
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+
+/// S1: gang(3), three 1-CPU pods on a 4-CPU node: all bound, condition True/Scheduled; events recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s1_gang_all_fit() -> anyhow::Result<()> {
+    let cx = setup("s1").await?;
+    cx.node("n", "4").await?;
+    let s = cx.start(|_| {});
+    cx.group("pg1", Some(3)).await?;
+    for p in ["p1", "p2", "p3"] {
+        cx.pod(p, "1", Some("pg1")).await?;
+    }
+    cx.wait_bound(&["p1", "p2", "p3"]).await?;
+    cx.wait_group("pg1", "True", "Scheduled").await?;
+    let g = cx.groups().get("pg1").await?;
+    let c = group_condition(&g).context("condition")?;
+    assert_eq!(
+        c.observed_generation, g.metadata.generation,
+        "observedGeneration is set"
+    );
+    // kube-scheduler-style events on the pods.
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(cx.client.clone(), &cx.ns);
+    wait_for("Scheduled event for p1", SETTLE, || async {
+        let l = events.list(&ListParams::default()).await?;
+        Ok(l.items
+            .iter()
+            .any(|e| {
+                e.reason.as_deref() == Some("Scheduled")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("p1")
+            })
+            .then_some(()))
+    })
+    .await?;
+    assert!(
+        s.metrics()
+            .contains("phalanx_scheduler_schedule_attempts_total{result=\"scheduled\"}"),
+        "{}",
+        s.metrics()
+    );
+    s.stop().await
+}
+
+/// S2: only 2 of 3 gang pods: both wait with WaitingForQuorum, and the PodGroup says the same. The third binds all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s2_quorum_wait() -> anyhow::Result<()> {
+    let cx = setup("s2").await?;
+    cx.node("n", "4").await?;
+    let s = cx.start(|_| {});
+    cx.group("pg1", Some(3)).await?;
+    cx.pod("p1", "1", Some("pg1")).await?;
+    cx.pod("p2", "1", Some("pg1")).await?;
+    let m = cx.wait_pod_reason("p2", "WaitingForQuorum").await?;
+    assert_eq!(m, "2 of 3 pods present (minCount 3)");
+    let gm = cx.wait_group("pg1", "False", "Unschedulable").await?;
+    assert_eq!(gm, m, "the PodGroup condition says the same as the pods");
+    cx.stays_unbound(&["p1", "p2"], Duration::from_secs(2)).await?;
+    cx.pod("p3", "1", Some("pg1")).await?;
+    cx.wait_bound(&["p1", "p2", "p3"]).await?;
+    cx.wait_group("pg1", "True", "Scheduled").await?;
+    s.stop().await
+}
+
+/// S3: pods before their PodGroup wait with WaitingForPodGroup; then the gang does not fit (blocker) and is
+/// Unschedulable with nothing bound; deleting the blocker binds all three.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3_group_missing_then_capacity() -> anyhow::Result<()> {
+    let cx = setup("s3").await?;
+    cx.node("n", "4").await?;
+    let s = cx.start(|_| {});
+    cx.pod("blocker", "2", None).await?;
+    cx.wait_bound(&["blocker"]).await?;
+    for p in ["p1", "p2", "p3"] {
+        cx.pod(p, "1", Some("pg1")).await?;
+    }
+    let m = cx.wait_pod_reason("p1", "WaitingForPodGroup").await?;
+    assert!(m.contains("\"pg1\""), "message names the group: {m}");
+    cx.group("pg1", Some(3)).await?;
+    cx.wait_group("pg1", "False", "Unschedulable").await?;
+    for p in ["p1", "p2", "p3"] {
+        cx.wait_pod_reason(p, "Unschedulable").await?;
+    }
+    cx.stays_unbound(&["p1", "p2", "p3"], Duration::from_secs(1))
+        .await?;
+    cx.delete_pod("blocker").await?;
+    cx.wait_bound(&["p1", "p2", "p3"]).await?;
+    cx.wait_group("pg1", "True", "Scheduled").await?;
+    s.stop().await
+}
+
+/// S4: minCount 3 with 4 pods and room for 3: exactly 3 bind; the 4th binds once the small blocker goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s4_min_count_below_pod_count() -> anyhow::Result<()> {
+    let cx = setup("s4").await?;
+    cx.node("n", "4").await?;
+    let s = cx.start(|_| {});
+    cx.pod("small-blocker", "1", None).await?;
+    cx.wait_bound(&["small-blocker"]).await?;
+    let names: Vec<String> = (1..=4).map(|i| format!("p{i}")).collect();
+    for p in &names {
+        cx.pod(p, "1", Some("pg1")).await?;
+    }
+    cx.group("pg1", Some(3)).await?;
+    cx.wait_group("pg1", "True", "Scheduled").await?;
+    let b = wait_for("3 of 4 bound", SETTLE, || async {
+        let b = cx.bindings().await?;
+        Ok((count_in(&b, &names) == 3).then_some(b))
+    })
+    .await?;
+    let left = names
+        .iter()
+        .find(|n| !b.contains_key(*n))
+        .context("one left")?
+        .clone();
+    cx.wait_pod_reason(&left, "Unschedulable").await?;
+    cx.stays_unbound(&[left.as_str()], Duration::from_secs(1)).await?;
+    cx.delete_pod("small-blocker").await?;
+    cx.wait_bound(&[left.as_str()]).await?;
+    cx.no_overcommit().await?;
+    s.stop().await
+}
+
+/// Creates two gang(3) groups of 3 one-CPU pods in `order` on one 4-CPU node; returns (bound of a, bound of b).
+async fn two_gangs(
+    cx: &Ctx,
+    a: &str,
+    b: &str,
+    order: &[String],
+    gap: Duration,
+) -> anyhow::Result<(usize, usize)> {
+    cx.group(a, Some(3)).await?;
+    cx.group(b, Some(3)).await?;
+    for name in order {
+        let g = if name.starts_with(&format!("{a}-")) { a } else { b };
+        cx.pod(name, "1", Some(g)).await?;
+        tokio::time::sleep(gap).await;
+    }
+    let an: Vec<String> = (1..=3).map(|i| format!("{a}-p{i}")).collect();
+    let bn: Vec<String> = (1..=3).map(|i| format!("{b}-p{i}")).collect();
+    // Settled: one gang fully bound and every pod of the other marked unschedulable.
+    let loser_settled = |bind: &HashMap<String, String>, pods: &[Pod]| {
+        let (w, l) = if count_in(bind, &an) == 3 {
+            (&an, &bn)
+        } else {
+            (&bn, &an)
+        };
+        count_in(bind, w) == 3
+            && l.iter().all(|n| {
+                pods.iter()
+                    .find(|p| p.name_any() == *n)
+                    .and_then(pod_scheduled)
+                    .is_some_and(|(s, r, _)| s == "False" && r == "Unschedulable")
+            })
+    };
+    wait_for("one gang bound, the other unschedulable", SETTLE, || async {
+        let pods = cx.pods().list(&ListParams::default()).await?.items;
+        let bind: HashMap<String, String> = pods
+            .iter()
+            .filter_map(|p| Some((p.name_any(), node_of(p)?.to_owned())))
+            .collect();
+        let (x, y) = (count_in(&bind, &an), count_in(&bind, &bn));
+        if x + y > 3 {
+            bail!("{x}+{y} pods bound on a 4-CPU node");
+        }
+        Ok(loser_settled(&bind, &pods).then_some(()))
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let bind = cx.bindings().await?;
+    Ok((count_in(&bind, &an), count_in(&bind, &bn)))
+}
+
+/// S5: interleaved creation, pg1's quorum first: pg1 bound entirely, pg2 entirely unschedulable. Never 2+2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s5_two_gangs_no_deadlock() -> anyhow::Result<()> {
+    let cx = setup("s5").await?;
+    cx.node("n", "4").await?;
+    let s = cx.start(|_| {});
+    let order: Vec<String> = (1..=3)
+        .flat_map(|i| [format!("pg1-p{i}"), format!("pg2-p{i}")])
+        .collect();
+    let (a, b) = two_gangs(&cx, "pg1", "pg2", &order, Duration::from_millis(300)).await?;
+    assert_eq!((a, b), (3, 0));
+    cx.wait_group("pg2", "False", "Unschedulable").await?;
+    cx.wait_group("pg1", "True", "Scheduled").await?;
+    s.stop().await
+}
+
+/// S6: the same with reversed creation order: pg2 (its pods reach quorum first) wins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s6_two_gangs_reversed() -> anyhow::Result<()> {
+    let cx = setup("s6").await?;
+    cx.node("n", "4").await?;
+    let s = cx.start(|_| {});
+    let order: Vec<String> = (1..=3)
+        .rev()
+        .flat_map(|i| [format!("pg2-p{i}"), format!("pg1-p{i}")])
+        .collect();
+    let (a, b) = two_gangs(&cx, "pg1", "pg2", &order, Duration::from_millis(300)).await?;
+    assert_eq!((a, b), (0, 3));
+    cx.wait_group("pg1", "False", "Unschedulable").await?;
+    s.stop().await
+}
+
+/// Two gangs competing for one node, 20 repetitions in random creation order with no pause: never 2+2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_gangs_random_order_20x() -> anyhow::Result<()> {
+    let cx = setup("race").await?;
+    let s = cx.start(|_| {});
+    let mut rng = rand::rng();
+    for rep in 0..20 {
+        let node = cx.node(&format!("r{rep}"), "4").await?;
+        let (a, b) = (format!("a{rep}"), format!("b{rep}"));
+        let mut order: Vec<String> = (1..=3)
+            .flat_map(|i| [format!("{a}-p{i}"), format!("{b}-p{i}")])
+            .collect();
+        order.shuffle(&mut rng);
+        let (x, y) = two_gangs(&cx, &a, &b, &order, Duration::ZERO).await?;
+        assert!(
+            (x, y) == (3, 0) || (x, y) == (0, 3),
+            "rep {rep}: {x}+{y} with order {order:?}"
+        );
+        cx.no_overcommit().await?;
+        // Clear the node for the next repetition: delete pods (grace 0) and the node.
+        let api = cx.pods();
+        stream::iter(order.clone())
+            .map(|n| {
+                let api = api.clone();
+                async move {
+                    api.delete(&n, &DeleteParams::default().grace_period(0))
+                        .await
+                        .map(|_| ())
+                }
+            })
+            .buffer_unordered(6)
+            .try_collect::<Vec<_>>()
+            .await?;
+        wait_for("pods of the repetition gone", SETTLE, || async {
+            Ok(cx
+                .pods()
+                .list(&ListParams::default())
+                .await?
+                .items
+                .is_empty()
+                .then_some(()))
+        })
+        .await?;
+        Api::<Node>::all(cx.client.clone())
+            .delete(&node, &DeleteParams::default())
+            .await?;
+    }
+    s.stop().await
+}
+
+/// S8: a basic group schedules each arrival on its own; no quorum.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s8_basic_group() -> anyhow::Result<()> {
+    let cx = setup("s8").await?;
+    cx.node("n", "4").await?;
+    let s = cx.start(|_| {});
+    cx.group("pg1", None).await?;
+    cx.pod("p1", "1", Some("pg1")).await?;
+    cx.wait_bound(&["p1"]).await?;
+    cx.wait_group("pg1", "True", "Scheduled").await?;
+    cx.pod("p2", "1", Some("pg1")).await?;
+    cx.pod("p3", "1", Some("pg1")).await?;
+    cx.wait_bound(&["p1", "p2", "p3"]).await?;
+    s.stop().await
+}
+
+/// S9: basic group with room for 2 of 3: two bind, one Unschedulable; the third binds once the blocker goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s9_basic_partial_capacity() -> anyhow::Result<()> {
+    let cx = setup("s9").await?;
+    cx.node("n", "4").await?;
+    let s = cx.start(|_| {});
+    cx.pod("blocker", "2", None).await?;
+    cx.wait_bound(&["blocker"]).await?;
+    let names: Vec<String> = (1..=3).map(|i| format!("p{i}")).collect();
+    for p in &names {
+        cx.pod(p, "1", Some("pg1")).await?;
+    }
+    cx.wait_pod_reason("p1", "WaitingForPodGroup").await?;
+    cx.group("pg1", None).await?;
+    let b = wait_for("2 of 3 bound", SETTLE, || async {
+        let b = cx.bindings().await?;
+        Ok((count_in(&b, &names) == 2).then_some(b))
+    })
+    .await?;
+    let left = names
+        .iter()
+        .find(|n| !b.contains_key(*n))
+        .context("one left")?
+        .clone();
+    cx.wait_pod_reason(&left, "Unschedulable").await?;
+    cx.wait_group("pg1", "True", "Scheduled").await?;
+    cx.delete_pod("blocker").await?;
+    cx.wait_bound(&[left.as_str()]).await?;
+    s.stop().await
+}
+
+/// A 100-pod gang on 50 two-CPU nodes (exactly full) binds completely. Prints the bind rate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gang_of_100_on_50_nodes() -> anyhow::Result<()> {
+    let cx = setup("big").await?;
+    stream::iter(0..50)
+        .map(|i| {
+            let cx = &cx;
+            async move { cx.node(&format!("n{i}"), "2").await }
+        })
+        .buffer_unordered(10)
+        .try_collect::<Vec<_>>()
+        .await?;
+    let s = cx.start(|_| {});
+    cx.group("big", Some(100)).await?;
+    let names: Vec<String> = (0..100).map(|i| format!("w{i}")).collect();
+    stream::iter(names.clone())
+        .map(|n| {
+            let cx = &cx;
+            async move { cx.pod(&n, "1", Some("big")).await }
+        })
+        .buffer_unordered(10)
+        .try_collect::<Vec<_>>()
+        .await?;
+    let created = Instant::now();
+    let b = wait_for("100 pods bound", Duration::from_secs(120), || async {
+        let b = cx.bindings().await?;
+        Ok((count_in(&b, &names) == 100).then_some(b))
+    })
+    .await?;
+    let took = created.elapsed();
+    eprintln!(
+        "100-pod gang: all bound {took:?} after the last pod was created ({:.0} pods/s)",
+        100.0 / took.as_secs_f64()
+    );
+    let m = s.metrics();
+    let pick = |name: &str| {
+        m.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok())
+    };
+    if let (Some(sum), Some(n)) = (
+        pick("phalanx_scheduler_binding_duration_seconds_sum"),
+        pick("phalanx_scheduler_binding_duration_seconds_count"),
+    ) {
+        eprintln!(
+            "scheduler side: {n} binds, mean bind latency {:.1} ms",
+            1000.0 * sum / n.max(1.0)
+        );
+        assert!(n >= 100.0, "at least 100 bind calls recorded, got {n}");
+    }
+    let mut per_node: HashMap<&str, usize> = HashMap::new();
+    for n in b.values() {
+        *per_node.entry(n.as_str()).or_default() += 1;
+    }
+    assert_eq!(per_node.len(), 50, "every node used");
+    assert!(
+        per_node.values().all(|c| *c == 2),
+        "two pods per node: {per_node:?}"
+    );
+    cx.no_overcommit().await?;
+    if let Err(e) = cx.wait_group("big", "True", "Scheduled").await {
+        let g = cx.groups().get("big").await?;
+        bail!("{e:#}; group status: {:?}", g.status);
+    }
+    s.stop().await
+}
+
+/// Pods of another scheduler are left alone (no binding, no condition), yet count as usage when bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_schedulers_pods_left_alone() -> anyhow::Result<()> {
+    let cx = setup("other").await?;
+    let node = cx.node("n", "4").await?;
+    let s = cx.start(|_| {});
+    cx.pod_with("foreign-pending", "1", None, "some-other-scheduler", None)
+        .await?;
+    cx.pod_with("foreign-bound", "3", None, "some-other-scheduler", Some(&node))
+        .await?;
+    cx.pod("mine-small", "1", None).await?;
+    cx.pod("mine-big", "2", None).await?;
+    cx.wait_bound(&["mine-small"]).await?;
+    cx.wait_pod_reason("mine-big", "Unschedulable").await?;
+    cx.stays_unbound(&["foreign-pending", "mine-big"], Duration::from_secs(2))
+        .await?;
+    let p = cx.pods().get("foreign-pending").await?;
+    assert!(
+        pod_scheduled(&p).is_none(),
+        "no condition written on a foreign pod: {:?}",
+        pod_scheduled(&p)
+    );
+    s.stop().await
+}
+
+/// A pod whose PodGroup appears 10 s later shows WaitingForPodGroup meanwhile and is scheduled after it appears.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_pod_group() -> anyhow::Result<()> {
+    let cx = setup("late").await?;
+    cx.node("n", "4").await?;
+    let s = cx.start(|_| {});
+    let t0 = Instant::now();
+    cx.pod("p1", "1", Some("late")).await?;
+    let m = cx.wait_pod_reason("p1", "WaitingForPodGroup").await?;
+    assert!(m.contains("\"late\""), "{m}");
+    cx.stays_unbound(&["p1"], Duration::from_secs(10).saturating_sub(t0.elapsed()))
+        .await?;
+    cx.group("late", Some(1)).await?;
+    cx.wait_bound(&["p1"]).await?;
+    cx.wait_group("late", "True", "Scheduled").await?;
+    s.stop().await
+}
+
+/// Deleting one bound pod of a gang unbinds none of the others, and the group stays Scheduled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_one_member_keeps_the_rest() -> anyhow::Result<()> {
+    let cx = setup("del").await?;
+    cx.node("n1", "2").await?;
+    cx.node("n2", "2").await?;
+    let s = cx.start(|_| {});
+    cx.group("pg", Some(3)).await?;
+    for p in ["p1", "p2", "p3"] {
+        cx.pod(p, "1", Some("pg")).await?;
+    }
+    let before = cx.wait_bound(&["p1", "p2", "p3"]).await?;
+    cx.wait_group("pg", "True", "Scheduled").await?;
+    cx.delete_pod("p1").await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after = cx.bindings().await?;
+    for p in ["p2", "p3"] {
+        assert_eq!(after.get(p), before.get(p), "{p} stays on its node");
+        let pod = cx.pods().get(p).await?;
+        assert!(pod.metadata.deletion_timestamp.is_none(), "{p} not deleted");
+    }
+    cx.wait_group("pg", "True", "Scheduled").await?;
+    s.stop().await
+}
+
+/// Killing the scheduler mid-run and restarting it loses nothing: no pod moves or is bound twice, no node is
+/// overcommitted, every gang ends bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_and_restart_loses_nothing() -> anyhow::Result<()> {
+    let cx = setup("kill").await?;
+    // 3 gangs x 20 one-CPU pods on 15 four-CPU nodes: exactly full.
+    stream::iter(0..15)
+        .map(|i| {
+            let cx = &cx;
+            async move { cx.node(&format!("n{i}"), "4").await }
+        })
+        .buffer_unordered(8)
+        .try_collect::<Vec<_>>()
+        .await?;
+    let mut all = Vec::new();
+    for g in ["ga", "gb", "gc"] {
+        cx.group(g, Some(20)).await?;
+    }
+    // Watch bindings so the kill lands while binds are in flight.
+    let (bound_tx, mut bound_rx) = tokio::sync::mpsc::unbounded_channel();
+    let wapi = cx.pods();
+    let watch_task = tokio::spawn(async move {
+        let mut seen: HashMap<String, String> = HashMap::new();
+        let mut st = std::pin::pin!(watcher(wapi, watcher::Config::default()).applied_objects());
+        while let Some(Ok(p)) = st.next().await {
+            if let Some(n) = node_of(&p) {
+                let prev = seen.insert(p.name_any(), n.to_owned());
+                let _ = bound_tx.send((p.name_any(), n.to_owned(), prev));
+            }
+        }
+    });
+    let s = cx.start(|o| o.bind_concurrency = 1);
+    for g in ["ga", "gb", "gc"] {
+        for i in 0..20 {
+            let n = format!("{g}-{i}");
+            all.push(n.clone());
+        }
+    }
+    stream::iter(all.clone())
+        .map(|n| {
+            let cx = &cx;
+            async move {
+                let g = n.split('-').next().unwrap_or_default().to_owned();
+                cx.pod(&n, "1", Some(&g)).await
+            }
+        })
+        .buffer_unordered(10)
+        .try_collect::<Vec<_>>()
+        .await?;
+    // Kill after the 10th observed binding.
+    let mut n_bound = 0;
+    while n_bound < 10 {
+        let (_, _, prev) = tokio::time::timeout(SETTLE, bound_rx.recv())
+            .await?
+            .context("watch ended")?;
+        if prev.is_none() {
+            n_bound += 1;
+        }
+    }
+    s.kill().await;
+    let at_kill = cx.bindings().await?;
+    let n_at_kill = count_in(&at_kill, &all);
+    eprintln!("killed with {n_at_kill} of 60 pods bound");
+    ensure!(n_at_kill < 60, "the kill came too late to interrupt binding");
+    let s2 = cx.start(|_| {});
+    let end = cx
+        .wait_bound(&all.iter().map(String::as_str).collect::<Vec<_>>())
+        .await?;
+    for (p, n) in &at_kill {
+        assert_eq!(end.get(p), Some(n), "{p} kept its node across the restart");
+    }
+    cx.no_overcommit().await?;
+    for g in ["ga", "gb", "gc"] {
+        cx.wait_group(g, "True", "Scheduled").await?;
+    }
+    // No pod was ever seen on two nodes.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    while let Ok((p, n, prev)) = bound_rx.try_recv() {
+        if let Some(prev) = prev {
+            ensure!(prev == n, "pod {p} seen on {prev} and then on {n}");
+        }
+    }
+    watch_task.abort();
+    s2.stop().await
+}
+
+/// Only the leader writes: a follower keeps its caches warm but binds nothing and writes no condition; once it
+/// becomes leader it schedules.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follower_writes_nothing_until_leader() -> anyhow::Result<()> {
+    let cx = setup("leader").await?;
+    cx.node("n", "4").await?;
+    let s = cx.start(|o| o.instance = Some("follower".into()));
+    cx.group("pg", Some(2)).await?;
+    cx.pod("p1", "1", Some("pg")).await?;
+    cx.pod("lonely", "1", Some("missing")).await?;
+    cx.stays_unbound(&["p1", "lonely"], Duration::from_secs(2))
+        .await?;
+    for p in ["p1", "lonely"] {
+        let pod = cx.pods().get(p).await?;
+        assert!(
+            pod_scheduled(&pod).is_none(),
+            "follower wrote a condition on {p}: {:?}",
+            pod_scheduled(&pod)
+        );
+    }
+    assert!(
+        group_condition(&cx.groups().get("pg").await?).is_none(),
+        "follower wrote a group condition"
+    );
+    s.leader.send(true)?;
+    cx.wait_pod_reason("lonely", "WaitingForPodGroup").await?;
+    cx.wait_pod_reason("p1", "WaitingForQuorum").await?;
+    cx.pod("p2", "1", Some("pg")).await?;
+    cx.wait_bound(&["p1", "p2"]).await?;
+    s.stop().await
+}

@@ -1,0 +1,179 @@
+//! The assume/forget overlay: pods the scheduler decided to bind but the watch has not yet shown bound.
+//!
+//! Follows kube-scheduler's cache (`pkg/scheduler/backend/cache/cache.go`: `AssumePod`, `FinishBinding`,
+//! `ForgetPod`, `cleanupAssumedPods`): an assumed pod counts on its node from the moment the decision is made. When
+//! the bind call returns, `finish_binding` starts a TTL; if the watch never confirms the binding within the TTL the
+//! assumption expires, so capacity lost to a vanished bind is given back. A watch event that shows the pod with a
+//! `nodeName` (or the pod's deletion) confirms and removes the assumption. Time is passed in so tests need no clock.
+
+use std::{collections::HashMap, sync::Arc, time::Duration};
+
+use k8s_openapi::api::core::v1::Pod;
+use tokio::time::Instant;
+
+use crate::keys::PodKey;
+
+/// One assumed pod: the pod object as the scheduler saw it and the node it was assumed on.
+#[derive(Clone, Debug)]
+pub struct AssumedPod {
+    /// The pod as it was when assumed (without `nodeName`).
+    pub pod: Arc<Pod>,
+    /// Node the pod is being bound to.
+    pub node: String,
+    /// UID of the pod; a recreated pod with the same name does not confirm this assumption.
+    pub uid: String,
+    /// `None` while the bind is in flight; set by `finish_binding` to the instant the assumption expires.
+    pub deadline: Option<Instant>,
+}
+
+/// Map of assumed pods with expiry. Not synchronised; the [`crate::Store`] wraps it in a mutex.
+#[derive(Debug)]
+pub struct AssumeCache {
+    ttl: Duration,
+    pods: HashMap<PodKey, AssumedPod>,
+}
+
+impl AssumeCache {
+    /// An empty cache whose assumptions expire `ttl` after their bind finished without confirmation.
+    pub fn new(ttl: Duration) -> Self {
+        Self {
+            ttl,
+            pods: HashMap::new(),
+        }
+    }
+
+    /// Records that `pod` will be bound to `node`. Replaces an earlier assumption of the same pod.
+    pub fn assume(&mut self, key: PodKey, pod: Arc<Pod>, node: String) {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        self.pods.insert(
+            key,
+            AssumedPod {
+                pod,
+                node,
+                uid,
+                deadline: None,
+            },
+        );
+    }
+
+    /// The bind call for `key` returned successfully at `now`: start the confirmation TTL.
+    pub fn finish_binding(&mut self, key: &PodKey, now: Instant) {
+        if let Some(a) = self.pods.get_mut(key) {
+            a.deadline = Some(now + self.ttl);
+        }
+    }
+
+    /// Drops the assumption for `key` (bind failed, or the decision was abandoned). Returns whether one existed.
+    pub fn forget(&mut self, key: &PodKey) -> bool {
+        self.pods.remove(key).is_some()
+    }
+
+    /// Applies a watched pod: a pod with a `nodeName`, or a different UID than assumed, ends the assumption.
+    pub fn observe(&mut self, key: &PodKey, pod: &Pod) {
+        let bound = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .is_some_and(|n| !n.is_empty());
+        let same_uid = self
+            .pods
+            .get(key)
+            .is_some_and(|a| Some(a.uid.as_str()) == pod.metadata.uid.as_deref());
+        if bound || !same_uid {
+            self.pods.remove(key);
+        }
+    }
+
+    /// The watched pod was deleted: its assumption (if any) ends.
+    pub fn observe_delete(&mut self, key: &PodKey) {
+        self.pods.remove(key);
+    }
+
+    /// Removes assumptions whose deadline passed before `now`; returns their keys.
+    pub fn expire(&mut self, now: Instant) -> Vec<PodKey> {
+        let expired: Vec<PodKey> = self
+            .pods
+            .iter()
+            .filter(|(_, a)| a.deadline.is_some_and(|d| d <= now))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in &expired {
+            self.pods.remove(k);
+        }
+        expired
+    }
+
+    /// The assumption for `key`, if any.
+    pub fn get(&self, key: &PodKey) -> Option<&AssumedPod> {
+        self.pods.get(key)
+    }
+
+    /// All current assumptions.
+    pub fn all(&self) -> Vec<(PodKey, AssumedPod)> {
+        self.pods.iter().map(|(k, a)| (k.clone(), a.clone())).collect()
+    }
+
+    /// Number of current assumptions.
+    pub fn len(&self) -> usize {
+        self.pods.len()
+    }
+
+    /// True when nothing is assumed.
+    pub fn is_empty(&self) -> bool {
+        self.pods.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::PodSpec;
+    use kube::api::ObjectMeta;
+
+    fn pod(uid: &str, node: Option<&str>) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some("p".into()),
+                namespace: Some("ns".into()),
+                uid: Some(uid.into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                node_name: node.map(Into::into),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn confirm_expire_forget() {
+        let key = PodKey::new("ns", "p");
+        let mut c = AssumeCache::new(Duration::from_secs(30));
+        c.assume(key.clone(), Arc::new(pod("u1", None)), "n1".into());
+        // An update without nodeName keeps the assumption.
+        c.observe(&key, &pod("u1", None));
+        assert_eq!(c.get(&key).map(|a| a.node.as_str()), Some("n1"));
+        // In flight binds never expire.
+        assert!(c.expire(Instant::now() + Duration::from_secs(3600)).is_empty());
+        c.finish_binding(&key, Instant::now());
+        assert!(c.expire(Instant::now() + Duration::from_secs(29)).is_empty());
+        assert_eq!(
+            c.expire(Instant::now() + Duration::from_secs(30)),
+            vec![key.clone()]
+        );
+        assert!(c.is_empty());
+
+        c.assume(key.clone(), Arc::new(pod("u1", None)), "n1".into());
+        c.observe(&key, &pod("u1", Some("n1")));
+        assert!(c.is_empty(), "bound pod confirms the assumption");
+
+        c.assume(key.clone(), Arc::new(pod("u1", None)), "n1".into());
+        c.observe(&key, &pod("u2", None));
+        assert!(c.is_empty(), "recreated pod drops the stale assumption");
+
+        c.assume(key.clone(), Arc::new(pod("u1", None)), "n1".into());
+        assert!(c.forget(&key));
+        assert!(!c.forget(&key));
+    }
+}

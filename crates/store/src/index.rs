@@ -1,0 +1,275 @@
+//! Secondary indexes over the cached pods and groups: pods per node, pods per PodGroup, and the group tree.
+//!
+//! The index is fed by watch events (apply, delete, and a full reset after every relist, because a `Delete` can be
+//! missed across a relist; see rust-stack.md §5.2). It holds keys only; objects stay in the reflector stores.
+//! Children point at their parent by name (KEP-6012: "there is no child list"), so the parent -> children map is
+//! derived here from each child's `parentCompositePodGroupName`.
+
+use std::collections::{BTreeSet, HashMap};
+
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::keys::{GroupKey, GroupKind, PodKey};
+
+/// Label that links a pod to its PodGroup in the pod's namespace (re-exported from `phalanx_api::labels`).
+pub const POD_GROUP_LABEL: &str = phalanx_api::labels::POD_GROUP;
+
+/// The PodGroup name a pod belongs to: the label first, else `spec.schedulingGroup.podGroupName`
+/// (delegates to `phalanx_api::pod_group_name`).
+pub fn pod_group_name(pod: &Pod) -> Option<&str> {
+    phalanx_api::pod_group_name(pod)
+}
+
+/// The PodGroup key of a pod (group lookups are always in the pod's own namespace).
+pub fn pod_group_key(pod: &Pod) -> Option<GroupKey> {
+    let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+    pod_group_name(pod).map(|n| GroupKey::pod_group(ns, n))
+}
+
+/// The node a pod is bound to, if any.
+pub fn pod_node(pod: &Pod) -> Option<&str> {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .filter(|n| !n.is_empty())
+}
+
+#[derive(Clone, Debug, Default)]
+struct PodEntry {
+    node: Option<String>,
+    group: Option<GroupKey>,
+}
+
+/// Keys of pods per node and per group, and the group tree.
+#[derive(Debug, Default)]
+pub struct ClusterIndex {
+    pods: HashMap<PodKey, PodEntry>,
+    by_node: HashMap<String, BTreeSet<PodKey>>,
+    by_group: HashMap<GroupKey, BTreeSet<PodKey>>,
+    parent: HashMap<GroupKey, Option<GroupKey>>,
+    children: HashMap<GroupKey, BTreeSet<GroupKey>>,
+}
+
+impl ClusterIndex {
+    /// Adds or updates a pod.
+    pub fn apply_pod(&mut self, pod: &Pod) {
+        let Some(key) = PodKey::of(pod) else { return };
+        let entry = PodEntry {
+            node: pod_node(pod).map(str::to_owned),
+            group: pod_group_key(pod),
+        };
+        self.remove_pod(&key);
+        if let Some(n) = &entry.node {
+            self.by_node.entry(n.clone()).or_default().insert(key.clone());
+        }
+        if let Some(g) = &entry.group {
+            self.by_group.entry(g.clone()).or_default().insert(key.clone());
+        }
+        self.pods.insert(key, entry);
+    }
+
+    /// Removes a pod.
+    pub fn remove_pod(&mut self, key: &PodKey) {
+        let Some(old) = self.pods.remove(key) else { return };
+        if let Some(n) = old.node {
+            remove_from(&mut self.by_node, &n, key);
+        }
+        if let Some(g) = old.group {
+            remove_from(&mut self.by_group, &g, key);
+        }
+    }
+
+    /// Replaces every pod entry (after a relist).
+    pub fn reset_pods<'a>(&mut self, pods: impl IntoIterator<Item = &'a Pod>) {
+        self.pods.clear();
+        self.by_node.clear();
+        self.by_group.clear();
+        for p in pods {
+            self.apply_pod(p);
+        }
+    }
+
+    /// Adds or updates a group and its parent CompositePodGroup name (same namespace).
+    pub fn apply_group(&mut self, key: GroupKey, parent: Option<&str>) {
+        let parent = parent
+            .filter(|p| !p.is_empty())
+            .map(|p| GroupKey::composite(key.namespace.clone(), p));
+        self.remove_group(&key);
+        if let Some(p) = &parent {
+            self.children.entry(p.clone()).or_default().insert(key.clone());
+        }
+        self.parent.insert(key, parent);
+    }
+
+    /// Removes a group (its children keep pointing at it by name and become orphans until it returns).
+    pub fn remove_group(&mut self, key: &GroupKey) {
+        if let Some(Some(p)) = self.parent.remove(key) {
+            remove_from(&mut self.children, &p, key);
+        }
+    }
+
+    /// Replaces every group of `kind` (after a relist). Items are `(key, parent name)`.
+    pub fn reset_groups(
+        &mut self,
+        kind: GroupKind,
+        groups: impl IntoIterator<Item = (GroupKey, Option<String>)>,
+    ) {
+        let old: Vec<GroupKey> = self.parent.keys().filter(|k| k.kind == kind).cloned().collect();
+        for k in old {
+            self.remove_group(&k);
+        }
+        for (k, p) in groups {
+            self.apply_group(k, p.as_deref());
+        }
+    }
+
+    /// Pods bound to `node`.
+    pub fn pods_on_node(&self, node: &str) -> Vec<PodKey> {
+        self.by_node
+            .get(node)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Pods that name `group` (bound or not).
+    pub fn members(&self, group: &GroupKey) -> Vec<PodKey> {
+        self.by_group
+            .get(group)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// The PodGroup a pod names, if any.
+    pub fn group_of(&self, pod: &PodKey) -> Option<GroupKey> {
+        self.pods.get(pod).and_then(|e| e.group.clone())
+    }
+
+    /// Whether the group object has been seen.
+    pub fn group_exists(&self, group: &GroupKey) -> bool {
+        self.parent.contains_key(group)
+    }
+
+    /// The parent CompositePodGroup a group names (whether or not it exists yet).
+    pub fn parent_of(&self, group: &GroupKey) -> Option<GroupKey> {
+        self.parent.get(group).cloned().flatten()
+    }
+
+    /// Groups that name `parent` as their parent.
+    pub fn children(&self, parent: &GroupKey) -> Vec<GroupKey> {
+        self.children
+            .get(parent)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Walks parents from `group` up to the topmost known ancestor. Stops at a missing parent, at a cycle, or after
+    /// `limit` steps; returns the last group reached (the root if the chain is complete and acyclic).
+    pub fn root_of(&self, group: &GroupKey, limit: usize) -> GroupKey {
+        let mut cur = group.clone();
+        let mut seen = BTreeSet::new();
+        for _ in 0..limit {
+            seen.insert(cur.clone());
+            match self.parent_of(&cur) {
+                Some(p) if self.group_exists(&p) && !seen.contains(&p) => cur = p,
+                _ => break,
+            }
+        }
+        cur
+    }
+
+    /// Every group in the subtree under `root` (including `root`), children before... in breadth-first order,
+    /// visiting each group once even if the tree has a cycle.
+    pub fn subtree(&self, root: &GroupKey) -> Vec<GroupKey> {
+        let mut out = vec![root.clone()];
+        let mut seen: BTreeSet<GroupKey> = out.iter().cloned().collect();
+        let mut i = 0;
+        while i < out.len() {
+            for c in self.children(&out[i]) {
+                if seen.insert(c.clone()) {
+                    out.push(c);
+                }
+            }
+            i += 1;
+        }
+        out
+    }
+}
+
+fn remove_from<K: std::hash::Hash + Eq, V: Ord>(map: &mut HashMap<K, BTreeSet<V>>, k: &K, v: &V) {
+    if let Some(set) = map.get_mut(k) {
+        set.remove(v);
+        if set.is_empty() {
+            map.remove(k);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{PodSchedulingGroup, PodSpec};
+    use kube::api::ObjectMeta;
+
+    fn pod(name: &str, node: Option<&str>, label: Option<&str>, field: Option<&str>) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                labels: label.map(|l| [(POD_GROUP_LABEL.to_string(), l.to_string())].into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                node_name: node.map(Into::into),
+                scheduling_group: field.map(|f| PodSchedulingGroup {
+                    pod_group_name: Some(f.into()),
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn pods_move_between_nodes_and_groups() {
+        let mut ix = ClusterIndex::default();
+        ix.apply_pod(&pod("a", None, Some("g1"), Some("ignored")));
+        ix.apply_pod(&pod("b", Some("n1"), None, Some("g2")));
+        let g1 = GroupKey::pod_group("ns", "g1");
+        let g2 = GroupKey::pod_group("ns", "g2");
+        assert_eq!(
+            ix.members(&g1),
+            vec![PodKey::new("ns", "a")],
+            "label wins over the field"
+        );
+        assert_eq!(ix.members(&g2), vec![PodKey::new("ns", "b")]);
+        assert_eq!(ix.pods_on_node("n1"), vec![PodKey::new("ns", "b")]);
+        ix.apply_pod(&pod("a", Some("n1"), Some("g1"), None));
+        assert_eq!(ix.pods_on_node("n1").len(), 2);
+        ix.remove_pod(&PodKey::new("ns", "b"));
+        assert_eq!(ix.pods_on_node("n1"), vec![PodKey::new("ns", "a")]);
+        assert!(ix.members(&g2).is_empty());
+        ix.reset_pods([&pod("c", Some("n2"), None, None)]);
+        assert!(ix.pods_on_node("n1").is_empty());
+        assert_eq!(ix.group_of(&PodKey::new("ns", "c")), None);
+    }
+
+    #[test]
+    fn tree_roots_and_cycles() {
+        let mut ix = ClusterIndex::default();
+        let root = GroupKey::composite("ns", "root");
+        let mid = GroupKey::composite("ns", "mid");
+        let leaf = GroupKey::pod_group("ns", "leaf");
+        ix.apply_group(root.clone(), None);
+        ix.apply_group(mid.clone(), Some("root"));
+        ix.apply_group(leaf.clone(), Some("mid"));
+        assert_eq!(ix.root_of(&leaf, 10), root);
+        assert_eq!(ix.subtree(&root), vec![root.clone(), mid.clone(), leaf.clone()]);
+        // A cycle root -> mid -> root terminates.
+        ix.apply_group(root.clone(), Some("mid"));
+        let r = ix.root_of(&leaf, 10);
+        assert!(r == root || r == mid);
+        assert_eq!(ix.subtree(&mid).len(), 3);
+        ix.reset_groups(GroupKind::CompositePodGroup, []);
+        assert_eq!(ix.root_of(&leaf, 10), leaf, "missing parent stops the walk");
+    }
+}

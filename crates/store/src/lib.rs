@@ -1,0 +1,285 @@
+//! phalanx-store: reflector-fed caches shared by the scheduler and the controllers.
+//!
+//! One [`Store`] per process watches Nodes, Pods, PodGroups, CompositePodGroups, Workloads, PriorityClasses and
+//! PodDisruptionBudgets, keeps them in `kube::runtime::reflector` stores, maintains secondary indexes (pods per node,
+//! pods per group, the group tree; see [`index`]) and the assume/forget overlay ([`assumed`]) the scheduler uses to
+//! account for binds the watch has not confirmed yet. Every change is also published as a [`StoreEvent`] so the
+//! scheduling queue can react. Follows the shape of kube-scheduler's cache + informers
+//! (`pkg/scheduler/backend/cache`) with kube-rs reflectors (rust-stack.md §3.4, §5.1, §5.2).
+
+pub mod assumed;
+pub mod index;
+pub mod keys;
+mod reflectors;
+pub mod validate;
+
+use std::{
+    sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard},
+    time::Duration,
+};
+
+use k8s_openapi::api::{
+    core::v1::{Node, Pod},
+    policy::v1::PodDisruptionBudget,
+    scheduling::v1::PriorityClass,
+};
+use kube::runtime::reflector::{ObjectRef, Store as Reader};
+use phalanx_api::{
+    v1alpha3::CompositePodGroup,
+    v1beta1::{PodGroup, Workload},
+};
+use tokio::{sync::broadcast, time::Instant};
+
+pub use assumed::{AssumeCache, AssumedPod};
+pub use index::{ClusterIndex, pod_group_key, pod_group_name, pod_node};
+pub use keys::{GroupKey, GroupKind, PodKey};
+pub use validate::{
+    Ancestry, GroupNode, HierarchyError, MAX_TREE_DEPTH, check_edge, validate_ancestry, validate_tree,
+};
+
+/// Settings for [`Store::start`].
+#[derive(Clone, Debug)]
+pub struct StoreConfig {
+    /// How long an assumed pod whose bind returned stays assumed without a confirming watch event (kube-scheduler
+    /// uses 30 s for its assumed-pod TTL... default here 30 s).
+    pub assume_ttl: Duration,
+    /// Capacity of the change-notification channel; a slower subscriber gets `Lagged` and must resync.
+    pub event_buffer: usize,
+    /// LIST page size for the initial and re-lists (kube default 500).
+    pub page_size: u32,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self {
+            assume_ttl: Duration::from_secs(30),
+            event_buffer: 65_536,
+            page_size: 500,
+        }
+    }
+}
+
+/// A change seen by the store, published after the caches and indexes were updated.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StoreEvent {
+    /// A pod was added, changed or deleted. `group` is its PodGroup (old or new), `node` its node if bound.
+    Pod {
+        /// The pod.
+        key: PodKey,
+        /// Its PodGroup, if it names one.
+        group: Option<GroupKey>,
+        /// Its node, if bound.
+        node: Option<String>,
+        /// True when the pod was deleted.
+        deleted: bool,
+    },
+    /// A node was added, changed or deleted.
+    Node(String),
+    /// A PodGroup or CompositePodGroup was added, changed or deleted.
+    Group(GroupKey),
+    /// A Workload, PriorityClass or PDB changed (rarely relevant to queueing).
+    Other,
+    /// A watch re-listed: anything may have changed; subscribers should resync everything.
+    Resync,
+}
+
+pub(crate) struct Inner {
+    nodes: Reader<Node>,
+    pods: Reader<Pod>,
+    pod_groups: Reader<PodGroup>,
+    composite_pod_groups: Reader<CompositePodGroup>,
+    workloads: Reader<Workload>,
+    priority_classes: Reader<PriorityClass>,
+    pdbs: Reader<PodDisruptionBudget>,
+    shared: Arc<Shared>,
+    ready: tokio::sync::watch::Receiver<usize>,
+    tasks: Vec<tokio::task::AbortHandle>,
+}
+
+/// State the watch tasks update: indexes, the overlay and the notification channel.
+pub(crate) struct Shared {
+    index: RwLock<ClusterIndex>,
+    assumed: Mutex<AssumeCache>,
+    events: broadcast::Sender<StoreEvent>,
+}
+
+impl Shared {
+    fn index_mut(&self) -> std::sync::RwLockWriteGuard<'_, ClusterIndex> {
+        self.index
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn assumed(&self) -> MutexGuard<'_, AssumeCache> {
+        self.assumed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn publish(&self, ev: StoreEvent) {
+        // No subscriber is fine: the driver may not have started yet.
+        let _ = self.events.send(ev);
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// Shared, cheaply clonable handle to the caches. Dropping the last clone stops the watches.
+#[derive(Clone)]
+pub struct Store {
+    inner: Arc<Inner>,
+}
+
+/// Number of watched kinds; [`Store::wait_ready`] waits for this many initial lists.
+const KINDS: usize = 7;
+
+impl Store {
+    /// Spawns one watch per kind on the current tokio runtime and returns at once.
+    ///
+    /// The watches retry with kube's default backoff, so a kind whose CRD is not installed yet keeps the store
+    /// unready instead of failing. Pods are slimmed (`managedFields` cleared) before they are cached.
+    pub fn start(client: kube::Client, config: StoreConfig) -> Store {
+        reflectors::start(client, config)
+    }
+
+    /// Resolves once every kind has completed its first list and the indexes are built.
+    pub async fn wait_ready(&self) {
+        let mut rx = self.inner.ready.clone();
+        // The sender lives in the watch tasks; if they all ended the store can never become ready, so wait forever
+        // rather than report a half-filled cache as ready.
+        if rx.wait_for(|n| *n >= KINDS).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+
+    /// True once every kind has completed its first list.
+    pub fn is_ready(&self) -> bool {
+        *self.inner.ready.borrow() >= KINDS
+    }
+
+    /// Subscribes to change notifications (published after caches and indexes are updated).
+    pub fn subscribe(&self) -> broadcast::Receiver<StoreEvent> {
+        self.inner.shared.events.subscribe()
+    }
+
+    /// Reader of the Node cache.
+    pub fn nodes(&self) -> &Reader<Node> {
+        &self.inner.nodes
+    }
+    /// Reader of the Pod cache (slimmed pods).
+    pub fn pods(&self) -> &Reader<Pod> {
+        &self.inner.pods
+    }
+    /// Reader of the PodGroup cache.
+    pub fn pod_groups(&self) -> &Reader<PodGroup> {
+        &self.inner.pod_groups
+    }
+    /// Reader of the CompositePodGroup cache.
+    pub fn composite_pod_groups(&self) -> &Reader<CompositePodGroup> {
+        &self.inner.composite_pod_groups
+    }
+    /// Reader of the Workload cache.
+    pub fn workloads(&self) -> &Reader<Workload> {
+        &self.inner.workloads
+    }
+    /// Reader of the PriorityClass cache.
+    pub fn priority_classes(&self) -> &Reader<PriorityClass> {
+        &self.inner.priority_classes
+    }
+    /// Reader of the PodDisruptionBudget cache.
+    pub fn pdbs(&self) -> &Reader<PodDisruptionBudget> {
+        &self.inner.pdbs
+    }
+
+    /// The hierarchy and per-node index (group -> members, parent -> children, pod -> group, node -> pods).
+    /// Hold the guard briefly; watch events wait for it.
+    pub fn hierarchy(&self) -> RwLockReadGuard<'_, ClusterIndex> {
+        self.inner
+            .shared
+            .index
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// One pod by key.
+    pub fn pod(&self, key: &PodKey) -> Option<Arc<Pod>> {
+        self.inner
+            .pods
+            .get(&ObjectRef::new(&key.name).within(&key.namespace))
+    }
+
+    /// One PodGroup by namespace and name.
+    pub fn pod_group(&self, namespace: &str, name: &str) -> Option<Arc<PodGroup>> {
+        self.inner.pod_groups.get(&ObjectRef::new(name).within(namespace))
+    }
+
+    /// One CompositePodGroup by namespace and name.
+    pub fn composite_pod_group(&self, namespace: &str, name: &str) -> Option<Arc<CompositePodGroup>> {
+        self.inner
+            .composite_pod_groups
+            .get(&ObjectRef::new(name).within(namespace))
+    }
+
+    /// Pods bound to `node` according to the watch (assumed pods are separate, see [`Store::assumed`]).
+    pub fn pods_on_node(&self, node: &str) -> Vec<Arc<Pod>> {
+        let keys = self.hierarchy().pods_on_node(node);
+        keys.iter().filter_map(|k| self.pod(k)).collect()
+    }
+
+    /// Pods that name the PodGroup `group`, bound or not.
+    pub fn group_members(&self, group: &GroupKey) -> Vec<Arc<Pod>> {
+        let keys = self.hierarchy().members(group);
+        keys.iter().filter_map(|k| self.pod(k)).collect()
+    }
+
+    /// Facts about a group for hierarchy validation; `None` if the object is not cached.
+    pub fn group_node(&self, key: &GroupKey) -> Option<GroupNode> {
+        match key.kind {
+            GroupKind::PodGroup => self
+                .pod_group(&key.namespace, &key.name)
+                .map(|g| reflectors::pod_group_node(&g)),
+            GroupKind::CompositePodGroup => self
+                .composite_pod_group(&key.namespace, &key.name)
+                .map(|g| reflectors::composite_node(&g)),
+        }
+    }
+
+    fn assumed_cache(&self) -> MutexGuard<'_, AssumeCache> {
+        self.inner.shared.assumed()
+    }
+
+    /// Assumes `pod` on `node`: it counts there until confirmed, forgotten or expired.
+    pub fn assume(&self, pod: Arc<Pod>, node: &str) {
+        if let Some(key) = PodKey::of(&pod) {
+            self.assumed_cache().assume(key, pod, node.to_owned());
+        }
+    }
+
+    /// The bind for `key` returned: start the expiry timer of its assumption.
+    pub fn finish_binding(&self, key: &PodKey) {
+        self.assumed_cache().finish_binding(key, Instant::now());
+    }
+
+    /// Drops the assumption for `key`; returns whether there was one.
+    pub fn forget(&self, key: &PodKey) -> bool {
+        self.assumed_cache().forget(key)
+    }
+
+    /// Current assumptions (expired ones are dropped first).
+    pub fn assumed(&self) -> Vec<(PodKey, AssumedPod)> {
+        let mut c = self.assumed_cache();
+        c.expire(Instant::now());
+        c.all()
+    }
+
+    /// The node `key` is assumed on, if any.
+    pub fn assumed_node(&self, key: &PodKey) -> Option<String> {
+        self.assumed_cache().get(key).map(|a| a.node.clone())
+    }
+}
