@@ -2,7 +2,8 @@
 //! render the Helm chart and apply it, run the operator in-process with a token of the chart's ServiceAccount (so
 //! the chart's RBAC is what the operator gets), create 8 fake GPU nodes in 2 racks, apply `config/samples`, and check
 //! that the gang that fits is bound all-or-nothing (PodGroupInitiallyScheduled True/Scheduled) while the group that
-//! cannot fit gets False/Unschedulable with a message naming the shortfall and none of its pods bound.
+//! cannot fit gets False/Unschedulable with a message naming the shortfall and none of its pods bound, and that the
+//! CompositePodGroup sample (`lws-0`) is scheduled as one tree (True/Scheduled on the root and both children, one rack).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -15,8 +16,11 @@ use kube::{Api, Client, ResourceExt};
 use phalanx::config::PhalanxConfig;
 use phalanx::leader::{LeaderConfig, OnLeaseLost};
 use phalanx::operator::RunOptions;
-use phalanx_api::conditions::{POD_GROUP_INITIALLY_SCHEDULED, reasons};
+use phalanx_api::conditions::{
+    COMPOSITE_POD_GROUP_INITIALLY_SCHEDULED, POD_GROUP_INITIALLY_SCHEDULED, reasons,
+};
 use phalanx_api::labels::POD_GROUP;
+use phalanx_api::v1alpha3::CompositePodGroup;
 use phalanx_api::v1beta1::PodGroup;
 use phalanx_e2e::{
     RACK_LABEL, apply_objects, create_sample_nodes, helm_template, http_get, repo_root, sample_objects,
@@ -260,12 +264,70 @@ async fn quickstart_gang_binds_all_or_nothing_with_chart_rbac() -> anyhow::Resul
         }
         eprintln!("{group}: {} pods on racks {racks:?}", nodes.len());
     }
-    // The CompositePodGroup sample (lws-0) is not scheduled yet: hierarchies are a documented limit (README). Its
-    // state is printed, not asserted, so this test does not pin a limitation.
+    // 8. The CompositePodGroup sample (lws-0, composite.yaml): the root gang (minGroupCount 2, rack constraint) is
+    //    scheduled as one tree: CompositePodGroupInitiallyScheduled True/Scheduled on the root, both children
+    //    True/Scheduled, every pod bound, all inside one rack.
+    let cpgs: Api<CompositePodGroup> = Api::namespaced(admin.clone(), &ns);
+    let root = wait_for("CompositePodGroup lws-0 condition", DECISION_TIMEOUT, || {
+        let cpgs = cpgs.clone();
+        async move {
+            Ok(cpgs.get("lws-0").await.ok().and_then(|g| {
+                g.status?
+                    .conditions
+                    .iter()
+                    .find(|c| c.type_ == COMPOSITE_POD_GROUP_INITIALLY_SCHEDULED && c.status == "True")
+                    .map(|c| (c.status.clone(), c.reason.clone()))
+            }))
+        }
+    })
+    .await?;
+    ensure!(
+        root.1 == reasons::SCHEDULED,
+        "lws-0: expected True/Scheduled, got {root:?}"
+    );
+    let mut lws_racks: BTreeSet<String> = BTreeSet::new();
     for group in ["lws-0-leader", "lws-0-workers"] {
-        let state = groups.get(group).await.ok().and_then(|g| condition(&g));
-        eprintln!("{group} (composite child, not yet supported): {state:?}");
+        let cond = wait_for(&format!("PodGroup {group} condition"), DECISION_TIMEOUT, || {
+            let groups = groups.clone();
+            async move {
+                Ok(groups
+                    .get(group)
+                    .await
+                    .ok()
+                    .and_then(|g| condition(&g))
+                    .filter(|c| c.0 == "True"))
+            }
+        })
+        .await?;
+        ensure!(
+            cond.1 == reasons::SCHEDULED,
+            "{group}: expected True/Scheduled, got {cond:?}"
+        );
+        let nodes = wait_for(&format!("pods of {group} bound"), Duration::from_secs(30), || {
+            let (admin, ns) = (admin.clone(), ns.clone());
+            async move {
+                let pods = members(&admin, &ns, group).await?;
+                let nodes: Vec<Option<String>> = pods
+                    .iter()
+                    .map(|p| p.spec.as_ref().and_then(|s| s.node_name.clone()))
+                    .collect();
+                Ok((!nodes.is_empty() && nodes.iter().all(Option::is_some))
+                    .then(|| nodes.into_iter().flatten().collect::<Vec<_>>()))
+            }
+        })
+        .await?;
+        for node in &nodes {
+            let rack = rack_of
+                .get(node)
+                .with_context(|| format!("{group} pod bound to {node}, not one of this test's nodes"))?;
+            lws_racks.insert(rack.clone());
+        }
+        eprintln!("{group}: {} pods on {nodes:?}", nodes.len());
     }
+    ensure!(
+        lws_racks.len() == 1,
+        "lws-0 has a rack constraint on the root but its pods landed on racks {lws_racks:?}"
+    );
 
     // Writes that need the chart's other rules went through: a Scheduled event (events) for a gang pod and the
     // PodScheduled=False condition (pods/status) on a pod of the group that cannot fit.

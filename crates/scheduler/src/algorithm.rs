@@ -29,6 +29,9 @@ pub struct GroupContext<'a> {
     pub scorers: &'a [(Box<dyn PlacementScorePlugin>, i64)],
     /// Counters.
     pub stats: &'a mut CycleStats,
+    /// The group is a leaf of a CompositePodGroup tree: success with nothing new placed stays
+    /// Success (upstream applies `no pods were schedulable` only at the root).
+    pub in_tree: bool,
 }
 
 /// Result of a group algorithm.
@@ -47,7 +50,8 @@ pub struct GroupResult {
 }
 
 impl GroupResult {
-    fn status_only(status: Status) -> GroupResult {
+    /// A result with only a status (nothing tried or assumed).
+    pub fn status_only(status: Status) -> GroupResult {
         GroupResult {
             status,
             assignments: vec![],
@@ -118,7 +122,7 @@ pub fn default_algorithm(
     }
     result.status = match st.code {
         Code::Wait => Status::new(Code::Unschedulable, st.message),
-        Code::Success if result.assignments.is_empty() => {
+        Code::Success if result.assignments.is_empty() && !ctx.in_tree => {
             Status::new(Code::Unschedulable, "no pods were schedulable")
         }
         _ => st,
@@ -134,10 +138,11 @@ fn generate(
     ctx: &GroupContext<'_>,
     snapshot: &Snapshot,
     group: &GroupInfo,
+    parent: Option<&[usize]>,
 ) -> Result<Vec<Placement>, Status> {
     let mut placements = vec![Placement {
         name: String::new(),
-        nodes: (0..snapshot.len()).collect(),
+        nodes: parent.map_or_else(|| (0..snapshot.len()).collect(), <[usize]>::to_vec),
     }];
     for g in ctx.generators {
         let mut next = Vec::new();
@@ -159,10 +164,22 @@ pub fn placement_algorithm(
     group: &GroupInfo,
     pods: &[Arc<PodInfo>],
 ) -> GroupResult {
+    placement_algorithm_in(ctx, snapshot, group, pods, None)
+}
+
+/// [`placement_algorithm`] restricted to the nodes of the parent's placement (`None` = all
+/// nodes): a leaf of a CompositePodGroup tree only sees its parent's evaluated placement.
+pub fn placement_algorithm_in(
+    ctx: &mut GroupContext<'_>,
+    snapshot: &mut Snapshot,
+    group: &GroupInfo,
+    pods: &[Arc<PodInfo>],
+    parent: Option<&[usize]>,
+) -> GroupResult {
     if group.topology_key.is_none() {
-        return default_algorithm(ctx, snapshot, group, pods, None);
+        return default_algorithm(ctx, snapshot, group, pods, parent);
     }
-    let placements = match generate(ctx, snapshot, group) {
+    let placements = match generate(ctx, snapshot, group, parent) {
         Ok(p) => p,
         Err(st) => return GroupResult::status_only(Status::new(Code::Error, st.message)),
     };
@@ -229,6 +246,7 @@ fn replay_status(
     scheduled: usize,
     n: usize,
     fits: usize,
+    in_tree: bool,
 ) -> (Status, usize) {
     let mut progress = PlacementProgress {
         scheduled,
@@ -252,7 +270,9 @@ fn replay_status(
     }
     let st = match st.code {
         Code::Wait => Status::new(Code::Unschedulable, st.message),
-        Code::Success if placed == 0 => Status::new(Code::Unschedulable, "no pods were schedulable"),
+        Code::Success if placed == 0 && !in_tree => {
+            Status::new(Code::Unschedulable, "no pods were schedulable")
+        }
         _ => st,
     };
     (st, placed)
@@ -289,7 +309,7 @@ fn placement_by_counts(
                 break;
             }
         }
-        let (st, placed) = replay_status(ctx.feasible, group, scheduled, pods.len(), fits);
+        let (st, placed) = replay_status(ctx.feasible, group, scheduled, pods.len(), fits, ctx.in_tree);
         if st.is_success() {
             let assignments = pods[..placed]
                 .iter()
@@ -434,13 +454,23 @@ pub fn most_constrained_first(
     snapshot: &Snapshot,
     pods: &[Arc<PodInfo>],
 ) -> Vec<Arc<PodInfo>> {
+    most_constrained_first_in(ctx, snapshot, pods, None)
+}
+
+/// [`most_constrained_first`] counting only `nodes` (`None` = all).
+pub fn most_constrained_first_in(
+    ctx: &GroupContext<'_>,
+    snapshot: &Snapshot,
+    pods: &[Arc<PodInfo>],
+    nodes: Option<&[usize]>,
+) -> Vec<Arc<PodInfo>> {
     let mut counts: Vec<(usize, usize, Arc<PodInfo>)> = Vec::with_capacity(pods.len());
     for (i, p) in pods.iter().enumerate() {
         let known = counts
             .iter()
             .find(|(_, _, q)| q.spec == p.spec)
             .map(|(_, c, _)| *c);
-        let c = known.unwrap_or_else(|| ctx.pods.count_feasible(snapshot, p, None));
+        let c = known.unwrap_or_else(|| ctx.pods.count_feasible(snapshot, p, nodes));
         counts.push((i, c, p.clone()));
     }
     counts.sort_by(|a, b| {
@@ -464,8 +494,21 @@ pub fn run_leaf(
     budget: Duration,
     max_attempts: u32,
 ) -> GroupResult {
+    run_leaf_in(ctx, snapshot, group, pods, budget, max_attempts, None)
+}
+
+/// [`run_leaf`] within the parent's placement (`None` = all nodes).
+pub fn run_leaf_in(
+    ctx: &mut GroupContext<'_>,
+    snapshot: &mut Snapshot,
+    group: &GroupInfo,
+    pods: &[Arc<PodInfo>],
+    budget: Duration,
+    max_attempts: u32,
+    parent: Option<&[usize]>,
+) -> GroupResult {
     let started = Instant::now();
-    let first = placement_algorithm(ctx, snapshot, group, pods);
+    let first = placement_algorithm_in(ctx, snapshot, group, pods, parent);
     if first.status.code != Code::Unschedulable
         || first.tried == 0
         || budget.is_zero()
@@ -483,13 +526,13 @@ pub fn run_leaf(
         let order = if attempt == 0 {
             largest_first(pods)
         } else {
-            most_constrained_first(ctx, snapshot, pods)
+            most_constrained_first_in(ctx, snapshot, pods, parent)
         };
         if tried_orders.iter().any(|o| same(o, &order)) {
             continue;
         }
         ctx.stats.reorder_attempts += 1;
-        let r = placement_algorithm(ctx, snapshot, group, &order);
+        let r = placement_algorithm_in(ctx, snapshot, group, &order, parent);
         if r.status.is_success() {
             ctx.stats.reorder_succeeded = true;
             return r;

@@ -6,17 +6,22 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use std::collections::HashMap;
+
 use crate::algorithm::{GroupContext, GroupResult, run_leaf};
+use crate::composite::{TreeInput, TreeResult, run_tree};
 use crate::config::SchedulerConfig;
 use crate::decision::{
-    Binding, CycleStats, Decision, FailureReason, GroupCondition, Outcome, POD_GROUP_INITIALLY_SCHEDULED,
-    PodFailure, REASON_SCHEDULED, REASON_SCHEDULER_ERROR, REASON_UNSCHEDULABLE, Requeue, RequeueMode,
+    Binding, COMPOSITE_POD_GROUP_INITIALLY_SCHEDULED, CycleStats, Decision, FailureReason, GroupCondition,
+    Outcome, POD_GROUP_INITIALLY_SCHEDULED, PodFailure, REASON_SCHEDULED, REASON_SCHEDULER_ERROR,
+    REASON_UNSCHEDULABLE, Requeue, RequeueMode,
 };
 use crate::framework::{
     Code, PlacementFeasiblePlugin, PlacementGeneratePlugin, PlacementScorePlugin, PodGroupAssignments,
     PodGroupPostFilterPlugin, Status,
 };
-use crate::model::{GroupInfo, GroupKind, PodInfo, PodKey};
+use crate::hierarchy::{GroupTree, key_ref};
+use crate::model::{GroupInfo, GroupKey, GroupKind, PodInfo, PodKey};
 use crate::plugins::gang_scheduling::GangScheduling;
 use crate::plugins::pod_group_pods_count::{PlacementResourcesFit, PodGroupPodsCount};
 use crate::plugins::topology_placement::TopologyPlacement;
@@ -101,9 +106,10 @@ impl Scheduler {
     /// `snapshot` and everything else is reverted (the undo log is committed).
     pub fn schedule(&mut self, snapshot: &mut Snapshot, entity: &QueuedEntity) -> Decision {
         let started = Instant::now();
-        let mut d = match &entity.group {
-            None => self.schedule_single(snapshot, entity),
-            Some(g) => self.schedule_group(snapshot, entity, g),
+        let mut d = match (&entity.tree, &entity.group) {
+            (Some(t), _) => self.schedule_tree(snapshot, entity, t),
+            (None, None) => self.schedule_single(snapshot, entity),
+            (None, Some(g)) => self.schedule_group(snapshot, entity, g),
         };
         snapshot.commit();
         d.stats.duration = started.elapsed();
@@ -174,6 +180,7 @@ impl Scheduler {
             generators: &self.generators,
             scorers: &self.scorers,
             stats: &mut stats,
+            in_tree: false,
         };
         let result = run_leaf(&mut ctx, snapshot, group, &pods, budget, max_attempts);
         if result.status.code == Code::Unschedulable && !self.post_filters.is_empty() {
@@ -185,6 +192,7 @@ impl Scheduler {
                     generators: &self.generators,
                     scorers: &self.scorers,
                     stats: &mut st,
+                    in_tree: false,
                 };
                 let mark = s.mark();
                 let r = run_leaf(&mut c, s, group, &pods, budget, max_attempts);
@@ -215,6 +223,257 @@ impl Scheduler {
     }
 }
 
+impl Scheduler {
+    /// The cycle of a root CompositePodGroup (spec §3.4 + §3.8): skip, validate the hierarchy
+    /// and its members (invalid → SchedulerError on every pod and every group of the tree),
+    /// run the recursive algorithm, and build the decision (bindings only when the root
+    /// succeeds; a leaf counts only when every ancestor succeeded). PodGroupPostFilter does not
+    /// run for trees yet.
+    fn schedule_tree(
+        &mut self,
+        snapshot: &mut Snapshot,
+        entity: &QueuedEntity,
+        tree: &GroupTree,
+    ) -> Decision {
+        let d = Decision::empty(entity.key.clone(), Outcome::Skipped);
+        let pods: Vec<Arc<PodInfo>> = entity
+            .pods
+            .iter()
+            .filter(|p| !p.deleting && !snapshot.contains_pod(&p.key))
+            .cloned()
+            .collect();
+        if pods.is_empty() {
+            return d;
+        }
+        if let Err(msg) = validate_tree(tree, &pods, snapshot) {
+            return tree_error_decision(d, tree, &pods, &msg);
+        }
+        let mut by_leaf: HashMap<GroupKey, Vec<Arc<PodInfo>>> = HashMap::new();
+        for p in &pods {
+            if let Some(g) = p.group_key() {
+                by_leaf.entry(g).or_default().push(p.clone());
+            }
+        }
+        let input = TreeInput {
+            tree,
+            pods: by_leaf,
+            budget: self.config.reorder_budget(),
+            max_attempts: self.config.reorder_max_attempts,
+        };
+        let mut stats = CycleStats::default();
+        let mut ctx = GroupContext {
+            pods: &mut self.pods,
+            feasible: self.feasible.as_ref(),
+            generators: &self.generators,
+            scorers: &self.scorers,
+            stats: &mut stats,
+            in_tree: true,
+        };
+        let result = run_tree(&mut ctx, snapshot, &input);
+        let mut d = d;
+        d.stats = stats;
+        assemble_tree(d, tree, &pods, snapshot, &result)
+    }
+}
+
+/// Hierarchy shape and member checks for a tree: every pending pod belongs to a leaf of the
+/// tree; [`GroupTree::validate`]; then the member checks over pending and already scheduled pods
+/// of every leaf against the root's priority and preemption policy.
+fn validate_tree(tree: &GroupTree, pods: &[Arc<PodInfo>], snapshot: &Snapshot) -> Result<(), String> {
+    let root_ref = key_ref(&tree.root().key);
+    for p in pods {
+        let in_tree = p.group_key().is_some_and(|g| tree.leaf(&g).is_some());
+        if !in_tree {
+            return Err(format!(
+                "pod {} does not belong to a pod group of composite pod group hierarchy {root_ref:?}",
+                p.key
+            ));
+        }
+    }
+    tree.validate()?;
+    let leaves = tree.leaves_under(&tree.root().key);
+    let scheduled = scheduled_members(snapshot, &leaves);
+    let all: Vec<&Arc<PodInfo>> = pods.iter().chain(scheduled.iter()).collect();
+    validate_members(
+        &all,
+        tree.root().priority,
+        tree.root().preemption_policy,
+        &root_ref,
+    )
+}
+
+/// Condition for any group of a tree, by kind.
+fn tree_condition(
+    tree: &GroupTree,
+    key: &GroupKey,
+    status: bool,
+    reason: &'static str,
+    message: String,
+) -> Option<GroupCondition> {
+    let (type_, generation) = match (tree.composite(key), tree.leaf(key)) {
+        (Some(c), _) => (COMPOSITE_POD_GROUP_INITIALLY_SCHEDULED, c.generation),
+        (None, Some(l)) => (POD_GROUP_INITIALLY_SCHEDULED, l.generation),
+        (None, None) => return None,
+    };
+    Some(GroupCondition {
+        group: key.clone(),
+        type_,
+        status,
+        reason,
+        message,
+        observed_generation: generation,
+    })
+}
+
+/// Pre-scheduling failure of a tree: every pod SchedulerError, `False/SchedulerError` on the
+/// root and every group below it, backoff.
+fn tree_error_decision(mut d: Decision, tree: &GroupTree, pods: &[Arc<PodInfo>], msg: &str) -> Decision {
+    d.outcome = Outcome::Error;
+    for p in pods {
+        d.failures
+            .push(failure(p, FailureReason::SchedulerError, msg.to_string()));
+    }
+    for k in tree.groups() {
+        d.conditions.extend(tree_condition(
+            tree,
+            &k,
+            false,
+            REASON_SCHEDULER_ERROR,
+            msg.to_string(),
+        ));
+    }
+    d.requeue = Some(Requeue {
+        pods: pods.iter().map(|p| p.key.clone()).collect(),
+        mode: RequeueMode::Backoff,
+    });
+    d
+}
+
+/// Effective status of every group: its own result unless an ancestor failed, in which case
+/// the nearest failed ancestor's status (children of a failed parent cannot bind; upstream
+/// `successfulLeafResults`).
+fn effective_statuses(tree: &GroupTree, result: &TreeResult) -> HashMap<GroupKey, (Status, bool)> {
+    // (status, own): own = the status is the group's own result.
+    let mut eff: HashMap<GroupKey, (Status, bool)> = HashMap::new();
+    let root = tree.root().key.clone();
+    eff.insert(
+        root.clone(),
+        (
+            result
+                .statuses
+                .get(&root)
+                .cloned()
+                .unwrap_or_else(|| result.status.clone()),
+            true,
+        ),
+    );
+    let mut stack = vec![root];
+    while let Some(k) = stack.pop() {
+        let parent = eff[&k].0.clone();
+        for c in tree.children(&k) {
+            let e = if !parent.is_success() {
+                (parent.clone(), false)
+            } else {
+                match result.statuses.get(c) {
+                    Some(st) => (st.clone(), true),
+                    None => (
+                        Status::new(Code::Unschedulable, "pod group was not evaluated in this cycle"),
+                        true,
+                    ),
+                }
+            };
+            eff.insert(c.clone(), e);
+            stack.push(c.clone());
+        }
+    }
+    eff
+}
+
+fn assemble_tree(
+    mut d: Decision,
+    tree: &GroupTree,
+    pods: &[Arc<PodInfo>],
+    snapshot: &Snapshot,
+    result: &TreeResult,
+) -> Decision {
+    if result.status.code == Code::Error {
+        return tree_error_decision(d, tree, pods, &result.status.message);
+    }
+    let eff = effective_statuses(tree, result);
+    let success = result.status.is_success();
+    if success {
+        d.outcome = Outcome::Scheduled;
+        for a in &result.assignments {
+            d.bindings.push(binding(&a.pod, snapshot, a.node));
+        }
+    } else {
+        d.outcome = Outcome::Unschedulable;
+    }
+    let bound: std::collections::HashSet<&PodKey> = d.bindings.iter().map(|b| &b.pod).collect();
+    let mut left = Vec::new();
+    for p in pods {
+        if bound.contains(&p.key) {
+            continue;
+        }
+        let leaf = p.group_key();
+        let leaf_result = leaf.as_ref().and_then(|g| result.leaves.get(g));
+        let fit = leaf_result
+            .and_then(|r| r.pod_failures.get(&p.key))
+            .map(|(_, m)| m.clone());
+        let msg = match leaf.as_ref().and_then(|g| eff.get(g)) {
+            // The leaf failed on its own (or succeeded and left this pod over): the pod's own
+            // fit error first.
+            Some((st, true)) => fit.unwrap_or_else(|| {
+                if st.is_success() {
+                    "pod was not tried in this cycle".to_string()
+                } else {
+                    st.message.clone()
+                }
+            }),
+            // An ancestor failed: that is why the pod does not bind.
+            Some((st, false)) => st.message.clone(),
+            None => result.status.message.clone(),
+        };
+        d.failures.push(failure(p, FailureReason::Unschedulable, msg));
+        left.push(p.key.clone());
+    }
+    let root = tree.root().key.clone();
+    for k in tree.groups() {
+        let Some((st, own)) = eff.get(&k) else { continue };
+        // The root reports the cycle's result (e.g. `no pods were schedulable`).
+        let st = if k == root { &result.status } else { st };
+        let cond = if st.is_success() {
+            tree_condition(tree, &k, true, REASON_SCHEDULED, String::new())
+        } else {
+            let mut msg = st.message.clone();
+            if *own && let Some(r) = result.leaves.get(&k) {
+                // As for a standalone group: `<group message>; <first pod fit error>`.
+                let first_fit = pods
+                    .iter()
+                    .find_map(|p| r.pod_failures.get(&p.key).map(|(_, m)| m.clone()));
+                if let Some(fit) = first_fit
+                    && !msg.contains(fit.as_str())
+                {
+                    msg = format!("{msg}; {fit}");
+                }
+            }
+            tree_condition(tree, &k, false, REASON_UNSCHEDULABLE, msg)
+        };
+        d.conditions.extend(cond);
+    }
+    if !left.is_empty() {
+        d.requeue = Some(Requeue {
+            pods: left,
+            mode: if success {
+                RequeueMode::Immediate
+            } else {
+                RequeueMode::Unschedulable
+            },
+        });
+    }
+    d
+}
+
 fn binding(pod: &PodInfo, snapshot: &Snapshot, node: usize) -> Binding {
     Binding {
         pod: pod.key.clone(),
@@ -235,7 +494,7 @@ fn failure(pod: &PodInfo, reason: FailureReason, message: String) -> PodFailure 
 fn condition(group: &GroupInfo, status: bool, reason: &'static str, message: String) -> GroupCondition {
     let type_ = match group.key.kind {
         GroupKind::PodGroup => POD_GROUP_INITIALLY_SCHEDULED,
-        GroupKind::CompositePodGroup => crate::decision::COMPOSITE_POD_GROUP_INITIALLY_SCHEDULED,
+        GroupKind::CompositePodGroup => COMPOSITE_POD_GROUP_INITIALLY_SCHEDULED,
     };
     GroupCondition {
         group: group.key.clone(),
@@ -264,25 +523,44 @@ fn error_decision(mut d: Decision, group: &GroupInfo, pods: &[Arc<PodInfo>], msg
 
 /// Upstream `validatePodGroup` for a leaf group (queued and already scheduled members).
 fn validate_group(group: &GroupInfo, pods: &[Arc<PodInfo>], snapshot: &Snapshot) -> Result<(), String> {
-    if group.key.kind == GroupKind::CompositePodGroup || group.parent.is_some() {
+    if group.key.kind == GroupKind::CompositePodGroup {
         return Err(format!(
-            "composite pod group hierarchies are not supported yet (group {})",
+            "{} is a composite pod group: it is scheduled with its tree, not as a pod group",
             group.key
         ));
     }
-    let scheduled: Vec<Arc<PodInfo>> = snapshot
-        .group_state(&group.key)
-        .map(|st| {
-            st.scheduled
-                .iter()
-                .filter_map(|(k, _)| snapshot.pod(k).cloned())
-                .collect()
-        })
-        .unwrap_or_default();
+    if let Some(parent) = &group.parent {
+        return Err(format!(
+            "pod group {} belongs to composite pod group {}: it is scheduled as part of its root's tree, not alone",
+            crate::hierarchy::key_ref(&group.key),
+            crate::hierarchy::key_ref(parent)
+        ));
+    }
+    let scheduled = scheduled_members(snapshot, std::slice::from_ref(&group.key));
     let all: Vec<&Arc<PodInfo>> = pods.iter().chain(scheduled.iter()).collect();
-    let first = all[0];
     let group_ref = format!("{}/{}", group.key.namespace, group.key.name);
-    for p in &all {
+    validate_members(&all, group.priority, group.preemption_policy, &group_ref)
+}
+
+/// Scheduled (assigned + assumed) members of `groups` known to the snapshot.
+fn scheduled_members(snapshot: &Snapshot, groups: &[crate::model::GroupKey]) -> Vec<Arc<PodInfo>> {
+    groups
+        .iter()
+        .filter_map(|g| snapshot.group_state(g))
+        .flat_map(|st| st.scheduled.iter().filter_map(|(k, _)| snapshot.pod(k).cloned()))
+        .collect()
+}
+
+/// Upstream `validatePodGroup`'s member checks: one schedulerName, the root's priority and
+/// preemption policy (or, when unset, the same among the pods). `all` is non-empty.
+fn validate_members(
+    all: &[&Arc<PodInfo>],
+    priority: Option<i32>,
+    preemption_policy: Option<crate::model::PreemptionPolicy>,
+    group_ref: &str,
+) -> Result<(), String> {
+    let first = all[0];
+    for p in all {
         if p.scheduler_name != first.scheduler_name {
             return Err(format!(
                 "all pods in a pod group hierarchy should have the same .spec.schedulerName set, got: {:?} ({:?}) and {:?} ({:?})",
@@ -293,8 +571,8 @@ fn validate_group(group: &GroupInfo, pods: &[Arc<PodInfo>], snapshot: &Snapshot)
             ));
         }
     }
-    for p in &all {
-        match group.priority {
+    for p in all {
+        match priority {
             Some(gp) if p.priority != gp => {
                 return Err(format!(
                     "all pods in a pod group hierarchy should have the same priority as the root pod group's priority, got {gp} ({group_ref:?}) and {} ({:?})",
@@ -314,8 +592,8 @@ fn validate_group(group: &GroupInfo, pods: &[Arc<PodInfo>], snapshot: &Snapshot)
             _ => {}
         }
     }
-    for p in &all {
-        match group.preemption_policy {
+    for p in all {
+        match preemption_policy {
             Some(gp) if p.preemption_policy != gp => {
                 return Err(format!(
                     "all pods in a pod group hierarchy should have the same preemption policy as the root pod group's preemption policy, got {gp} ({group_ref:?}) and {} ({:?})",

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use crate::decision::{Nomination, Victim};
-use crate::model::{GroupInfo, PodInfo};
+use crate::model::{CompositeGroupInfo, GroupInfo, GroupKey, PodInfo};
 use crate::snapshot::Snapshot;
 
 /// Status code (upstream `fwk.Code`).
@@ -114,6 +114,21 @@ pub trait PlacementGeneratePlugin: Send + Sync {
         group: &GroupInfo,
         parent: &Placement,
     ) -> Result<Vec<Placement>, Status>;
+
+    /// Candidate placements for a CompositePodGroup within its parent's placement (KEP-6012).
+    /// `leaves` are the leaf PodGroups of its subtree (their scheduled members may pin a
+    /// domain). Default: [`PlacementGeneratePlugin::generate`] on
+    /// [`CompositeGroupInfo::as_group_info`].
+    fn generate_composite(
+        &self,
+        snapshot: &Snapshot,
+        group: &CompositeGroupInfo,
+        leaves: &[GroupKey],
+        parent: &Placement,
+    ) -> Result<Vec<Placement>, Status> {
+        let _ = leaves;
+        self.generate(snapshot, &group.as_group_info(), parent)
+    }
 }
 
 /// PlacementFeasible: decides from progress whether the group can still, or already does, meet
@@ -123,6 +138,14 @@ pub trait PlacementFeasiblePlugin: Send + Sync {
     fn name(&self) -> &'static str;
     /// Evaluates progress.
     fn feasible(&self, group: &GroupInfo, progress: PlacementProgress) -> Status;
+
+    /// Evaluates a CompositePodGroup's progress over its children (`scheduled` = children that
+    /// succeeded, `remaining` = children not tried yet) against `minGroupCount` (1 for basic).
+    /// Default: [`PlacementFeasiblePlugin::feasible`] on
+    /// [`CompositeGroupInfo::as_group_info`] (so GangScheduling's arithmetic and messages).
+    fn feasible_composite(&self, group: &CompositeGroupInfo, progress: PlacementProgress) -> Status {
+        self.feasible(&group.as_group_info(), progress)
+    }
 }
 
 /// PlacementScore: scores a successful simulation; higher is better.
@@ -139,6 +162,20 @@ pub trait PlacementScorePlugin: Send + Sync {
     /// Normalises the raw scores of every successful placement in place (to 0..=100).
     fn normalize(&self, _scores: &mut [i64]) -> Result<(), Status> {
         Ok(())
+    }
+
+    /// Raw score of one CompositePodGroup placement result; `assignments.proposed` holds every
+    /// descendant leaf assignment and `leaves` the subtree's leaf PodGroups. Default:
+    /// [`PlacementScorePlugin::score`] on [`CompositeGroupInfo::as_group_info`].
+    fn score_composite(
+        &self,
+        snapshot: &Snapshot,
+        group: &CompositeGroupInfo,
+        leaves: &[GroupKey],
+        assignments: &PodGroupAssignments,
+    ) -> Result<i64, Status> {
+        let _ = leaves;
+        self.score(snapshot, &group.as_group_info(), assignments)
     }
 
     /// Whether `score` reads `ProposedAssignment::node`. When every scorer returns false, the

@@ -10,6 +10,8 @@
 //! - [`schedule_one`]: the per-pod Filter → Score → select pass (upstream `schedule_one.go`);
 //! - [`algorithm`]: the PodGroup default and placement algorithms (upstream
 //!   `podgroup_scheduling_algorithm`), plus the reorder retry;
+//! - [`hierarchy`], [`composite`]: CompositePodGroup trees and the recursive algorithm
+//!   (KEP-6012);
 //! - [`cycle`]: [`Scheduler::schedule`], the entity cycle (upstream `schedule_one_podgroup.go`).
 //!
 //! See `docs/scheduler.md` for the design and `/work/coord/scheduler-api.md` for the API.
@@ -17,10 +19,12 @@
 #![deny(missing_docs)]
 
 pub mod algorithm;
+pub mod composite;
 pub mod config;
 pub mod cycle;
 pub mod decision;
 pub mod framework;
+pub mod hierarchy;
 pub mod model;
 pub mod plugins;
 pub mod queue;
@@ -34,8 +38,10 @@ pub use cycle::Scheduler;
 pub use decision::{
     Binding, Decision, FailureReason, GroupCondition, Outcome, PodFailure, Requeue, RequeueMode,
 };
+pub use hierarchy::{GroupTree, TreeNode};
 pub use model::{
-    EntityKey, GroupInfo, GroupKey, GroupKind, GroupPolicy, NodeInfo, NodeStatic, PodInfo, PodKey,
+    CompositeGroupInfo, CompositePolicy, EntityKey, GroupInfo, GroupKey, GroupKind, GroupPolicy, NodeInfo,
+    NodeStatic, PodInfo, PodKey,
 };
 pub use queue::{ClusterEvent, Gate, GateReason, QueuedEntity, SchedulingQueue};
 pub use snapshot::Snapshot;

@@ -49,7 +49,7 @@ impl fmt::Display for PodKey {
 pub enum GroupKind {
     /// A leaf `PodGroup`.
     PodGroup,
-    /// A `CompositePodGroup` (reserved: not scheduled by this version).
+    /// A `CompositePodGroup`: an inner node of a hierarchy (KEP-6012); never owns pods.
     CompositePodGroup,
 }
 
@@ -73,6 +73,15 @@ impl GroupKey {
             name: name.into(),
         }
     }
+
+    /// A CompositePodGroup key.
+    pub fn composite(namespace: &str, name: &str) -> GroupKey {
+        GroupKey {
+            kind: GroupKind::CompositePodGroup,
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
 }
 
 impl fmt::Display for GroupKey {
@@ -90,7 +99,8 @@ impl fmt::Display for GroupKey {
 pub enum EntityKey {
     /// A pod with no group.
     Pod(PodKey),
-    /// A root group (a standalone PodGroup in this version).
+    /// A root group: a standalone/root PodGroup, or a root CompositePodGroup with its whole
+    /// subtree.
     Group(GroupKey),
 }
 
@@ -731,7 +741,9 @@ pub struct GroupInfo {
     pub priority: Option<i32>,
     /// spec.preemptionPolicy (`None` when unset: pods are compared among themselves).
     pub preemption_policy: Option<PreemptionPolicy>,
-    /// Parent CompositePodGroup (reserved; must be `None` in this version).
+    /// Parent CompositePodGroup (`spec.parentCompositePodGroupName`, kind
+    /// [`GroupKind::CompositePodGroup`]); `None` for a standalone/root PodGroup. Pods of a group
+    /// with a parent are scheduled with the whole tree of its root (see [`CompositeGroupInfo`]).
     pub parent: Option<GroupKey>,
     /// spec.disruptionMode.
     pub disruption_mode: DisruptionMode,
@@ -750,6 +762,92 @@ impl GroupInfo {
             preemption_policy: None,
             parent: None,
             disruption_mode: DisruptionMode::Single,
+        }
+    }
+}
+
+/// `schedulingPolicy` of a CompositePodGroup (upstream `CompositePodGroupSchedulingPolicy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CompositePolicy {
+    /// `basic: {}`: minGroupCount is treated as 1.
+    Basic,
+    /// `gang: {minGroupCount}`: at least this many child groups must be scheduled together.
+    Gang {
+        /// minGroupCount (>= 1).
+        min_group_count: u32,
+    },
+}
+
+impl CompositePolicy {
+    /// Effective minimum number of ready/scheduled children (1 for basic).
+    pub fn min_group_count(&self) -> u32 {
+        match self {
+            CompositePolicy::Basic => 1,
+            CompositePolicy::Gang { min_group_count } => (*min_group_count).max(1),
+        }
+    }
+}
+
+/// A CompositePodGroup as the scheduler sees it (KEP-6012, `scheduling.k8s.io/v1alpha3`);
+/// built by the runtime from the CRD object. CompositePodGroups are the inner nodes of a
+/// hierarchy; their children (PodGroups and CompositePodGroups) point to them through
+/// `parent`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CompositeGroupInfo {
+    /// Identity (kind [`GroupKind::CompositePodGroup`]).
+    pub key: GroupKey,
+    /// metadata.uid.
+    pub uid: Arc<str>,
+    /// metadata.generation (echoed as the condition's observedGeneration).
+    pub generation: i64,
+    /// Basic or gang (`minGroupCount`).
+    pub policy: CompositePolicy,
+    /// `schedulingConstraints.topology[0].key`, if any.
+    pub topology_key: Option<String>,
+    /// spec.priority (`None` when unset).
+    pub priority: Option<i32>,
+    /// spec.preemptionPolicy (`None` when unset).
+    pub preemption_policy: Option<PreemptionPolicy>,
+    /// `spec.parentCompositePodGroupName` (kind CompositePodGroup); `None` for a root.
+    pub parent: Option<GroupKey>,
+    /// spec.disruptionMode.
+    pub disruption_mode: DisruptionMode,
+}
+
+impl CompositeGroupInfo {
+    /// A root CompositePodGroup with defaults (tests, simple conversions).
+    pub fn new(namespace: &str, name: &str, policy: CompositePolicy) -> CompositeGroupInfo {
+        CompositeGroupInfo {
+            key: GroupKey::composite(namespace, name),
+            uid: format!("uid-cpg-{namespace}-{name}").into(),
+            generation: 1,
+            policy,
+            topology_key: None,
+            priority: None,
+            preemption_policy: None,
+            parent: None,
+            disruption_mode: DisruptionMode::Single,
+        }
+    }
+
+    /// The composite seen through the leaf-group shape (key and kind kept, `minGroupCount` as
+    /// `minCount`), for plugins that only implement the PodGroup methods.
+    pub fn as_group_info(&self) -> GroupInfo {
+        GroupInfo {
+            key: self.key.clone(),
+            uid: self.uid.clone(),
+            generation: self.generation,
+            policy: match self.policy {
+                CompositePolicy::Basic => GroupPolicy::Basic,
+                CompositePolicy::Gang { min_group_count } => GroupPolicy::Gang {
+                    min_count: min_group_count,
+                },
+            },
+            topology_key: self.topology_key.clone(),
+            priority: self.priority,
+            preemption_policy: self.preemption_policy,
+            parent: self.parent.clone(),
+            disruption_mode: self.disruption_mode,
         }
     }
 }

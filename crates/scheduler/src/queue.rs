@@ -13,7 +13,15 @@ use std::time::{Duration, Instant};
 
 use crate::config::SchedulerConfig;
 use crate::decision::{Decision, RequeueMode};
-use crate::model::{EntityKey, GroupInfo, GroupKey, GroupPolicy, PodInfo, PodKey};
+use crate::hierarchy::{GroupTree, TreeNode};
+use crate::model::{
+    CompositeGroupInfo, CompositePolicy, EntityKey, GroupInfo, GroupKey, GroupKind, GroupPolicy, PodInfo,
+    PodKey,
+};
+
+/// Longest parent chain followed when looking for a root (deeper chains and cycles are
+/// reported as an invalid hierarchy).
+const MAX_CHAIN: usize = 16;
 
 /// Why an entity is held before the queue (PreEnqueue rejection).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -77,8 +85,11 @@ pub enum ClusterEvent {
 pub struct QueuedEntity {
     /// Entity key.
     pub key: EntityKey,
-    /// The group object (None for a standalone pod).
+    /// The group object (None for a standalone pod and for a CompositePodGroup tree).
     pub group: Option<Arc<GroupInfo>>,
+    /// For a root CompositePodGroup: the whole tree (`key` is then
+    /// `EntityKey::Group(<root CPG key>)` and `pods` holds the pending pods of every leaf).
+    pub tree: Option<Arc<GroupTree>>,
     /// Pending pods, ordered by priority descending, then first seen.
     pub pods: Vec<Arc<PodInfo>>,
     /// Previous unschedulable attempts.
@@ -122,7 +133,8 @@ struct Entry {
     group: Option<Arc<GroupInfo>>,
     is_group: bool,
     pods: BTreeMap<PodKey, (Arc<PodInfo>, u64)>,
-    assigned: HashSet<PodKey>,
+    /// Assigned members with their leaf group (several leaves for a tree entity).
+    assigned: HashMap<PodKey, Option<GroupKey>>,
     loc: Loc,
     attempts: u32,
     errors: u32,
@@ -146,6 +158,16 @@ pub struct SchedulingQueue {
     in_flight: HashSet<EntityKey>,
     seq: u64,
     gate_changes: Vec<(EntityKey, Option<Gate>)>,
+    /// Known CompositePodGroups with the sequence number they were first seen at.
+    composites: HashMap<GroupKey, (Arc<CompositeGroupInfo>, u64)>,
+    /// Known PodGroups that have a parent (hierarchy leaves), first-seen sequence.
+    tree_leaves: HashMap<GroupKey, (Arc<GroupInfo>, u64)>,
+    /// Parent CPG -> children (first-seen order), for every known child object.
+    children: HashMap<GroupKey, BTreeMap<u64, GroupKey>>,
+    /// Leaves whose pods currently live in another entity (their root's); absent = own entity.
+    homes: HashMap<GroupKey, EntityKey>,
+    /// Leaves to move once the in-flight entity holding or receiving them is done.
+    deferred: Vec<GroupKey>,
 }
 
 impl SchedulingQueue {
@@ -162,6 +184,11 @@ impl SchedulingQueue {
             in_flight: HashSet::new(),
             seq: 0,
             gate_changes: Vec::new(),
+            composites: HashMap::new(),
+            tree_leaves: HashMap::new(),
+            children: HashMap::new(),
+            homes: HashMap::new(),
+            deferred: Vec::new(),
         }
     }
 
@@ -180,10 +207,193 @@ impl SchedulingQueue {
         exp.min(cap)
     }
 
-    fn entity_of(pod: &PodInfo) -> EntityKey {
+    /// The entity currently holding a pod: its root's for a hierarchy leaf, else its group's
+    /// (or itself).
+    fn entity_of(&self, pod: &PodInfo) -> EntityKey {
         match pod.group_key() {
-            Some(g) => EntityKey::Group(g),
+            Some(g) => self.home_of(&g),
             None => EntityKey::Pod(pod.key.clone()),
+        }
+    }
+
+    fn home_of(&self, leaf: &GroupKey) -> EntityKey {
+        if self.homes.is_empty() {
+            return EntityKey::Group(leaf.clone());
+        }
+        self.homes
+            .get(leaf)
+            .cloned()
+            .unwrap_or_else(|| EntityKey::Group(leaf.clone()))
+    }
+
+    /// Where a leaf's pods should live: the topmost CompositePodGroup reachable through known
+    /// parents (an unknown CPG ends the chain: the tree waits for it). A leaf with no parent,
+    /// or whose chain is a cycle or too long, is its own entity.
+    fn root_of(&self, leaf: &GroupKey) -> EntityKey {
+        let own = EntityKey::Group(leaf.clone());
+        let Some(mut cur) = self.tree_leaves.get(leaf).and_then(|(g, _)| g.parent.clone()) else {
+            return own;
+        };
+        for _ in 0..MAX_CHAIN {
+            match self.composites.get(&cur).map(|(c, _)| c.parent.clone()) {
+                Some(Some(p)) => cur = p,
+                _ => return EntityKey::Group(cur),
+            }
+        }
+        own
+    }
+
+    /// Moves a leaf's pending and assigned pods to the entity of its current root (deferred
+    /// while either entity is in flight).
+    fn rehome(&mut self, leaf: &GroupKey, now: Instant) {
+        let want = self.root_of(leaf);
+        let cur = self.home_of(leaf);
+        if want == cur {
+            return;
+        }
+        if self.in_flight.contains(&cur) || self.in_flight.contains(&want) {
+            if !self.deferred.contains(leaf) {
+                self.deferred.push(leaf.clone());
+            }
+            return;
+        }
+        let (mut pods, mut assigned) = (Vec::new(), Vec::new());
+        if let Some(e) = self.entries.get_mut(&cur) {
+            let keys: Vec<PodKey> = e
+                .pods
+                .iter()
+                .filter(|(_, (p, _))| p.group_key().as_ref() == Some(leaf))
+                .map(|(k, _)| k.clone())
+                .collect();
+            for k in keys {
+                if let Some(v) = e.pods.remove(&k) {
+                    pods.push((k, v));
+                }
+            }
+            let keys: Vec<PodKey> = e
+                .assigned
+                .iter()
+                .filter(|(_, g)| g.as_ref() == Some(leaf))
+                .map(|(k, _)| k.clone())
+                .collect();
+            for k in keys {
+                e.assigned.remove(&k);
+                assigned.push(k);
+            }
+        }
+        if want == EntityKey::Group(leaf.clone()) {
+            self.homes.remove(leaf);
+        } else {
+            self.homes.insert(leaf.clone(), want.clone());
+        }
+        let dest = self.entry_mut(&want, now);
+        if dest.pods.is_empty() && !pods.is_empty() {
+            dest.timestamp = now;
+        }
+        dest.pods.extend(pods);
+        dest.assigned
+            .extend(assigned.into_iter().map(|k| (k, Some(leaf.clone()))));
+        self.reevaluate(&cur, now);
+        self.cleanup(&cur);
+        self.wake(&want, now);
+        self.reevaluate(&want, now);
+        self.cleanup(&want);
+    }
+
+    /// Re-homes every hierarchy leaf (after a CompositePodGroup appeared, changed or vanished).
+    fn rehome_all(&mut self, now: Instant) {
+        let mut leaves: Vec<GroupKey> = self.tree_leaves.keys().cloned().collect();
+        leaves.extend(self.homes.keys().cloned());
+        leaves.sort();
+        leaves.dedup();
+        for l in leaves {
+            self.rehome(&l, now);
+        }
+    }
+
+    fn link_child(
+        &mut self,
+        child: &GroupKey,
+        old_parent: Option<&GroupKey>,
+        parent: Option<&GroupKey>,
+        seq: u64,
+    ) {
+        if old_parent == parent {
+            return;
+        }
+        if let Some(op) = old_parent
+            && let Some(m) = self.children.get_mut(op)
+        {
+            m.retain(|_, k| k != child);
+            if m.is_empty() {
+                self.children.remove(op);
+            }
+        }
+        if let Some(p) = parent {
+            self.children
+                .entry(p.clone())
+                .or_default()
+                .insert(seq, child.clone());
+        }
+    }
+
+    /// Entity holding the tree of a CompositePodGroup (its root's).
+    fn root_entity_of_composite(&self, key: &GroupKey) -> EntityKey {
+        let mut cur = key.clone();
+        for _ in 0..MAX_CHAIN {
+            match self.composites.get(&cur).map(|(c, _)| c.parent.clone()) {
+                Some(Some(p)) => cur = p,
+                _ => break,
+            }
+        }
+        EntityKey::Group(cur)
+    }
+
+    /// Adds or replaces a CompositePodGroup (KEP-6012). Pods of leaves below it join the entity
+    /// of its root; a new CPG or a lowered `minGroupCount` (or gang → basic) wakes that entity.
+    pub fn add_composite_group(&mut self, group: Arc<CompositeGroupInfo>, now: Instant) {
+        let key = group.key.clone();
+        let (old, seq) = match self.composites.get(&key) {
+            Some((old, seq)) => (Some(old.clone()), *seq),
+            None => (None, self.next_seq()),
+        };
+        let wake = match (&old, group.policy) {
+            (None, _) => true,
+            (Some(o), CompositePolicy::Gang { min_group_count }) => match o.policy {
+                CompositePolicy::Gang { min_group_count: m } => min_group_count < m,
+                CompositePolicy::Basic => true,
+            },
+            (Some(o), CompositePolicy::Basic) => o.policy != CompositePolicy::Basic,
+        };
+        let old_parent = old.as_ref().and_then(|o| o.parent.clone());
+        self.link_child(&key, old_parent.as_ref(), group.parent.as_ref(), seq);
+        self.composites.insert(key.clone(), (group, seq));
+        self.rehome_all(now);
+        let root = self.root_entity_of_composite(&key);
+        if wake {
+            self.wake(&root, now);
+        }
+        self.reevaluate(&root, now);
+    }
+
+    /// Same as [`SchedulingQueue::add_composite_group`].
+    pub fn update_composite_group(&mut self, group: Arc<CompositeGroupInfo>, now: Instant) {
+        self.add_composite_group(group, now);
+    }
+
+    /// Forgets a CompositePodGroup; pending pods below it wait (gated `WaitingForPodGroup`)
+    /// in the entity named after it until it reappears.
+    pub fn delete_composite_group(&mut self, key: &GroupKey, now: Instant) {
+        let root = self.root_entity_of_composite(key);
+        let Some((old, _)) = self.composites.remove(key) else {
+            return;
+        };
+        self.link_child(key, old.parent.as_ref(), None, 0);
+        self.rehome_all(now);
+        let own = EntityKey::Group(key.clone());
+        for k in [root, own] {
+            self.reevaluate(&k, now);
+            self.cleanup(&k);
         }
     }
 
@@ -196,7 +406,7 @@ impl SchedulingQueue {
                     group: None,
                     is_group: matches!(key, EntityKey::Group(_)),
                     pods: BTreeMap::new(),
-                    assigned: HashSet::new(),
+                    assigned: HashMap::new(),
                     loc: Loc::Idle,
                     attempts: 0,
                     errors: 0,
@@ -222,7 +432,7 @@ impl SchedulingQueue {
             );
             return;
         }
-        let key = Self::entity_of(&pod);
+        let key = self.entity_of(&pod);
         let seq = self.next_seq();
         let entry = self.entry_mut(&key, now);
         if entry.pods.is_empty() && !matches!(entry.loc, Loc::InFlight { .. }) {
@@ -232,20 +442,29 @@ impl SchedulingQueue {
             entry.seq = seq;
         }
         entry.assigned.remove(&pod.key);
-        match entry.pods.get_mut(&pod.key) {
-            Some(slot) => slot.0 = pod,
+        let added = match entry.pods.get_mut(&pod.key) {
+            Some(slot) => {
+                slot.0 = pod;
+                false
+            }
             None => {
                 entry.pods.insert(pod.key.clone(), (pod, seq));
+                true
             }
-        }
+        };
         self.reevaluate(&key, now);
+        if added && matches!(&key, EntityKey::Group(g) if g.kind == GroupKind::CompositePodGroup) {
+            // GangScheduling's hint: a new pending pod of the same hierarchy re-queues an
+            // unschedulable tree (a tree may have failed only because a child had no pods yet).
+            self.wake(&key, now);
+        }
     }
 
     /// Updates a pod (same as add; a pod that got a `nodeName` leaves the queue and counts as
     /// assigned).
     pub fn update_pod(&mut self, pod: Arc<PodInfo>, now: Instant) {
         if pod.node_name.is_some() {
-            let key = Self::entity_of(&pod);
+            let key = self.entity_of(&pod);
             if let Some(e) = self.entries.get_mut(&key) {
                 e.pods.remove(&pod.key);
             }
@@ -265,11 +484,11 @@ impl SchedulingQueue {
     /// Deletes a pod (pending or assigned). Deleting an assigned pod frees capacity and wakes
     /// unschedulable entities.
     pub fn delete_pod(&mut self, pod: &PodInfo, now: Instant) {
-        let key = Self::entity_of(pod);
+        let key = self.entity_of(pod);
         let mut was_assigned = pod.node_name.is_some();
         if let Some(e) = self.entries.get_mut(&key) {
             e.pods.remove(&pod.key);
-            was_assigned |= e.assigned.remove(&pod.key);
+            was_assigned |= e.assigned.remove(&pod.key).is_some();
         }
         if was_assigned {
             self.on_event(
@@ -289,6 +508,9 @@ impl SchedulingQueue {
     /// different policy) wakes the group from the unschedulable pool.
     pub fn add_group(&mut self, group: Arc<GroupInfo>, now: Instant) {
         let key = EntityKey::Group(group.key.clone());
+        if group.parent.is_some() || self.tree_leaves.contains_key(&group.key) {
+            return self.add_tree_leaf(group, now);
+        }
         let entry = self.entry_mut(&key, now);
         let wake = match (&entry.group, group.policy) {
             (None, _) => true,
@@ -305,6 +527,43 @@ impl SchedulingQueue {
         self.reevaluate(&key, now);
     }
 
+    /// A PodGroup with a parent (or that had one): kept in the hierarchy index; its pods live
+    /// in its root's entity, which it wakes when new or when `minCount` was lowered.
+    fn add_tree_leaf(&mut self, group: Arc<GroupInfo>, now: Instant) {
+        let gk = group.key.clone();
+        let own = EntityKey::Group(gk.clone());
+        let (old, seq) = match self.tree_leaves.get(&gk) {
+            Some((old, seq)) => (Some(old.clone()), *seq),
+            None => (None, self.next_seq()),
+        };
+        let wake = match (&old, group.policy) {
+            (None, _) => true,
+            (Some(o), GroupPolicy::Gang { min_count }) => match o.policy {
+                GroupPolicy::Gang { min_count: m } => min_count < m,
+                GroupPolicy::Basic => true,
+            },
+            (Some(o), GroupPolicy::Basic) => o.policy != GroupPolicy::Basic,
+        };
+        let old_parent = old.as_ref().and_then(|o| o.parent.clone());
+        self.link_child(&gk, old_parent.as_ref(), group.parent.as_ref(), seq);
+        if group.parent.is_some() {
+            self.tree_leaves.insert(gk.clone(), (group.clone(), seq));
+        } else {
+            self.tree_leaves.remove(&gk);
+        }
+        self.entry_mut(&own, now).group = Some(group);
+        self.rehome(&gk, now);
+        let home = self.home_of(&gk);
+        if wake {
+            self.wake(&home, now);
+        }
+        self.reevaluate(&home, now);
+        if home != own {
+            self.reevaluate(&own, now);
+            self.cleanup(&own);
+        }
+    }
+
     /// Same as [`SchedulingQueue::add_group`].
     pub fn update_group(&mut self, group: Arc<GroupInfo>, now: Instant) {
         self.add_group(group, now);
@@ -316,6 +575,13 @@ impl SchedulingQueue {
         if let Some(e) = self.entries.get_mut(&ek) {
             e.group = None;
         }
+        if let Some((old, _)) = self.tree_leaves.remove(key) {
+            self.link_child(key, old.parent.as_ref(), None, 0);
+            let home = self.home_of(key);
+            self.rehome(key, now);
+            self.reevaluate(&home, now);
+            self.cleanup(&home);
+        }
         self.reevaluate(&ek, now);
         self.cleanup(&ek);
     }
@@ -326,10 +592,10 @@ impl SchedulingQueue {
         match event {
             ClusterEvent::AssignedPodAdded { pod, group } => {
                 if let Some(g) = group {
-                    let key = EntityKey::Group(g);
+                    let key = self.home_of(&g);
                     let e = self.entry_mut(&key, now);
                     e.pods.remove(&pod);
-                    e.assigned.insert(pod);
+                    e.assigned.insert(pod, Some(g));
                     self.wake(&key, now);
                     self.reevaluate(&key, now);
                     self.cleanup(&key);
@@ -337,7 +603,7 @@ impl SchedulingQueue {
             }
             ClusterEvent::AssignedPodDeleted { pod, group } => {
                 if let Some(g) = group {
-                    let key = EntityKey::Group(g);
+                    let key = self.home_of(&g);
                     if let Some(e) = self.entries.get_mut(&key) {
                         e.assigned.remove(&pod);
                     }
@@ -413,6 +679,13 @@ impl SchedulingQueue {
 
     /// Puts an idle entity into active or backoff according to its backoff expiry.
     fn place(&mut self, key: &EntityKey, now: Instant) {
+        // A tree's priority is its root CompositePodGroup's (when set).
+        let tree_priority = match key {
+            EntityKey::Group(g) if g.kind == GroupKind::CompositePodGroup => {
+                self.composites.get(g).and_then(|(c, _)| c.priority)
+            }
+            _ => None,
+        };
         let Some(e) = self.entries.get_mut(key) else {
             return;
         };
@@ -426,7 +699,7 @@ impl SchedulingQueue {
                 self.backoff.insert((t, e.seq, key.clone()));
             }
             None => {
-                let prio = Self::priority_of(e);
+                let prio = tree_priority.unwrap_or_else(|| Self::priority_of(e));
                 e.loc = Loc::Active(prio);
                 self.active
                     .insert((Reverse(prio), e.timestamp, e.seq, key.clone()));
@@ -435,7 +708,7 @@ impl SchedulingQueue {
     }
 
     /// PreEnqueue for an entity (upstream SchedulingGates + GangScheduling).
-    fn gate_of(e: &Entry, key: &EntityKey) -> Option<Gate> {
+    fn gate_of(&self, e: &Entry, key: &EntityKey) -> Option<Gate> {
         for (p, _) in e.pods.values() {
             if !p.scheduling_gates.is_empty() {
                 return Some(Gate {
@@ -445,6 +718,9 @@ impl SchedulingQueue {
             }
         }
         let EntityKey::Group(g) = key else { return None };
+        if g.kind == GroupKind::CompositePodGroup {
+            return self.tree_gate(e, g);
+        }
         let Some(group) = &e.group else {
             return Some(Gate {
                 reason: GateReason::WaitingForPodGroup,
@@ -454,6 +730,15 @@ impl SchedulingQueue {
                 ),
             });
         };
+        if group.parent.is_some() && self.root_of(g) == *key {
+            return Some(Gate {
+                reason: GateReason::WaitingForPodGroup,
+                message: format!(
+                    "composite pod group hierarchy of pod group {:?} is invalid: its parent chain is a cycle or deeper than {MAX_CHAIN}",
+                    &*g.name
+                ),
+            });
+        }
         let present = e.pods.len() + e.assigned.len();
         if let GroupPolicy::Gang { min_count } = group.policy
             && present < min_count as usize
@@ -466,13 +751,96 @@ impl SchedulingQueue {
         None
     }
 
+    /// GangScheduling PreEnqueue for a root CompositePodGroup entity: the root object must be
+    /// known, and the tree must meet its quorum (upstream `isCPGTreeReady`: children that are
+    /// ready, recursively, >= minGroupCount (1 if basic); a PodGroup child is ready with >=
+    /// minCount pending + assigned pods, 1 for basic).
+    fn tree_gate(&self, e: &Entry, root: &GroupKey) -> Option<Gate> {
+        let Some((cpg, _)) = self.composites.get(root) else {
+            return Some(Gate {
+                reason: GateReason::WaitingForPodGroup,
+                message: format!(
+                    "waiting for composite pod group {:?} to appear in scheduling queue",
+                    &*root.name
+                ),
+            });
+        };
+        let mut present: HashMap<GroupKey, usize> = HashMap::new();
+        for (p, _) in e.pods.values() {
+            if let Some(g) = p.group_key() {
+                *present.entry(g).or_default() += 1;
+            }
+        }
+        for g in e.assigned.values().flatten() {
+            *present.entry(g.clone()).or_default() += 1;
+        }
+        let kids: Vec<&GroupKey> = self
+            .children
+            .get(root)
+            .map(|m| m.values().collect())
+            .unwrap_or_default();
+        let ready = kids.iter().filter(|k| self.child_ready(k, &present, 0)).count();
+        let min = cpg.policy.min_group_count() as usize;
+        if ready < min {
+            return Some(Gate {
+                reason: GateReason::WaitingForQuorum,
+                message: format!(
+                    "composite pod group {:?} tree: {ready} of {} child groups ready (minGroupCount {min})",
+                    &*root.name,
+                    kids.len()
+                ),
+            });
+        }
+        None
+    }
+
+    fn child_ready(&self, key: &GroupKey, present: &HashMap<GroupKey, usize>, depth: usize) -> bool {
+        if depth > MAX_CHAIN {
+            return false;
+        }
+        if let Some((leaf, _)) = self.tree_leaves.get(key) {
+            return present.get(key).copied().unwrap_or(0) >= leaf.policy.min_count() as usize;
+        }
+        let Some((cpg, _)) = self.composites.get(key) else {
+            return false;
+        };
+        let ready = self.children.get(key).map_or(0, |m| {
+            m.values()
+                .filter(|k| self.child_ready(k, present, depth + 1))
+                .count()
+        });
+        ready >= cpg.policy.min_group_count() as usize
+    }
+
+    /// The tree of a known root CompositePodGroup, siblings in first-seen order.
+    fn build_tree(&self, root: &GroupKey) -> Option<GroupTree> {
+        let (cpg, _) = self.composites.get(root)?;
+        let mut members = Vec::new();
+        let mut stack = vec![root.clone()];
+        let mut seen = HashSet::new();
+        while let Some(k) = stack.pop() {
+            if !seen.insert(k.clone()) || seen.len() > 10_000 {
+                continue;
+            }
+            for child in self.children.get(&k).into_iter().flat_map(|m| m.values()) {
+                if let Some((c, _)) = self.composites.get(child) {
+                    members.push(TreeNode::Composite(c.clone()));
+                    stack.push(child.clone());
+                } else if let Some((l, _)) = self.tree_leaves.get(child) {
+                    members.push(TreeNode::Leaf(l.clone()));
+                }
+            }
+        }
+        Some(GroupTree::new(cpg.clone(), members))
+    }
+
     /// Re-runs PreEnqueue and moves the entity between gated and queued.
     fn reevaluate(&mut self, key: &EntityKey, now: Instant) {
         let Some(e) = self.entries.get(key) else { return };
         if matches!(e.loc, Loc::InFlight { .. }) {
             return;
         }
-        let gate = Self::gate_of(e, key);
+        let gate = self.gate_of(e, key);
         let was_gated = match &e.loc {
             Loc::Gated(g) => Some(g.clone()),
             _ => None,
@@ -552,7 +920,26 @@ impl SchedulingQueue {
     /// Returns `None` when nothing is ready (see [`SchedulingQueue::next_wakeup`]).
     pub fn pop(&mut self, now: Instant) -> Option<QueuedEntity> {
         self.advance(now);
-        let (_, _, _, key) = self.active.pop_first()?;
+        let (key, tree) = loop {
+            let (_, _, _, key) = self.active.pop_first()?;
+            let EntityKey::Group(g) = &key else {
+                break (key, None);
+            };
+            if g.kind != GroupKind::CompositePodGroup {
+                break (key, None);
+            }
+            match self.build_tree(g) {
+                Some(t) => break (key, Some(Arc::new(t))),
+                None => {
+                    // Cannot happen while gates are up to date (an unknown root is gated); never hand a
+                    // tree's pods to the scheduler without their tree.
+                    if let Some(e) = self.entries.get_mut(&key) {
+                        e.loc = Loc::Idle;
+                    }
+                    self.reevaluate(&key, now);
+                }
+            }
+        };
         let e = self.entries.get_mut(&key).expect("active entries exist");
         let mut pods: Vec<(Arc<PodInfo>, u64)> = e.pods.values().cloned().collect();
         pods.sort_by(|a, b| b.0.priority.cmp(&a.0.priority).then(a.1.cmp(&b.1)));
@@ -565,6 +952,7 @@ impl SchedulingQueue {
         Some(QueuedEntity {
             key,
             group: e.group.clone(),
+            tree,
             pods: pods.into_iter().map(|(p, _)| p).collect(),
             attempts: e.attempts,
             timestamp: e.timestamp,
@@ -575,6 +963,15 @@ impl SchedulingQueue {
     /// (the decision's requeue list plus pods that arrived meanwhile) are requeued per the
     /// decision's [`RequeueMode`].
     pub fn done(&mut self, decision: &Decision, now: Instant) {
+        self.done_entity(decision, now);
+        if !self.deferred.is_empty() {
+            for leaf in std::mem::take(&mut self.deferred) {
+                self.rehome(&leaf, now);
+            }
+        }
+    }
+
+    fn done_entity(&mut self, decision: &Decision, now: Instant) {
         let key = decision.entity.clone();
         self.in_flight.remove(&key);
         let Some(e) = self.entries.get_mut(&key) else {
@@ -584,9 +981,10 @@ impl SchedulingQueue {
             return;
         };
         for b in &decision.bindings {
-            e.pods.remove(&b.pod);
+            let removed = e.pods.remove(&b.pod);
             if e.is_group {
-                e.assigned.insert(b.pod.clone());
+                let g = removed.and_then(|(p, _)| p.group_key());
+                e.assigned.insert(b.pod.clone(), g);
             }
         }
         let keep: HashSet<&PodKey> = decision.requeue.iter().flat_map(|r| r.pods.iter()).collect();
@@ -630,7 +1028,7 @@ impl SchedulingQueue {
             }
         }
         let e = self.entries.get(&key).expect("present");
-        if let Some(g) = Self::gate_of(e, &key).filter(|_| !e.pods.is_empty()) {
+        if let Some(g) = self.gate_of(e, &key).filter(|_| !e.pods.is_empty()) {
             let e = self.entries.get_mut(&key).expect("present");
             e.loc = Loc::Gated(g.clone());
             self.gate_changes.push((key.clone(), Some(g)));
@@ -643,7 +1041,7 @@ impl SchedulingQueue {
     /// If an entity in the pool is now gated, move it to gated.
     fn regate(&mut self, key: &EntityKey, now: Instant) {
         let Some(e) = self.entries.get(key) else { return };
-        if let Some(g) = Self::gate_of(e, key) {
+        if let Some(g) = self.gate_of(e, key) {
             self.detach(key);
             let e = self.entries.get_mut(key).expect("present");
             e.loc = Loc::Gated(g.clone());
@@ -710,14 +1108,24 @@ impl SchedulingQueue {
     /// Whether a pending pod is held by the queue (in any sub-queue or in flight).
     pub fn contains_pod(&self, pod: &PodInfo) -> bool {
         self.entries
-            .get(&Self::entity_of(pod))
+            .get(&self.entity_of(pod))
             .is_some_and(|e| e.pods.contains_key(&pod.key))
     }
 
     /// Number of known members of a group: pending plus assigned (upstream `AllPodsCount`).
     pub fn group_member_count(&self, key: &GroupKey) -> usize {
-        self.entries
-            .get(&EntityKey::Group(key.clone()))
-            .map_or(0, |e| e.pods.len() + e.assigned.len())
+        let home = self.home_of(key);
+        let Some(e) = self.entries.get(&home) else {
+            return 0;
+        };
+        if home == EntityKey::Group(key.clone()) {
+            return e.pods.len() + e.assigned.len();
+        }
+        let pending = e
+            .pods
+            .values()
+            .filter(|(p, _)| p.group_key().as_ref() == Some(key))
+            .count();
+        pending + e.assigned.values().filter(|g| g.as_ref() == Some(key)).count()
     }
 }

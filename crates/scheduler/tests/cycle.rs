@@ -1,5 +1,5 @@
 //! Cycle-level behaviour not covered by the upstream scenarios: skipping, invalid input,
-//! composite groups, decision shape.
+//! a composite child handed alone, decision shape.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -23,6 +23,7 @@ fn member(name: &str, group: &str) -> PodInfo {
 
 fn entity(group: GroupInfo, pods: Vec<PodInfo>) -> QueuedEntity {
     QueuedEntity {
+        tree: None,
         key: EntityKey::Group(group.key.clone()),
         group: Some(Arc::new(group)),
         pods: pods.into_iter().map(Arc::new).collect(),
@@ -74,7 +75,8 @@ fn an_invalid_member_fails_the_group_with_scheduler_error() {
 }
 
 #[test]
-fn child_of_a_composite_group_is_rejected_for_now() {
+fn child_of_a_composite_group_alone_is_an_error() {
+    // A PodGroup with a parent is scheduled with its root's tree; handed alone it is an error.
     let mut s = snap();
     let mut g = GroupInfo::new("ns", "g", GroupPolicy::Basic);
     g.parent = Some(GroupKey {
@@ -87,7 +89,7 @@ fn child_of_a_composite_group_is_rejected_for_now() {
     assert!(
         d.conditions[0]
             .message
-            .contains("composite pod group hierarchies are not supported yet")
+            .contains("it is scheduled as part of its root's tree, not alone")
     );
 }
 
@@ -129,6 +131,7 @@ fn single_pod_decision_shape() {
     let mut s = snap();
     let p = Arc::new(PodInfo::simple("ns", "solo", 5000));
     let e = QueuedEntity {
+        tree: None,
         key: EntityKey::Pod(p.key.clone()),
         group: None,
         pods: vec![p],

@@ -412,6 +412,7 @@ fn gang_members_with_anti_affinity_spread_within_one_cycle() {
         phalanx_scheduler::GroupInfo::new("ns", "g", phalanx_scheduler::GroupPolicy::Gang { min_count: 2 });
     group.priority = None;
     let entity = QueuedEntity {
+        tree: None,
         key: EntityKey::Group(group.key.clone()),
         group: Some(Arc::new(group)),
         pods: vec![mk("m1"), mk("m2"), mk("m3")],
@@ -444,6 +445,7 @@ fn fit_error_message_histogram() {
     let mut snap = Snapshot::new(nodes);
     let p = Arc::new(PodInfo::simple("ns", "big", 2000));
     let entity = QueuedEntity {
+        tree: None,
         key: EntityKey::Pod(p.key.clone()),
         group: None,
         pods: vec![p],
@@ -492,6 +494,7 @@ fn unrelated_affinity_pods_do_not_disable_batching() {
         })
         .collect();
     let entity = QueuedEntity {
+        tree: None,
         key: EntityKey::Group(group.key.clone()),
         group: Some(Arc::new(group)),
         pods,
@@ -506,6 +509,7 @@ fn unrelated_affinity_pods_do_not_disable_batching() {
     db.group_name = None;
     let db = Arc::new(db);
     let e = QueuedEntity {
+        tree: None,
         key: EntityKey::Pod(db.key.clone()),
         group: None,
         pods: vec![db],

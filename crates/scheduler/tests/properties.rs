@@ -115,7 +115,7 @@ proptest! {
             p.group_name = Some("g".into());
             Arc::new(p)
         }).collect();
-        let entity = QueuedEntity { key: EntityKey::Group(group.key.clone()), group: Some(Arc::new(group)), pods, attempts: 0, timestamp: Instant::now() };
+        let entity = QueuedEntity { tree: None, key: EntityKey::Group(group.key.clone()), group: Some(Arc::new(group)), pods, attempts: 0, timestamp: Instant::now() };
         let d = Scheduler::new(SchedulerConfig::default()).schedule(&mut snap, &entity);
         if d.outcome == Outcome::Scheduled {
             prop_assert!(d.bindings.len() >= spec.min as usize);
@@ -179,7 +179,7 @@ proptest! {
             p.group_name = Some("g".into());
             Arc::new(p)
         }).collect();
-        let entity = QueuedEntity { key: EntityKey::Group(group.key.clone()), group: Some(Arc::new(group)), pods, attempts: 0, timestamp: Instant::now() };
+        let entity = QueuedEntity { tree: None, key: EntityKey::Group(group.key.clone()), group: Some(Arc::new(group)), pods, attempts: 0, timestamp: Instant::now() };
         let mut fast_snap = snap.clone();
         let fast = Scheduler::new(SchedulerConfig::default()).schedule(&mut fast_snap, &entity);
         let mut full = Scheduler::new(SchedulerConfig::default());
@@ -254,7 +254,7 @@ proptest! {
                 p.group_name = Some(format!("g{g}").into());
                 Arc::new(p)
             }).collect();
-            let entity = QueuedEntity { key: EntityKey::Group(group.key.clone()), group: Some(Arc::new(group)), pods, attempts: 0, timestamp: Instant::now() };
+            let entity = QueuedEntity { tree: None, key: EntityKey::Group(group.key.clone()), group: Some(Arc::new(group)), pods, attempts: 0, timestamp: Instant::now() };
             let a = cached.schedule(&mut cached_snap, &entity);
             let b = plain.schedule(&mut plain_snap, &entity);
             prop_assert_eq!(&a.bindings, &b.bindings);

@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
 use phalanx_api::{v1alpha3::CompositePodGroup, v1beta1::PodGroup};
 use phalanx_scheduler::model::{DisruptionMode, GroupPolicy, PreemptionPolicy};
-use phalanx_scheduler::{GroupInfo, NodeStatic, PodInfo};
+use phalanx_scheduler::{CompositeGroupInfo, CompositePolicy, GroupInfo, NodeStatic, PodInfo};
 
 /// Store keys to core keys.
 pub fn pod_key(k: &phalanx_store::PodKey) -> phalanx_scheduler::PodKey {
@@ -83,6 +83,53 @@ pub fn group_info(g: &PodGroup) -> GroupInfo {
                 namespace: ns.as_str().into(),
                 name: p.into(),
             }),
+        disruption_mode: if g.spec.disruption_mode.as_ref().is_some_and(|d| d.all.is_some()) {
+            DisruptionMode::All
+        } else {
+            DisruptionMode::Single
+        },
+    }
+}
+
+fn preemption_policy(p: phalanx_api::v1beta1::PreemptionPolicy) -> PreemptionPolicy {
+    match p {
+        phalanx_api::v1beta1::PreemptionPolicy::Never => PreemptionPolicy::Never,
+        phalanx_api::v1beta1::PreemptionPolicy::PreemptLowerPriority => {
+            PreemptionPolicy::PreemptLowerPriority
+        }
+    }
+}
+
+/// A CompositePodGroup as the core sees it (KEP-6012): `parent` from `spec.parentCompositePodGroupName`,
+/// `minGroupCount` from the gang policy (values below 1 are read as 1; the CRD schema already rejects them).
+pub fn composite_info(g: &CompositePodGroup) -> CompositeGroupInfo {
+    let ns = g.namespace().unwrap_or_default();
+    let name = g.name_any();
+    let policy = match &g.spec.scheduling_policy.gang {
+        Some(gang) => CompositePolicy::Gang {
+            min_group_count: u32::try_from(gang.min_group_count).unwrap_or(1).max(1),
+        },
+        None => CompositePolicy::Basic,
+    };
+    CompositeGroupInfo {
+        key: phalanx_scheduler::GroupKey::composite(&ns, &name),
+        uid: g.metadata.uid.as_deref().unwrap_or_default().into(),
+        generation: g.metadata.generation.unwrap_or(0),
+        policy,
+        topology_key: g
+            .spec
+            .scheduling_constraints
+            .as_ref()
+            .and_then(|c| c.topology.first())
+            .map(|t| t.key.clone()),
+        priority: g.spec.priority,
+        preemption_policy: g.spec.preemption_policy.map(preemption_policy),
+        parent: g
+            .spec
+            .parent_composite_pod_group_name
+            .as_deref()
+            .filter(|p| !p.is_empty())
+            .map(|p| phalanx_scheduler::GroupKey::composite(&ns, p)),
         disruption_mode: if g.spec.disruption_mode.as_ref().is_some_and(|d| d.all.is_some()) {
             DisruptionMode::All
         } else {

@@ -82,7 +82,7 @@ pub(super) struct Driver {
     cache: ModelCache,
     /// Our pods fed to the queue, as last converted (needed to delete them from the queue).
     known: HashMap<PodKey, Arc<PodInfo>>,
-    /// PodGroups fed to the queue.
+    /// PodGroups and CompositePodGroups fed to the queue.
     known_groups: HashSet<phalanx_store::GroupKey>,
     binder: Binder,
     writer: StatusWriter,
@@ -330,19 +330,32 @@ impl Driver {
     }
 
     fn on_group(&mut self, g: &phalanx_store::GroupKey, now: Instant) {
-        if g.kind != GroupKind::PodGroup {
+        match g.kind {
+            GroupKind::PodGroup => match self.store.pod_group(&g.namespace, &g.name) {
+                Some(pg) => {
+                    self.known_groups.insert(g.clone());
+                    self.queue.add_group(Arc::new(convert::group_info(&pg)), now);
+                }
+                None => self.forget_group(g, now),
+            },
+            GroupKind::CompositePodGroup => match self.store.composite_pod_group(&g.namespace, &g.name) {
+                Some(cpg) => {
+                    self.known_groups.insert(g.clone());
+                    self.queue
+                        .add_composite_group(Arc::new(convert::composite_info(&cpg)), now);
+                }
+                None => self.forget_group(g, now),
+            },
+        }
+    }
+
+    fn forget_group(&mut self, g: &phalanx_store::GroupKey, now: Instant) {
+        if !self.known_groups.remove(g) {
             return;
         }
-        match self.store.pod_group(&g.namespace, &g.name) {
-            Some(pg) => {
-                self.known_groups.insert(g.clone());
-                self.queue.add_group(Arc::new(convert::group_info(&pg)), now);
-            }
-            None => {
-                if self.known_groups.remove(g) {
-                    self.queue.delete_group(&convert::group_key(g), now);
-                }
-            }
+        match g.kind {
+            GroupKind::PodGroup => self.queue.delete_group(&convert::group_key(g), now),
+            GroupKind::CompositePodGroup => self.queue.delete_composite_group(&convert::group_key(g), now),
         }
     }
 
@@ -357,10 +370,16 @@ impl Driver {
             self.known_groups.insert(key);
             self.queue.add_group(Arc::new(convert::group_info(g)), now);
         }
+        for c in &self.store.composite_pod_groups().state() {
+            let key = phalanx_store::GroupKey::composite(c.namespace().unwrap_or_default(), c.name_any());
+            seen_groups.insert(key.clone());
+            self.known_groups.insert(key);
+            self.queue
+                .add_composite_group(Arc::new(convert::composite_info(c)), now);
+        }
         let gone: Vec<_> = self.known_groups.difference(&seen_groups).cloned().collect();
         for g in gone {
-            self.known_groups.remove(&g);
-            self.queue.delete_group(&convert::group_key(&g), now);
+            self.forget_group(&g, now);
         }
         let mut seen = HashSet::new();
         for p in self.store.pods().state() {
@@ -422,9 +441,17 @@ impl Driver {
             info.node_name = Some(a.node.as_str().into());
             snap.add_pod(Arc::new(info));
         }
-        // Members bound to nodes outside this instance's partition still count for their group's quorum.
+        // Members bound to nodes outside this instance's partition still count for their group's quorum (for a
+        // CompositePodGroup tree: the members of every leaf).
+        let mut groups: Vec<phalanx_store::GroupKey> = Vec::new();
         if let Some(g) = &entity.group {
-            for p in self.store.group_members(&convert::store_group_key(&g.key)) {
+            groups.push(convert::store_group_key(&g.key));
+        }
+        if let Some(t) = &entity.tree {
+            groups.extend(t.leaves_under(&t.root().key).iter().map(convert::store_group_key));
+        }
+        for g in &groups {
+            for p in self.store.group_members(g) {
                 let Some(key) = PodKey::of(&p) else { continue };
                 if pod_node(&p).is_some() && !is_terminal(&p) && !snap.contains_pod(&convert::pod_key(&key)) {
                     snap.add_pod(self.cache.pod(&p));
@@ -439,7 +466,13 @@ impl Driver {
         let mut snap = self.snapshot(&entity);
         let decision = self.scheduler.schedule(&mut snap, &entity);
         self.queue.done(&decision, Instant::now());
-        let kind = if entity.group.is_some() { "podgroup" } else { "pod" };
+        let kind = if entity.tree.is_some() {
+            "compositepodgroup"
+        } else if entity.group.is_some() {
+            "podgroup"
+        } else {
+            "pod"
+        };
         let result = match decision.outcome {
             Outcome::Scheduled => "scheduled",
             Outcome::Unschedulable => "unschedulable",
@@ -679,6 +712,17 @@ impl Driver {
         }
         let pods: Vec<Arc<Pod>> = match k {
             EntityKey::Pod(p) => self.store.pod(&convert::store_pod_key(p)).into_iter().collect(),
+            EntityKey::Group(g) if g.kind == phalanx_scheduler::GroupKind::CompositePodGroup => {
+                // A root CompositePodGroup's entity holds the pods of every leaf below it.
+                let leaves: Vec<phalanx_store::GroupKey> = self
+                    .store
+                    .hierarchy()
+                    .subtree(&convert::store_group_key(g))
+                    .into_iter()
+                    .filter(|k| k.kind == GroupKind::PodGroup)
+                    .collect();
+                leaves.iter().flat_map(|l| self.store.group_members(l)).collect()
+            }
             EntityKey::Group(g) => self.store.group_members(&convert::store_group_key(g)),
         };
         for pod in pods {
@@ -696,9 +740,17 @@ impl Driver {
         }
         if let EntityKey::Group(g) = k {
             let sg = convert::store_group_key(g);
+            let type_ = match g.kind {
+                phalanx_scheduler::GroupKind::PodGroup => {
+                    phalanx_api::conditions::POD_GROUP_INITIALLY_SCHEDULED
+                }
+                phalanx_scheduler::GroupKind::CompositePodGroup => {
+                    phalanx_api::conditions::COMPOSITE_POD_GROUP_INITIALLY_SCHEDULED
+                }
+            };
             self.spawn_group_condition(
                 sg,
-                phalanx_api::conditions::POD_GROUP_INITIALLY_SCHEDULED,
+                type_,
                 false,
                 phalanx_api::conditions::reasons::UNSCHEDULABLE,
                 gate.message.clone(),

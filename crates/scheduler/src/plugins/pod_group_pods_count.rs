@@ -5,7 +5,7 @@
 
 use crate::config::ResourceWeight;
 use crate::framework::{Code, PlacementScorePlugin, PodGroupAssignments, Status};
-use crate::model::GroupInfo;
+use crate::model::{CompositeGroupInfo, GroupInfo, GroupKey};
 use crate::plugins::{MAX_NODE_SCORE, node_resources};
 use crate::resources::{CPU, EPHEMERAL_STORAGE, MEMORY};
 use crate::snapshot::Snapshot;
@@ -24,6 +24,18 @@ impl PlacementScorePlugin for PodGroupPodsCount {
 
     fn score(&self, snapshot: &Snapshot, group: &GroupInfo, a: &PodGroupAssignments) -> Result<i64, Status> {
         Ok((snapshot.scheduled_count(&group.key) + a.proposed.len()) as i64)
+    }
+
+    fn score_composite(
+        &self,
+        snapshot: &Snapshot,
+        _group: &CompositeGroupInfo,
+        leaves: &[GroupKey],
+        a: &PodGroupAssignments,
+    ) -> Result<i64, Status> {
+        // Upstream sums ScheduledPodsCount over every leaf of the subtree.
+        let scheduled: usize = leaves.iter().map(|l| snapshot.scheduled_count(l)).sum();
+        Ok((scheduled + a.proposed.len()) as i64)
     }
 
     fn normalize(&self, scores: &mut [i64]) -> Result<(), Status> {

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use phalanx_scheduler::decision::PodFailure;
 use phalanx_scheduler::model::NodeStatic;
 use phalanx_scheduler::{
-    ClusterEvent, Decision, EntityKey, GroupCondition, GroupInfo, GroupKey, GroupPolicy, PodInfo, PodKey,
-    Scheduler, SchedulerConfig, SchedulingQueue, Snapshot,
+    ClusterEvent, CompositeGroupInfo, CompositePolicy, Decision, EntityKey, GroupCondition, GroupInfo,
+    GroupKey, GroupPolicy, PodInfo, PodKey, Scheduler, SchedulerConfig, SchedulingQueue, Snapshot,
 };
 
 pub const NS: &str = "ns";
@@ -91,6 +91,35 @@ impl Sim {
         self.groups.insert(g.key.name.to_string(), g.clone());
         self.queue.add_group(g, self.now);
         self.tick();
+    }
+
+    pub fn add_composite(&mut self, c: CompositeGroupInfo) {
+        self.queue.add_composite_group(Arc::new(c), self.now);
+        self.tick();
+    }
+
+    /// A CompositePodGroup (priority 100) under `parent`; `min` = None for basic.
+    pub fn cpg(name: &str, min: Option<u32>, parent: Option<&str>) -> CompositeGroupInfo {
+        let policy = match min {
+            Some(m) => CompositePolicy::Gang { min_group_count: m },
+            None => CompositePolicy::Basic,
+        };
+        let mut c = CompositeGroupInfo::new(NS, name, policy);
+        c.priority = Some(100);
+        c.parent = parent.map(|p| GroupKey::composite(NS, p));
+        c
+    }
+
+    /// Sets the parent CompositePodGroup of a PodGroup.
+    pub fn child(mut g: GroupInfo, parent: &str) -> GroupInfo {
+        g.parent = Some(GroupKey::composite(NS, parent));
+        g
+    }
+
+    pub fn composite_gate(&self, root: &str) -> Option<phalanx_scheduler::Gate> {
+        self.queue
+            .gate(&EntityKey::Group(GroupKey::composite(NS, root)))
+            .cloned()
     }
 
     pub fn gang(name: &str, min: u32) -> GroupInfo {

@@ -1,0 +1,283 @@
+//! The hierarchical algorithm for a root CompositePodGroup (KEP-6012, spec §3.8; upstream
+//! `podGroupSchedulingRecursiveAlgorithm`, `compositePodGroupSchedulingPlacementAlgorithm` and
+//! `compositePodGroupSchedulingDefaultAlgorithm`).
+//!
+//! A CompositePodGroup always takes the placement path: PlacementGenerate for its own
+//! constraint within the parent's placement, one simulation per candidate (children in sibling
+//! order, each child placed and assumed inside the candidate so later siblings see it,
+//! PlacementFeasible after each child on `minGroupCount`, abort and revert as soon as the
+//! policy cannot be met), revert after each candidate, PlacementScore over every descendant
+//! leaf assignment, and the best subtree re-assumed. Leaves run the PodGroup algorithms
+//! ([`crate::algorithm::run_leaf_in`]) restricted to the parent's placement.
+//!
+//! Snapshot contract: on success the subtree's assignments are assumed; otherwise nothing of
+//! the subtree is assumed.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::algorithm::{GroupContext, GroupResult, run_leaf_in};
+use crate::framework::{Code, Placement, PlacementProgress, PodGroupAssignments, ProposedAssignment, Status};
+use crate::hierarchy::GroupTree;
+use crate::model::{CompositeGroupInfo, GroupKey, PodInfo};
+use crate::snapshot::Snapshot;
+
+/// What the recursive algorithm needs besides the plugins: the tree, the pending pods per leaf
+/// (in scheduling order) and the reorder-retry limits for leaves.
+#[derive(Debug)]
+pub struct TreeInput<'t> {
+    /// The hierarchy.
+    pub tree: &'t GroupTree,
+    /// Pending pods by leaf PodGroup key.
+    pub pods: HashMap<GroupKey, Vec<Arc<PodInfo>>>,
+    /// Reorder-retry time budget per leaf (see `reorderBudgetMs`).
+    pub budget: Duration,
+    /// Reorder-retry attempts per leaf.
+    pub max_attempts: u32,
+}
+
+/// Result of a (sub)tree evaluation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TreeResult {
+    /// Status of the evaluated subtree's root: Success, Unschedulable or Error.
+    pub status: Status,
+    /// Every assignment of the subtree's leaves whose ancestors (up to this subtree's root)
+    /// all succeeded; assumed in the snapshot on success, empty otherwise.
+    pub assignments: Vec<ProposedAssignment>,
+    /// Own status of every group evaluated in the reported attempt (leaves and composites).
+    pub statuses: HashMap<GroupKey, Status>,
+    /// Leaf results of the reported attempt (per-pod fit errors, tried counts).
+    pub leaves: HashMap<GroupKey, GroupResult>,
+    /// Chosen placement of the subtree's root, when it has a topology constraint.
+    pub placement: Option<String>,
+}
+
+impl TreeResult {
+    fn new(status: Status) -> TreeResult {
+        TreeResult {
+            status,
+            assignments: Vec::new(),
+            statuses: HashMap::new(),
+            leaves: HashMap::new(),
+            placement: None,
+        }
+    }
+
+    fn merge(&mut self, child: TreeResult) {
+        self.statuses.extend(child.statuses);
+        self.leaves.extend(child.leaves);
+    }
+}
+
+/// Runs the whole tree from its root (upstream `RunRootSchedulingAlgorithm` for a root CPG).
+/// A root that succeeds without placing any new pod becomes Unschedulable with
+/// `no pods were schedulable`, as for a standalone PodGroup. `ctx.in_tree` should be true.
+pub fn run_tree(ctx: &mut GroupContext<'_>, snapshot: &mut Snapshot, input: &TreeInput<'_>) -> TreeResult {
+    let root = input.tree.root().key.clone();
+    let mut r = run_composite(ctx, snapshot, input, &root, None);
+    if r.status.is_success() && r.assignments.is_empty() {
+        // `statuses[root]` keeps the tree's own Success: the groups below keep their own
+        // results (their quorum is met by running members); only the cycle fails.
+        r.status = Status::new(Code::Unschedulable, "no pods were schedulable");
+    }
+    r
+}
+
+/// A CompositePodGroup: placements for its own constraint within `parent` (all nodes when
+/// `None`), one simulation each, best one re-assumed.
+fn run_composite(
+    ctx: &mut GroupContext<'_>,
+    snapshot: &mut Snapshot,
+    input: &TreeInput<'_>,
+    key: &GroupKey,
+    parent: Option<&[usize]>,
+) -> TreeResult {
+    let Some(cpg) = input.tree.composite(key).cloned() else {
+        return TreeResult::new(Status::new(
+            Code::Error,
+            format!("composite pod group object not found in state for {key}"),
+        ));
+    };
+    let Some(topology) = cpg.topology_key.clone() else {
+        // No constraint: the single placement is the parent's; no revert/re-assume needed.
+        return composite_default(ctx, snapshot, input, &cpg, parent);
+    };
+    let leaves = input.tree.leaves_under(key);
+    let mut placements = vec![Placement {
+        name: String::new(),
+        nodes: parent.map_or_else(|| (0..snapshot.len()).collect(), <[usize]>::to_vec),
+    }];
+    for g in ctx.generators {
+        let mut next = Vec::new();
+        for p in &placements {
+            match g.generate_composite(snapshot, &cpg, &leaves, p) {
+                Ok(v) => next.extend(v),
+                Err(st) => return own(key, Status::new(Code::Error, st.message)),
+            }
+        }
+        placements = next;
+    }
+    ctx.stats.placements += placements.len() as u32;
+    if placements.is_empty() {
+        return own(
+            key,
+            Status::new(
+                Code::Unschedulable,
+                format!("0/0 placements are available: no node has the topology label {topology:?}"),
+            ),
+        );
+    }
+    let mut first: Option<TreeResult> = None;
+    let mut successes: Vec<(usize, TreeResult)> = Vec::new();
+    for (i, p) in placements.iter().enumerate() {
+        let mark = snapshot.mark();
+        let r = composite_default(ctx, snapshot, input, &cpg, Some(&p.nodes));
+        snapshot.revert_to(mark);
+        if r.status.code == Code::Error {
+            return r;
+        }
+        if r.status.is_success() {
+            successes.push((i, r));
+        } else if first.is_none() {
+            first = Some(r);
+        }
+    }
+    ctx.stats.feasible_placements += successes.len() as u32;
+    if successes.is_empty() {
+        let mut r = first.unwrap_or_else(|| TreeResult::new(Status::new(Code::Unschedulable, "")));
+        r.status = Status::new(
+            Code::Unschedulable,
+            format!(
+                "0/{} placements are available: {}",
+                placements.len(),
+                r.status.message
+            ),
+        );
+        r.statuses.insert(key.clone(), r.status.clone());
+        return r;
+    }
+    let best = if successes.len() == 1 {
+        0
+    } else {
+        match score(ctx, snapshot, &cpg, &leaves, &placements, &successes) {
+            Ok(b) => b,
+            Err(st) => return own(key, Status::new(Code::Error, st.message)),
+        }
+    };
+    let (pi, mut chosen) = successes.swap_remove(best);
+    // Commit the best subtree so that later siblings see it.
+    for a in &chosen.assignments {
+        snapshot.assume(a.pod.clone(), a.node);
+    }
+    chosen.placement = Some(placements[pi].name.clone());
+    chosen
+}
+
+fn own(key: &GroupKey, status: Status) -> TreeResult {
+    let mut r = TreeResult::new(status.clone());
+    r.statuses.insert(key.clone(), status);
+    r
+}
+
+/// Children in order inside `nodes`, PlacementFeasible on `minGroupCount` after each; reverts
+/// the subtree unless the final status is Success.
+fn composite_default(
+    ctx: &mut GroupContext<'_>,
+    snapshot: &mut Snapshot,
+    input: &TreeInput<'_>,
+    cpg: &CompositeGroupInfo,
+    nodes: Option<&[usize]>,
+) -> TreeResult {
+    let mark = snapshot.mark();
+    let children = input.tree.children(&cpg.key);
+    let mut progress = PlacementProgress {
+        scheduled: 0,
+        remaining: children.len(),
+    };
+    let mut res = TreeResult::new(Status::success());
+    let mut st = ctx.feasible.feasible_composite(cpg, progress);
+    if !(st.is_rejected() || st.code == Code::Error) {
+        for child in children {
+            let child_res = if let Some(leaf) = input.tree.leaf(child) {
+                let pods = input.pods.get(child).map(Vec::as_slice).unwrap_or_default();
+                let r = run_leaf_in(ctx, snapshot, leaf, pods, input.budget, input.max_attempts, nodes);
+                let mut t = TreeResult::new(r.status.clone());
+                t.statuses.insert(child.clone(), r.status.clone());
+                t.assignments = r.assignments.clone();
+                t.leaves.insert(child.clone(), r);
+                t
+            } else {
+                run_composite(ctx, snapshot, input, child, nodes)
+            };
+            let child_status = child_res.status.clone();
+            let child_assignments = child_res.assignments.clone();
+            res.merge(child_res);
+            if child_status.code == Code::Error {
+                st = Status::new(
+                    Code::Error,
+                    format!(
+                        "composite pod group evaluation failed due to child error: {}",
+                        child_status.message
+                    ),
+                );
+                break;
+            }
+            progress.remaining -= 1;
+            if child_status.is_success() {
+                progress.scheduled += 1;
+                res.assignments.extend(child_assignments);
+            }
+            st = ctx.feasible.feasible_composite(cpg, progress);
+            if st.is_rejected() || st.code == Code::Error {
+                break;
+            }
+        }
+    }
+    res.status = match st.code {
+        Code::Wait => Status::new(Code::Unschedulable, st.message),
+        Code::Success | Code::Skip => Status::success(),
+        _ => st,
+    };
+    if !res.status.is_success() {
+        snapshot.revert_to(mark);
+        res.assignments.clear();
+    }
+    res.statuses.insert(cpg.key.clone(), res.status.clone());
+    res
+}
+
+/// PlacementScore over the successful candidates (weighted sum of normalised scores; ties go to
+/// the first candidate in generation order, i.e. the smallest domain value).
+fn score(
+    ctx: &GroupContext<'_>,
+    snapshot: &Snapshot,
+    cpg: &CompositeGroupInfo,
+    leaves: &[GroupKey],
+    placements: &[Placement],
+    successes: &[(usize, TreeResult)],
+) -> Result<usize, Status> {
+    let mut total = vec![0i64; successes.len()];
+    for (plugin, weight) in ctx.scorers {
+        if *weight == 0 {
+            continue;
+        }
+        let mut scores = Vec::with_capacity(successes.len());
+        for (pi, r) in successes {
+            let a = PodGroupAssignments {
+                placement: placements[*pi].clone(),
+                proposed: r.assignments.clone(),
+            };
+            scores.push(plugin.score_composite(snapshot, cpg, leaves, &a)?);
+        }
+        plugin.normalize(&mut scores)?;
+        total.iter_mut().zip(&scores).for_each(|(t, s)| *t += s * weight);
+    }
+    let mut best = 0;
+    for i in 1..total.len() {
+        if total[i] > total[best] {
+            best = i;
+        }
+    }
+    Ok(best)
+}

@@ -1,0 +1,306 @@
+//! CompositePodGroup hierarchies (KEP-6012): the tree a root CompositePodGroup entity carries
+//! through a cycle, and its shape and consistency checks (upstream `validatePodGroup` for
+//! hierarchies, spec §3.4 step 3).
+//!
+//! CompositePodGroups are inner nodes, PodGroups are leaves, and children point to their parent
+//! by name; the tree is discovered from those parent references (there is no child list).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use crate::model::{CompositeGroupInfo, CompositePolicy, DisruptionMode, GroupInfo, GroupKey, GroupPolicy};
+
+/// Maximum depth of a hierarchy, leaves included (upstream `WorkloadMaxTreeDepth` = 4).
+pub const MAX_TREE_DEPTH: usize = 4;
+
+/// A member of a hierarchy below its root.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TreeNode {
+    /// An inner CompositePodGroup.
+    Composite(Arc<CompositeGroupInfo>),
+    /// A leaf PodGroup.
+    Leaf(Arc<GroupInfo>),
+}
+
+impl TreeNode {
+    fn key(&self) -> &GroupKey {
+        match self {
+            TreeNode::Composite(c) => &c.key,
+            TreeNode::Leaf(l) => &l.key,
+        }
+    }
+
+    fn parent(&self) -> Option<&GroupKey> {
+        match self {
+            TreeNode::Composite(c) => c.parent.as_ref(),
+            TreeNode::Leaf(l) => l.parent.as_ref(),
+        }
+    }
+}
+
+/// A root CompositePodGroup with its whole subtree, as handed to the scheduler in
+/// [`crate::QueuedEntity::tree`].
+///
+/// Children keep the order in which they were given to [`GroupTree::new`] (the queue gives
+/// them in the order it first saw their objects, i.e. creation order for watch events; upstream
+/// alpha sorts siblings by creation timestamp). Members whose parent is not reachable from the
+/// root are ignored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupTree {
+    root: Arc<CompositeGroupInfo>,
+    composites: HashMap<GroupKey, Arc<CompositeGroupInfo>>,
+    leaves: HashMap<GroupKey, Arc<GroupInfo>>,
+    children: HashMap<GroupKey, Vec<GroupKey>>,
+}
+
+impl GroupTree {
+    /// Builds the tree of `root` from its members (any order across levels; sibling order =
+    /// order in `members`). A member listed twice keeps its first occurrence; a cycle cannot
+    /// form because only members reachable from the root are kept.
+    pub fn new(root: Arc<CompositeGroupInfo>, members: impl IntoIterator<Item = TreeNode>) -> GroupTree {
+        let members: Vec<TreeNode> = members.into_iter().collect();
+        let mut by_parent: HashMap<&GroupKey, Vec<&TreeNode>> = HashMap::new();
+        for m in &members {
+            if let Some(p) = m.parent() {
+                by_parent.entry(p).or_default().push(m);
+            }
+        }
+        let mut tree = GroupTree {
+            root: root.clone(),
+            composites: HashMap::new(),
+            leaves: HashMap::new(),
+            children: HashMap::new(),
+        };
+        let mut seen: HashSet<GroupKey> = HashSet::new();
+        seen.insert(root.key.clone());
+        tree.composites.insert(root.key.clone(), root.clone());
+        let mut stack = vec![root.key.clone()];
+        while let Some(k) = stack.pop() {
+            let mut kids = Vec::new();
+            for m in by_parent.get(&k).map(Vec::as_slice).unwrap_or_default() {
+                if !seen.insert(m.key().clone()) {
+                    continue;
+                }
+                kids.push(m.key().clone());
+                match m {
+                    TreeNode::Composite(c) => {
+                        tree.composites.insert(c.key.clone(), c.clone());
+                        stack.push(c.key.clone());
+                    }
+                    TreeNode::Leaf(l) => {
+                        tree.leaves.insert(l.key.clone(), l.clone());
+                    }
+                }
+            }
+            tree.children.insert(k, kids);
+        }
+        tree
+    }
+
+    /// The root CompositePodGroup.
+    pub fn root(&self) -> &Arc<CompositeGroupInfo> {
+        &self.root
+    }
+
+    /// A CompositePodGroup of the tree (the root included).
+    pub fn composite(&self, key: &GroupKey) -> Option<&Arc<CompositeGroupInfo>> {
+        self.composites.get(key)
+    }
+
+    /// A leaf PodGroup of the tree.
+    pub fn leaf(&self, key: &GroupKey) -> Option<&Arc<GroupInfo>> {
+        self.leaves.get(key)
+    }
+
+    /// Children of a CompositePodGroup in sibling order (empty for leaves and unknown keys).
+    pub fn children(&self, key: &GroupKey) -> &[GroupKey] {
+        self.children.get(key).map(Vec::as_slice).unwrap_or_default()
+    }
+
+    /// Every group of the tree in pre-order (root first, siblings in order).
+    pub fn groups(&self) -> Vec<GroupKey> {
+        let mut out = Vec::new();
+        let mut stack = vec![self.root.key.clone()];
+        while let Some(k) = stack.pop() {
+            stack.extend(self.children(&k).iter().rev().cloned());
+            out.push(k);
+        }
+        out
+    }
+
+    /// Leaf PodGroups below `key` (itself if it is a leaf), in pre-order.
+    pub fn leaves_under(&self, key: &GroupKey) -> Vec<GroupKey> {
+        let mut out = Vec::new();
+        let mut stack = vec![key.clone()];
+        while let Some(k) = stack.pop() {
+            if self.leaves.contains_key(&k) {
+                out.push(k);
+            } else {
+                stack.extend(self.children(&k).iter().rev().cloned());
+            }
+        }
+        out
+    }
+
+    /// Number of leaf PodGroups.
+    pub fn leaf_count(&self) -> usize {
+        self.leaves.len()
+    }
+
+    /// Depth of the tree counting levels (a root with leaf children has depth 2).
+    pub fn depth(&self) -> usize {
+        fn go(t: &GroupTree, k: &GroupKey) -> usize {
+            1 + t.children(k).iter().map(|c| go(t, c)).max().unwrap_or(0)
+        }
+        go(self, &self.root.key)
+    }
+
+    /// Runtime shape checks (spec §3.4 step 3, §5.2 item 9): depth at most
+    /// [`MAX_TREE_DEPTH`]; a gang CompositePodGroup may not have a basic PodGroup child; a
+    /// parent with disruption mode `all` may not have a child with mode `single`; groups and
+    /// the root share priority and preemption policy (when both are set). Messages follow
+    /// upstream where upstream's text is known.
+    pub fn validate(&self) -> Result<(), String> {
+        let depth = self.depth();
+        if depth > MAX_TREE_DEPTH {
+            return Err(format!(
+                "composite pod group hierarchy {:?} is too deep: depth {depth} exceeds {MAX_TREE_DEPTH}",
+                key_ref(&self.root.key)
+            ));
+        }
+        for (k, kids) in &self.children {
+            let Some(parent) = self.composites.get(k) else {
+                continue;
+            };
+            for c in kids {
+                let (mode, basic_leaf) = match (self.composites.get(c), self.leaves.get(c)) {
+                    (Some(cc), _) => (cc.disruption_mode, false),
+                    (None, Some(l)) => (l.disruption_mode, l.policy == GroupPolicy::Basic),
+                    (None, None) => continue,
+                };
+                if matches!(parent.policy, CompositePolicy::Gang { .. }) && basic_leaf {
+                    return Err(format!(
+                        "gang composite pod group {:?} cannot have a basic child pod group {:?}",
+                        key_ref(k),
+                        key_ref(c)
+                    ));
+                }
+                if parent.disruption_mode == DisruptionMode::All && mode == DisruptionMode::Single {
+                    return Err(format!(
+                        "composite pod group {:?} with disruption mode all cannot have child {:?} with disruption mode single",
+                        key_ref(k),
+                        key_ref(c)
+                    ));
+                }
+            }
+        }
+        let root_ref = key_ref(&self.root.key);
+        for k in self.groups() {
+            let (prio, policy) = match (self.composites.get(&k), self.leaves.get(&k)) {
+                (Some(c), _) => (c.priority, c.preemption_policy),
+                (None, Some(l)) => (l.priority, l.preemption_policy),
+                (None, None) => continue,
+            };
+            if let (Some(rp), Some(p)) = (self.root.priority, prio)
+                && rp != p
+            {
+                return Err(format!(
+                    "all pod groups in a hierarchy should have the same priority as the root pod group's priority, got {rp} ({root_ref:?}) and {p} ({:?})",
+                    key_ref(&k)
+                ));
+            }
+            if let (Some(rp), Some(p)) = (self.root.preemption_policy, policy)
+                && rp != p
+            {
+                return Err(format!(
+                    "all pod groups in a hierarchy should have the same preemption policy as the root pod group's preemption policy, got {rp} ({root_ref:?}) and {p} ({:?})",
+                    key_ref(&k)
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `namespace/name` of a group, as upstream prints group references in messages.
+pub fn key_ref(k: &GroupKey) -> String {
+    format!("{}/{}", k.namespace, k.name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn leaf(name: &str, parent: &str, policy: GroupPolicy) -> TreeNode {
+        let mut g = GroupInfo::new("ns", name, policy);
+        g.parent = Some(GroupKey::composite("ns", parent));
+        TreeNode::Leaf(Arc::new(g))
+    }
+
+    fn sub(name: &str, parent: &str, policy: CompositePolicy) -> TreeNode {
+        let mut c = CompositeGroupInfo::new("ns", name, policy);
+        c.parent = Some(GroupKey::composite("ns", parent));
+        TreeNode::Composite(Arc::new(c))
+    }
+
+    #[test]
+    fn builds_children_in_given_order_and_ignores_strangers() {
+        let root = Arc::new(CompositeGroupInfo::new("ns", "root", CompositePolicy::Basic));
+        let t = GroupTree::new(
+            root,
+            [
+                leaf("pg2", "sub", GroupPolicy::Basic),
+                sub("sub", "root", CompositePolicy::Basic),
+                leaf("pg1", "sub", GroupPolicy::Basic),
+                leaf("pgx", "other", GroupPolicy::Basic),
+                leaf("pg0", "root", GroupPolicy::Basic),
+            ],
+        );
+        let names = |v: Vec<GroupKey>| v.iter().map(|k| k.name.to_string()).collect::<Vec<_>>();
+        assert_eq!(names(t.groups()), ["root", "sub", "pg2", "pg1", "pg0"]);
+        assert_eq!(names(t.leaves_under(&t.root().key)), ["pg2", "pg1", "pg0"]);
+        assert_eq!(t.depth(), 3);
+        assert_eq!(t.leaf_count(), 3);
+        assert!(t.validate().is_ok());
+    }
+
+    #[test]
+    fn shape_rules() {
+        let gang = Arc::new(CompositeGroupInfo::new(
+            "ns",
+            "root",
+            CompositePolicy::Gang { min_group_count: 1 },
+        ));
+        let t = GroupTree::new(gang.clone(), [leaf("pg", "root", GroupPolicy::Basic)]);
+        assert_eq!(
+            t.validate().unwrap_err(),
+            "gang composite pod group \"ns/root\" cannot have a basic child pod group \"ns/pg\""
+        );
+        let mut deep: Vec<TreeNode> = [("a", "root"), ("b", "a"), ("c", "b")]
+            .iter()
+            .map(|(n, p)| sub(n, p, CompositePolicy::Basic))
+            .collect();
+        deep.push(leaf("pg", "c", GroupPolicy::Basic));
+        let basic = Arc::new(CompositeGroupInfo::new("ns", "root", CompositePolicy::Basic));
+        let t = GroupTree::new(basic, deep);
+        assert_eq!(t.depth(), 5);
+        assert!(t.validate().unwrap_err().contains("too deep"));
+        let mut all = (*gang).clone();
+        all.disruption_mode = DisruptionMode::All;
+        let t = GroupTree::new(
+            Arc::new(all),
+            [leaf("pg", "root", GroupPolicy::Gang { min_count: 1 })],
+        );
+        assert!(t.validate().unwrap_err().contains("disruption mode all"));
+        let mut prio = (*gang).clone();
+        prio.priority = Some(10);
+        let mut g = GroupInfo::new("ns", "pg", GroupPolicy::Gang { min_count: 1 });
+        g.parent = Some(prio.key.clone());
+        g.priority = Some(5);
+        let t = GroupTree::new(Arc::new(prio), [TreeNode::Leaf(Arc::new(g))]);
+        assert_eq!(
+            t.validate().unwrap_err(),
+            "all pod groups in a hierarchy should have the same priority as the root pod group's priority, got 10 (\"ns/root\") and 5 (\"ns/pg\")"
+        );
+    }
+}
