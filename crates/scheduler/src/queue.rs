@@ -453,9 +453,11 @@ impl SchedulingQueue {
             }
         };
         self.reevaluate(&key, now);
-        if added && matches!(&key, EntityKey::Group(g) if g.kind == GroupKind::CompositePodGroup) {
-            // GangScheduling's hint: a new pending pod of the same hierarchy re-queues an
-            // unschedulable tree (a tree may have failed only because a child had no pods yet).
+        if added && matches!(&key, EntityKey::Group(_)) {
+            // GangScheduling's hint (UnscheduledPod/Add -> Queue for the same hierarchy): a new
+            // pending member re-queues an unschedulable group or tree, through backoff. The new pod
+            // may fit where the others did not, and a tree may have failed only because a child
+            // had no pods yet.
             self.wake(&key, now);
         }
     }

@@ -232,3 +232,46 @@ fn error_requeue_backs_off_exponentially() {
     }
     assert!(q.pop(now).is_some());
 }
+
+#[test]
+fn new_member_pod_wakes_an_unschedulable_gang() {
+    // Upstream's GangScheduling hint: UnscheduledPod/Add of the same group -> Queue.
+    let mut q = SchedulingQueue::new(&SchedulerConfig::default());
+    let t = Instant::now();
+    q.add_group(gang("g", 2), t);
+    q.add_pod(pod("a", Some("g"), 0), t);
+    q.add_pod(pod("b", Some("g"), 0), t);
+    let e = q.pop(t).expect("quorum met: the gang is ready");
+    assert_eq!(e.key, gkey("g"));
+    q.done(&unschedulable(e.key.clone(), &["a", "b"]), t);
+    assert_eq!(q.counts().unschedulable, 1);
+    assert!(
+        q.pop(t + Duration::from_secs(60)).is_none(),
+        "no event: stays in the pool"
+    );
+
+    let later = t + Duration::from_secs(61);
+    q.add_pod(pod("c", Some("g"), 0), later);
+    assert_eq!(q.counts().unschedulable, 0, "the new member woke the gang");
+    let e = q
+        .pop(later + Duration::from_secs(1))
+        .expect("ready after backoff");
+    assert_eq!(e.pods.len(), 3);
+}
+
+#[test]
+fn updating_a_known_member_does_not_wake_the_gang() {
+    let mut q = SchedulingQueue::new(&SchedulerConfig::default());
+    let t = Instant::now();
+    q.add_group(gang("g", 2), t);
+    q.add_pod(pod("a", Some("g"), 0), t);
+    q.add_pod(pod("b", Some("g"), 0), t);
+    let e = q.pop(t).unwrap();
+    q.done(&unschedulable(e.key.clone(), &["a", "b"]), t);
+    q.update_pod(pod("a", Some("g"), 0), t + Duration::from_secs(5));
+    assert_eq!(
+        q.counts().unschedulable,
+        1,
+        "an update of a known pod is not a new member"
+    );
+}
