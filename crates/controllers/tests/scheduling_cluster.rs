@@ -424,6 +424,29 @@ async fn s3_group_missing_then_capacity() -> anyhow::Result<()> {
     }
     cx.stays_unbound(&["p1", "p2", "p3"], Duration::from_secs(1))
         .await?;
+    // What `kubectl describe pod p1` shows: the wait for the group as its own Normal event, then a Warning
+    // FailedScheduling whose note is the pod's current unschedulable message, not an earlier one.
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(cx.client.clone(), &cx.ns);
+    wait_for("p1 events", SETTLE, || async {
+        let current = pod_scheduled(&cx.pods().get("p1").await?).map(|(_, _, m)| m);
+        let l = events.list(&ListParams::default()).await?;
+        let of_p1: Vec<_> = l
+            .items
+            .iter()
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("p1"))
+            .collect();
+        let waited = of_p1.iter().any(|e| {
+            e.reason.as_deref() == Some("WaitingForPodGroup") && e.type_.as_deref() == Some("Normal")
+        });
+        let failed = of_p1.iter().any(|e| {
+            e.reason.as_deref() == Some("FailedScheduling")
+                && e.type_.as_deref() == Some("Warning")
+                && e.note.is_some()
+                && e.note == current
+        });
+        Ok((waited && failed).then_some(()))
+    })
+    .await?;
     cx.delete_pod("blocker").await?;
     cx.wait_bound(&["p1", "p2", "p3"]).await?;
     cx.wait_group("pg1", "True", "Scheduled").await?;

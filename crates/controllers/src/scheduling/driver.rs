@@ -13,10 +13,7 @@ use std::{
 };
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::{
-    ResourceExt,
-    runtime::events::{Recorder, Reporter},
-};
+use kube::{ResourceExt, runtime::events::Reporter};
 use phalanx_api::{v1alpha3::CompositePodGroup, v1beta1::PodGroup};
 use phalanx_scheduler::{
     ClusterEvent, Decision, EntityKey, GateReason, Outcome, PodInfo, QueuedEntity, Scheduler,
@@ -112,13 +109,12 @@ impl Driver {
                     .unwrap_or_else(|| opts.scheduler_name.clone()),
             ),
         };
-        let recorder = Arc::new(Recorder::new(client.clone(), reporter));
         let (bind_tx, bind_rx) = mpsc::unbounded_channel();
         Self {
             queue: SchedulingQueue::new(&opts.config),
             scheduler: Scheduler::new(opts.config.clone()),
             binder: Binder::new(client.clone(), opts.bind_concurrency, opts.bind_timeout),
-            writer: StatusWriter::new(client, recorder, leader.clone()),
+            writer: StatusWriter::new(client, reporter, leader.clone()),
             write_permits: Arc::new(Semaphore::new(opts.status_concurrency.max(1))),
             writes: Serializer::new(),
             group_wanted: Arc::default(),
@@ -528,7 +524,7 @@ impl Driver {
                         let _ = writer
                             .pod_unschedulable(&pod, reasons::SCHEDULER_ERROR, &msg)
                             .await;
-                        writer.event_failed(&pod, &msg).await;
+                        writer.event_failed(&pod, reasons::SCHEDULER_ERROR, &msg).await;
                         tokio::time::sleep(BIND_RETRY_DELAY).await;
                     }
                 }
@@ -579,7 +575,7 @@ impl Driver {
                 }
             };
             if changed || always_event {
-                writer.event_failed(&pod, &message).await;
+                writer.event_failed(&pod, reason, &message).await;
             }
         };
         self.writes.submit(&mut self.tasks, WriteKey::Pod(key), job);

@@ -8,7 +8,8 @@
 //! `phalanx-scheduler` so the scheduler owns only its condition entry (conditions are a map list keyed by `type`).
 //! Every writer checks the leader flag first: only the lease holder writes.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use k8s_openapi::{
     api::core::v1::{Pod, PodCondition},
@@ -18,7 +19,7 @@ use k8s_openapi::{
 use kube::{
     Api, Client, Resource, ResourceExt,
     api::{Patch, PatchParams},
-    runtime::events::{Event, EventType, Recorder},
+    runtime::events::{Event, EventType, Recorder, Reporter},
 };
 use serde::de::DeserializeOwned;
 use serde_json::json;
@@ -41,20 +42,54 @@ pub mod reasons {
     pub const SCHEDULED: &str = "Scheduled";
 }
 
+/// Event recorders, one per event note.
+///
+/// Why not one shared `Recorder`: kube-runtime's `Recorder` folds events with the same object, type, reason
+/// and action into one series and keeps the FIRST note, so a pod whose `FailedScheduling` message changes
+/// between attempts would keep showing the oldest message in `kubectl describe pod`. client-go's recorder
+/// (what kube-scheduler uses) aggregates only identical messages. Keying recorders by note gives the same
+/// result while still letting the library aggregate repeats of one message into a series.
+struct Recorders {
+    client: Client,
+    reporter: Reporter,
+    by_note: Mutex<HashMap<String, Arc<Recorder>>>,
+}
+
+/// How many distinct notes keep a recorder; past it the map starts afresh (a repeat then opens a new series,
+/// which is harmless).
+const MAX_NOTE_RECORDERS: usize = 1024;
+
+impl Recorders {
+    fn for_note(&self, note: &str) -> Arc<Recorder> {
+        let mut by_note = self.by_note.lock().unwrap_or_else(|p| p.into_inner());
+        if by_note.len() >= MAX_NOTE_RECORDERS && !by_note.contains_key(note) {
+            by_note.clear();
+        }
+        by_note
+            .entry(note.to_owned())
+            .or_insert_with(|| Arc::new(Recorder::new(self.client.clone(), self.reporter.clone())))
+            .clone()
+    }
+}
+
 /// The writes a scheduling attempt makes, gated on leadership.
 #[derive(Clone)]
 pub struct StatusWriter {
     client: Client,
-    recorder: Arc<Recorder>,
+    recorders: Arc<Recorders>,
     leader: watch::Receiver<bool>,
 }
 
 impl StatusWriter {
-    /// A writer that publishes events through the shared `recorder` and writes only while `leader` is true.
-    pub fn new(client: Client, recorder: Arc<Recorder>, leader: watch::Receiver<bool>) -> Self {
+    /// A writer that publishes events as `reporter` and writes only while `leader` is true.
+    pub fn new(client: Client, reporter: Reporter, leader: watch::Receiver<bool>) -> Self {
         Self {
+            recorders: Arc::new(Recorders {
+                client: client.clone(),
+                reporter,
+                by_note: Mutex::default(),
+            }),
             client,
-            recorder,
             leader,
         }
     }
@@ -122,30 +157,34 @@ impl StatusWriter {
             .await;
     }
 
-    /// Emits `FailedScheduling` with `message`.
-    pub async fn event_failed(&self, pod: &Pod, message: &str) {
-        self.event(
-            pod,
-            EventType::Warning,
-            "FailedScheduling",
-            "Scheduling",
-            message.to_owned(),
-        )
-        .await;
+    /// Emits the event for a pod that is not placed. `pod_reason` is the reason of its `PodScheduled=False`
+    /// condition: `Unschedulable` and `SchedulerError` give a Warning `FailedScheduling`, as kube-scheduler emits;
+    /// a waiting reason (`WaitingForPodGroup`, `WaitingForQuorum`, `SchedulingGated`; upstream emits nothing
+    /// there) gives a Normal event with that reason.
+    /// Waiting is not a failure, so it is not reported as one.
+    pub async fn event_failed(&self, pod: &Pod, pod_reason: &str, message: &str) {
+        let (type_, reason) = match pod_reason {
+            reasons::UNSCHEDULABLE | reasons::SCHEDULER_ERROR => (EventType::Warning, "FailedScheduling"),
+            waiting => (EventType::Normal, waiting),
+        };
+        self.event(pod, type_, reason, "Scheduling", message.to_owned())
+            .await;
     }
 
     async fn event(&self, pod: &Pod, type_: EventType, reason: &str, action: &str, note: String) {
         if !self.is_leader() {
             return;
         }
+        let note = truncate(note, 1000);
+        let recorder = self.recorders.for_note(&note);
         let ev = Event {
             type_,
             reason: reason.into(),
-            note: Some(truncate(note, 1000)),
+            note: Some(note),
             action: action.into(),
             secondary: None,
         };
-        if let Err(e) = self.recorder.publish(&ev, &pod.object_ref(&())).await {
+        if let Err(e) = recorder.publish(&ev, &pod.object_ref(&())).await {
             tracing::debug!(pod = %pod.name_any(), error = %e, "event not recorded");
         }
     }
