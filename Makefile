@@ -4,10 +4,10 @@ SHELL := bash
 .DEFAULT_GOAL := help
 CARGO ?= cargo
 
-.PHONY: help bins cluster-up cluster-down cluster-status test lint fmt-check clippy crds bench quickstart
+.PHONY: help bins cluster-up cluster-down cluster-status test lint fmt-check clippy crds bench bench-e2e quickstart
 
 help: ## Show this list
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 bins: ## Build/cache etcd, kube-apiserver, KCM, kube-scheduler, kubectl, kwok, helm (hack/build-bins.sh)
 	hack/build-bins.sh
@@ -37,6 +37,9 @@ crds: ## Regenerate crds/phalanx.yaml and the chart's CRDs from the Rust types (
 
 bench: ## Scheduler benchmarks
 	$(CARGO) bench -p phalanx-scheduler
+
+bench-e2e: bins ## End-to-end: Phalanx vs upstream kube-scheduler vs raw bind rate (BENCH_E2E_ARGS='--nodes 500 --gangs 500 --rounds 3')
+	$(CARGO) run --release -p phalanx-bench -- $(BENCH_E2E_ARGS)
 
 quickstart: bins ## Local cluster + Phalanx + a sample gang (hack/quickstart.sh)
 	hack/quickstart.sh

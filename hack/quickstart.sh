@@ -179,6 +179,10 @@ echo
 echo "== PodGroupInitiallyScheduled conditions =="
 k -n "$NS" get "$pg" -o custom-columns='NAME:.metadata.name,STATUS:.status.conditions[?(@.type=="PodGroupInitiallyScheduled")].status,REASON:.status.conditions[?(@.type=="PodGroupInitiallyScheduled")].reason,MESSAGE:.status.conditions[?(@.type=="PodGroupInitiallyScheduled")].message'
 echo
+cpg=compositepodgroups.scheduling.phalanx.dev
+echo "== CompositePodGroups (kubectl -n $NS get $cpg) =="
+k -n "$NS" get "$cpg" -o custom-columns='NAME:.metadata.name,STATUS:.status.conditions[?(@.type=="CompositePodGroupInitiallyScheduled")].status,REASON:.status.conditions[?(@.type=="CompositePodGroupInitiallyScheduled")].reason,CHILDREN:.status.childGroups,MESSAGE:.status.conditions[?(@.type=="CompositePodGroupInitiallyScheduled")].message'
+echo
 echo "== Pods and their nodes =="
 k -n "$NS" get pods -o custom-columns='POD:.metadata.name,GROUP:.metadata.labels.scheduling\.phalanx\.dev/pod-group,NODE:.spec.nodeName,PHASE:.status.phase' --sort-by=.metadata.name
 echo
@@ -195,6 +199,7 @@ Explore (kubectl and helm are in $PHALANX_BIN_DIR):
   kubectl -n $NS get $pg                      # or: kubectl get phalanx (all Phalanx kinds)
   kubectl -n $NS get $pg too-big -o jsonpath='{.status.conditions[?(@.type=="PodGroupInitiallyScheduled")].message}'
   kubectl -n $NS get pods -o wide
+  kubectl -n $NS describe pod too-big-0                # PodScheduled condition and FailedScheduling events
   kubectl -n $NS get events --sort-by=.lastTimestamp
   kubectl -n $RELEASE_NS get lease phalanx -o jsonpath='{.spec.holderIdentity}'
   curl -s http://$METRICS_ADDR/metrics | grep ^phalanx_

@@ -397,6 +397,19 @@ async fn s2_quorum_wait() -> anyhow::Result<()> {
     let gm = cx.wait_group("pg1", "False", "Unschedulable").await?;
     assert_eq!(gm, m, "the PodGroup condition says the same as the pods");
     cx.stays_unbound(&["p1", "p2"], Duration::from_secs(2)).await?;
+    // The wait is announced once per pod, not once per count ("1 of 3 ...", "2 of 3 ...").
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(cx.client.clone(), &cx.ns);
+    let waits = events
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.reason.as_deref() == Some("WaitingForQuorum")
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("p1")
+        })
+        .count();
+    assert_eq!(waits, 1, "one WaitingForQuorum event for p1");
     cx.pod("p3", "1", Some("pg1")).await?;
     cx.wait_bound(&["p1", "p2", "p3"]).await?;
     cx.wait_group("pg1", "True", "Scheduled").await?;

@@ -567,6 +567,9 @@ impl Driver {
             if pod_node(&pod).is_some() || store.assumed_node(&k).is_some() {
                 return;
             }
+            // A wait is announced once per reason: its message changes with every pod that arrives ("4 of 9
+            // pods present", "5 of 9 ..."), and the condition already carries the latest count.
+            let reason_changed = pod_scheduled_reason(&pod).as_deref() != Some(reason);
             let changed = match writer.pod_unschedulable(&pod, reason, &message).await {
                 Ok(c) => c,
                 Err(e) => {
@@ -574,7 +577,7 @@ impl Driver {
                     false
                 }
             };
-            if changed || always_event {
+            if always_event || (changed && reason_changed) {
                 writer.event_failed(&pod, reason, &message).await;
             }
         };
@@ -761,4 +764,16 @@ impl Driver {
         self.metrics.pending("unschedulable", c.unschedulable);
         self.metrics.pending("gated", c.gated);
     }
+}
+
+/// The reason of the pod's `PodScheduled` condition, if any.
+fn pod_scheduled_reason(pod: &Pod) -> Option<String> {
+    pod.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "PodScheduled")?
+        .reason
+        .clone()
 }
