@@ -930,3 +930,31 @@ async fn follower_writes_nothing_until_leader() -> anyhow::Result<()> {
     cx.wait_bound(&["p1", "p2"]).await?;
     s.stop().await
 }
+
+/// The crash window between binds and the condition write: a gang whose pods were all bound by a scheduler that
+/// died before writing `PodGroupInitiallyScheduled` gets True/Scheduled from the next scheduler, although no cycle
+/// runs for it (nothing is pending). A group below its quorum is left alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bound_gang_without_condition_is_caught_up_after_restart() -> anyhow::Result<()> {
+    let cx = setup("catchup").await?;
+    let node = cx.node("n", "4").await?;
+    cx.group("done", Some(2)).await?;
+    cx.group("short", Some(3)).await?;
+    for p in ["d1", "d2", "s1", "s2"] {
+        let g = if p.starts_with('d') { "done" } else { "short" };
+        cx.pod(p, "1", Some(g)).await?;
+        // Bound as the dead scheduler would have left them.
+        phalanx_testenv::bind_pod(&cx.client, &cx.ns, p, &node).await?;
+    }
+    let s = cx.start(|_| {});
+    cx.wait_group("done", "True", "Scheduled").await?;
+    // "short" has 2 of 3 bound and no pending pod: not placed, so no True condition appears.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let short = cx.groups().get("short").await?;
+    let c = group_condition(&short);
+    assert!(
+        c.as_ref().is_none_or(|c| c.status != "True"),
+        "a group below its quorum is not marked Scheduled: {c:?}"
+    );
+    s.stop().await
+}

@@ -176,6 +176,7 @@ impl Driver {
                     self.announce_gate(&k, &g);
                 }
                 let _ = self.queue.take_gate_changes();
+                self.catch_up_conditions();
             }
             was_leader = leader;
             self.flush_gates();
@@ -403,6 +404,47 @@ impl Driver {
             }
         }
         self.queue.on_event(ClusterEvent::NodeUpdated, now);
+        self.catch_up_conditions();
+    }
+
+    /// Writes `PodGroupInitiallyScheduled=True` for standalone PodGroups of ours whose bound members already
+    /// reach the quorum (`minCount`, 1 for basic) but whose condition is not True.
+    ///
+    /// Why: binds and the condition write are separate API calls. A scheduler killed between them (or a write
+    /// lost while leadership changed hands) leaves a placed group whose pods are all bound, so no cycle ever
+    /// runs for it again and nothing else would set the condition. Runs at every resync and when this replica
+    /// becomes leader. Groups under a CompositePodGroup are left to their tree's cycle.
+    fn catch_up_conditions(&mut self) {
+        use phalanx_api::conditions::{POD_GROUP_INITIALLY_SCHEDULED, is_condition_true};
+        for pg in self.store.pod_groups().state() {
+            if pg.spec.parent_composite_pod_group_name.is_some()
+                || is_condition_true(convert::pod_group_conditions(&pg), POD_GROUP_INITIALLY_SCHEDULED)
+            {
+                continue;
+            }
+            let key = phalanx_store::GroupKey::pod_group(pg.namespace().unwrap_or_default(), pg.name_any());
+            let members = self.store.group_members(&key);
+            if !members.iter().any(|p| self.ours(p)) {
+                continue;
+            }
+            let bound = members
+                .iter()
+                .filter(|p| pod_node(p).is_some() && !is_terminal(p))
+                .count();
+            let quorum = match convert::group_info(&pg).policy {
+                phalanx_scheduler::GroupPolicy::Gang { min_count } => min_count as usize,
+                phalanx_scheduler::GroupPolicy::Basic => 1,
+            };
+            if bound >= quorum.max(1) {
+                self.spawn_group_condition(
+                    key,
+                    POD_GROUP_INITIALLY_SCHEDULED,
+                    true,
+                    reasons::SCHEDULED,
+                    String::new(),
+                );
+            }
+        }
     }
 
     /// Builds the cycle's snapshot: considered nodes, the pods bound to them, and assumed pods.
