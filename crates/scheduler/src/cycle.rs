@@ -665,12 +665,15 @@ fn assemble(
                 Some(fit) if !group_msg.contains(fit.as_str()) => format!("{group_msg}; {fit}"),
                 _ => group_msg.clone(),
             };
+            // A pod with its own fit error says it; every other member (placed then reverted, or never
+            // tried) carries the group's message including the first fit error, so that any pod of the
+            // group tells what is missing (upstream gives those pods the bare PlacementFeasible text).
             for p in pods {
                 let msg = result
                     .pod_failures
                     .get(&p.key)
                     .map(|(_, m)| m.clone())
-                    .unwrap_or_else(|| group_msg.clone());
+                    .unwrap_or_else(|| cond_msg.clone());
                 d.failures.push(failure(p, FailureReason::Unschedulable, msg));
             }
             d.conditions

@@ -91,6 +91,10 @@ fn s3_group_missing_then_capacity() {
         s.failures["p3"].message,
         "0/1 nodes are available: 1 Insufficient cpu."
     );
+    // The members that fit but were reverted carry the group's whole message, shortfall included.
+    for p in ["p1", "p2"] {
+        assert_eq!(s.failures[p].message, msg, "{p}");
+    }
     s.delete_pod("blocker");
     s.run();
     assert!(s.bound(&["p1", "p2", "p3"]));
