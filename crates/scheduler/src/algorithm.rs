@@ -194,34 +194,13 @@ pub fn placement_algorithm_in(
     if let Some(r) = placement_by_counts(ctx, snapshot, group, pods, &placements) {
         return r;
     }
-    let mut first: Option<GroupResult> = None;
-    let mut successes: Vec<(usize, GroupResult)> = Vec::new();
-    for (i, p) in placements.iter().enumerate() {
-        let mark = snapshot.mark();
-        let r = default_algorithm(ctx, snapshot, group, pods, Some(&p.nodes));
-        snapshot.revert_to(mark);
-        if r.status.code == Code::Error {
-            return r;
-        }
-        if r.status.is_success() {
-            successes.push((i, r));
-        } else if first.is_none() {
-            first = Some(r);
-        }
-    }
+    let mut successes = match simulate_placements(snapshot, &placements, |snapshot, p| {
+        default_algorithm(ctx, snapshot, group, pods, Some(&p.nodes))
+    }) {
+        Ok(successes) => successes,
+        Err(r) => return r,
+    };
     ctx.stats.feasible_placements += successes.len() as u32;
-    if successes.is_empty() {
-        let mut r = first.unwrap_or_else(|| GroupResult::status_only(Status::new(Code::Unschedulable, "")));
-        r.status = Status::new(
-            Code::Unschedulable,
-            format!(
-                "0/{} placements are available: {}",
-                placements.len(),
-                r.status.message
-            ),
-        );
-        return r;
-    }
     let best = if successes.len() == 1 {
         0
     } else {
@@ -276,6 +255,68 @@ fn replay_status(
         _ => st,
     };
     (st, placed)
+}
+
+/// A group algorithm's result as [`simulate_placements`] needs it: leaf ([`GroupResult`]) or subtree
+/// (`TreeResult`).
+pub(crate) trait PlacementResult {
+    /// The result's status.
+    fn status(&self) -> &Status;
+    /// Replaces the result's status.
+    fn set_status(&mut self, status: Status);
+    /// An empty Unschedulable result (when no placement produced one to report).
+    fn unschedulable() -> Self;
+}
+
+impl PlacementResult for GroupResult {
+    fn status(&self) -> &Status {
+        &self.status
+    }
+    fn set_status(&mut self, status: Status) {
+        self.status = status;
+    }
+    fn unschedulable() -> Self {
+        GroupResult::status_only(Status::new(Code::Unschedulable, ""))
+    }
+}
+
+/// Upstream `podGroupSchedulingPlacementAlgorithm` step 3–4 (spec §3.7; §3.8 for composite groups): runs
+/// `run` once per placement on the snapshot, reverting its assumptions after each.
+///
+/// Returns the feasible results with their placement index (in placement order), or the result to report:
+/// the first `Error` at once, or, when no placement is feasible, the first failure re-worded
+/// `0/<placements> placements are available: <its message>`.
+pub(crate) fn simulate_placements<R: PlacementResult>(
+    snapshot: &mut Snapshot,
+    placements: &[Placement],
+    mut run: impl FnMut(&mut Snapshot, &Placement) -> R,
+) -> Result<Vec<(usize, R)>, R> {
+    let mut first: Option<R> = None;
+    let mut successes = Vec::new();
+    for (i, p) in placements.iter().enumerate() {
+        let mark = snapshot.mark();
+        let r = run(snapshot, p);
+        snapshot.revert_to(mark);
+        if r.status().code == Code::Error {
+            return Err(r);
+        }
+        if r.status().is_success() {
+            successes.push((i, r));
+        } else if first.is_none() {
+            first = Some(r);
+        }
+    }
+    if successes.is_empty() {
+        let mut r = first.unwrap_or_else(R::unschedulable);
+        let message = format!(
+            "0/{} placements are available: {}",
+            placements.len(),
+            r.status().message
+        );
+        r.set_status(Status::new(Code::Unschedulable, message));
+        return Err(r);
+    }
+    Ok(successes)
 }
 
 /// Placement evaluation without simulating every placement, for homogeneous groups of

@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::algorithm::{GroupContext, GroupResult, run_leaf_in};
+use crate::algorithm::{GroupContext, GroupResult, PlacementResult, run_leaf_in, simulate_placements};
 use crate::framework::{Code, Placement, PlacementProgress, PodGroupAssignments, ProposedAssignment, Status};
 use crate::hierarchy::GroupTree;
 use crate::model::{CompositeGroupInfo, GroupKey, PodInfo};
@@ -51,6 +51,18 @@ pub struct TreeResult {
     pub leaves: HashMap<GroupKey, GroupResult>,
     /// Chosen placement of the subtree's root, when it has a topology constraint.
     pub placement: Option<String>,
+}
+
+impl PlacementResult for TreeResult {
+    fn status(&self) -> &Status {
+        &self.status
+    }
+    fn set_status(&mut self, status: Status) {
+        self.status = status;
+    }
+    fn unschedulable() -> Self {
+        TreeResult::new(Status::new(Code::Unschedulable, ""))
+    }
 }
 
 impl TreeResult {
@@ -128,35 +140,19 @@ fn run_composite(
             ),
         );
     }
-    let mut first: Option<TreeResult> = None;
-    let mut successes: Vec<(usize, TreeResult)> = Vec::new();
-    for (i, p) in placements.iter().enumerate() {
-        let mark = snapshot.mark();
-        let r = composite_default(ctx, snapshot, input, &cpg, Some(&p.nodes));
-        snapshot.revert_to(mark);
-        if r.status.code == Code::Error {
+    let mut successes = match simulate_placements(snapshot, &placements, |snapshot, p| {
+        composite_default(ctx, snapshot, input, &cpg, Some(&p.nodes))
+    }) {
+        Ok(successes) => successes,
+        Err(mut r) => {
+            if r.status.code != Code::Error {
+                // The CPG's own status is the re-worded placement failure.
+                r.statuses.insert(key.clone(), r.status.clone());
+            }
             return r;
         }
-        if r.status.is_success() {
-            successes.push((i, r));
-        } else if first.is_none() {
-            first = Some(r);
-        }
-    }
+    };
     ctx.stats.feasible_placements += successes.len() as u32;
-    if successes.is_empty() {
-        let mut r = first.unwrap_or_else(|| TreeResult::new(Status::new(Code::Unschedulable, "")));
-        r.status = Status::new(
-            Code::Unschedulable,
-            format!(
-                "0/{} placements are available: {}",
-                placements.len(),
-                r.status.message
-            ),
-        );
-        r.statuses.insert(key.clone(), r.status.clone());
-        return r;
-    }
     let best = if successes.len() == 1 {
         0
     } else {
