@@ -12,15 +12,15 @@ use crate::algorithm::{GroupContext, GroupResult, run_leaf};
 use crate::composite::{TreeInput, TreeResult, run_tree};
 use crate::config::SchedulerConfig;
 use crate::decision::{
-    Binding, COMPOSITE_POD_GROUP_INITIALLY_SCHEDULED, CycleStats, Decision, FailureReason, GroupCondition,
-    Outcome, POD_GROUP_INITIALLY_SCHEDULED, PodFailure, REASON_SCHEDULED, REASON_SCHEDULER_ERROR,
-    REASON_UNSCHEDULABLE, Requeue, RequeueMode,
+    Binding, ConditionReason, ConditionType, CycleStats, Decision, FailureReason, GroupCondition, Outcome,
+    PodFailure, Requeue, RequeueMode,
 };
 use crate::framework::{
     Code, PlacementFeasiblePlugin, PlacementGeneratePlugin, PlacementScorePlugin, PodGroupAssignments,
     PodGroupPostFilterPlugin, Status,
 };
-use crate::hierarchy::{GroupTree, key_ref};
+use crate::hierarchy::GroupTree;
+use crate::validation::{validate_group, validate_tree};
 use crate::model::{GroupInfo, GroupKey, GroupKind, PodInfo, PodKey};
 use crate::plugins::gang_scheduling::GangScheduling;
 use crate::plugins::pod_group_pods_count::{PlacementResourcesFit, PodGroupPodsCount};
@@ -168,8 +168,8 @@ impl Scheduler {
         if pods.is_empty() {
             return d;
         }
-        if let Err(msg) = validate_group(group, &pods, snapshot) {
-            return error_decision(d, group, &pods, msg);
+        if let Err(e) = validate_group(group, &pods, snapshot) {
+            return error_decision(d, group, &pods, e.to_string());
         }
         let mut stats = CycleStats::default();
         let budget = self.config.reorder_budget();
@@ -245,8 +245,8 @@ impl Scheduler {
         if pods.is_empty() {
             return d;
         }
-        if let Err(msg) = validate_tree(tree, &pods, snapshot) {
-            return tree_error_decision(d, tree, &pods, &msg);
+        if let Err(e) = validate_tree(tree, &pods, snapshot) {
+            return tree_error_decision(d, tree, &pods, &e.to_string());
         }
         let mut by_leaf: HashMap<GroupKey, Vec<Arc<PodInfo>>> = HashMap::new();
         for p in &pods {
@@ -276,43 +276,17 @@ impl Scheduler {
     }
 }
 
-/// Hierarchy shape and member checks for a tree: every pending pod belongs to a leaf of the
-/// tree; [`GroupTree::validate`]; then the member checks over pending and already scheduled pods
-/// of every leaf against the root's priority and preemption policy.
-fn validate_tree(tree: &GroupTree, pods: &[Arc<PodInfo>], snapshot: &Snapshot) -> Result<(), String> {
-    let root_ref = key_ref(&tree.root().key);
-    for p in pods {
-        let in_tree = p.group_key().is_some_and(|g| tree.leaf(&g).is_some());
-        if !in_tree {
-            return Err(format!(
-                "pod {} does not belong to a pod group of composite pod group hierarchy {root_ref:?}",
-                p.key
-            ));
-        }
-    }
-    tree.validate()?;
-    let leaves = tree.leaves_under(&tree.root().key);
-    let scheduled = scheduled_members(snapshot, &leaves);
-    let all: Vec<&Arc<PodInfo>> = pods.iter().chain(scheduled.iter()).collect();
-    validate_members(
-        &all,
-        tree.root().priority,
-        tree.root().preemption_policy,
-        &root_ref,
-    )
-}
-
 /// Condition for any group of a tree, by kind.
 fn tree_condition(
     tree: &GroupTree,
     key: &GroupKey,
     status: bool,
-    reason: &'static str,
+    reason: ConditionReason,
     message: String,
 ) -> Option<GroupCondition> {
     let (type_, generation) = match (tree.composite(key), tree.leaf(key)) {
-        (Some(c), _) => (COMPOSITE_POD_GROUP_INITIALLY_SCHEDULED, c.generation),
-        (None, Some(l)) => (POD_GROUP_INITIALLY_SCHEDULED, l.generation),
+        (Some(c), _) => (ConditionType::CompositePodGroupInitiallyScheduled, c.generation),
+        (None, Some(l)) => (ConditionType::PodGroupInitiallyScheduled, l.generation),
         (None, None) => return None,
     };
     Some(GroupCondition {
@@ -325,8 +299,6 @@ fn tree_condition(
     })
 }
 
-/// Pre-scheduling failure of a tree: every pod SchedulerError, `False/SchedulerError` on the
-/// root and every group below it, backoff.
 fn tree_error_decision(mut d: Decision, tree: &GroupTree, pods: &[Arc<PodInfo>], msg: &str) -> Decision {
     d.outcome = Outcome::Error;
     for p in pods {
@@ -338,7 +310,7 @@ fn tree_error_decision(mut d: Decision, tree: &GroupTree, pods: &[Arc<PodInfo>],
             tree,
             &k,
             false,
-            REASON_SCHEDULER_ERROR,
+            ConditionReason::SchedulerError,
             msg.to_string(),
         ));
     }
@@ -443,7 +415,7 @@ fn assemble_tree(
         // The root reports the cycle's result (e.g. `no pods were schedulable`).
         let st = if k == root { &result.status } else { st };
         let cond = if st.is_success() {
-            tree_condition(tree, &k, true, REASON_SCHEDULED, String::new())
+            tree_condition(tree, &k, true, ConditionReason::Scheduled, String::new())
         } else {
             let mut msg = st.message.clone();
             if *own && let Some(r) = result.leaves.get(&k) {
@@ -457,7 +429,7 @@ fn assemble_tree(
                     msg = format!("{msg}; {fit}");
                 }
             }
-            tree_condition(tree, &k, false, REASON_UNSCHEDULABLE, msg)
+            tree_condition(tree, &k, false, ConditionReason::Unschedulable, msg)
         };
         d.conditions.extend(cond);
     }
@@ -491,10 +463,10 @@ fn failure(pod: &PodInfo, reason: FailureReason, message: String) -> PodFailure 
     }
 }
 
-fn condition(group: &GroupInfo, status: bool, reason: &'static str, message: String) -> GroupCondition {
+fn condition(group: &GroupInfo, status: bool, reason: ConditionReason, message: String) -> GroupCondition {
     let type_ = match group.key.kind {
-        GroupKind::PodGroup => POD_GROUP_INITIALLY_SCHEDULED,
-        GroupKind::CompositePodGroup => COMPOSITE_POD_GROUP_INITIALLY_SCHEDULED,
+        GroupKind::PodGroup => ConditionType::PodGroupInitiallyScheduled,
+        GroupKind::CompositePodGroup => ConditionType::CompositePodGroupInitiallyScheduled,
     };
     GroupCondition {
         group: group.key.clone(),
@@ -513,107 +485,12 @@ fn error_decision(mut d: Decision, group: &GroupInfo, pods: &[Arc<PodInfo>], msg
             .push(failure(p, FailureReason::SchedulerError, msg.clone()));
     }
     d.conditions
-        .push(condition(group, false, REASON_SCHEDULER_ERROR, msg));
+        .push(condition(group, false, ConditionReason::SchedulerError, msg));
     d.requeue = Some(Requeue {
         pods: pods.iter().map(|p| p.key.clone()).collect(),
         mode: RequeueMode::Backoff,
     });
     d
-}
-
-/// Upstream `validatePodGroup` for a leaf group (queued and already scheduled members).
-fn validate_group(group: &GroupInfo, pods: &[Arc<PodInfo>], snapshot: &Snapshot) -> Result<(), String> {
-    if group.key.kind == GroupKind::CompositePodGroup {
-        return Err(format!(
-            "{} is a composite pod group: it is scheduled with its tree, not as a pod group",
-            group.key
-        ));
-    }
-    if let Some(parent) = &group.parent {
-        return Err(format!(
-            "pod group {} belongs to composite pod group {}: it is scheduled as part of its root's tree, not alone",
-            crate::hierarchy::key_ref(&group.key),
-            crate::hierarchy::key_ref(parent)
-        ));
-    }
-    let scheduled = scheduled_members(snapshot, std::slice::from_ref(&group.key));
-    let all: Vec<&Arc<PodInfo>> = pods.iter().chain(scheduled.iter()).collect();
-    let group_ref = format!("{}/{}", group.key.namespace, group.key.name);
-    validate_members(&all, group.priority, group.preemption_policy, &group_ref)
-}
-
-/// Scheduled (assigned + assumed) members of `groups` known to the snapshot.
-fn scheduled_members(snapshot: &Snapshot, groups: &[crate::model::GroupKey]) -> Vec<Arc<PodInfo>> {
-    groups
-        .iter()
-        .filter_map(|g| snapshot.group_state(g))
-        .flat_map(|st| st.scheduled.iter().filter_map(|(k, _)| snapshot.pod(k).cloned()))
-        .collect()
-}
-
-/// Upstream `validatePodGroup`'s member checks: one schedulerName, the root's priority and
-/// preemption policy (or, when unset, the same among the pods). `all` is non-empty.
-fn validate_members(
-    all: &[&Arc<PodInfo>],
-    priority: Option<i32>,
-    preemption_policy: Option<crate::model::PreemptionPolicy>,
-    group_ref: &str,
-) -> Result<(), String> {
-    let first = all[0];
-    for p in all {
-        if p.scheduler_name != first.scheduler_name {
-            return Err(format!(
-                "all pods in a pod group hierarchy should have the same .spec.schedulerName set, got: {:?} ({:?}) and {:?} ({:?})",
-                &*first.scheduler_name,
-                first.key.to_string(),
-                &*p.scheduler_name,
-                p.key.to_string()
-            ));
-        }
-    }
-    for p in all {
-        match priority {
-            Some(gp) if p.priority != gp => {
-                return Err(format!(
-                    "all pods in a pod group hierarchy should have the same priority as the root pod group's priority, got {gp} ({group_ref:?}) and {} ({:?})",
-                    p.priority,
-                    p.key.to_string()
-                ));
-            }
-            None if p.priority != first.priority => {
-                return Err(format!(
-                    "all pods in a pod group hierarchy should have the same priority, got {} ({:?}) and {} ({:?})",
-                    first.priority,
-                    first.key.to_string(),
-                    p.priority,
-                    p.key.to_string()
-                ));
-            }
-            _ => {}
-        }
-    }
-    for p in all {
-        match preemption_policy {
-            Some(gp) if p.preemption_policy != gp => {
-                return Err(format!(
-                    "all pods in a pod group hierarchy should have the same preemption policy as the root pod group's preemption policy, got {gp} ({group_ref:?}) and {} ({:?})",
-                    p.preemption_policy,
-                    p.key.to_string()
-                ));
-            }
-            None if p.preemption_policy != first.preemption_policy => {
-                return Err(format!(
-                    "all pods in a pod group hierarchy should have the same preemption policy, got {} ({:?}) and {} ({:?})",
-                    first.preemption_policy,
-                    first.key.to_string(),
-                    p.preemption_policy,
-                    p.key.to_string()
-                ));
-            }
-            _ => {}
-        }
-    }
-    Ok(())
 }
 
 fn assemble(
@@ -644,7 +521,7 @@ fn assemble(
                 left.push(p.key.clone());
             }
             d.conditions
-                .push(condition(group, true, REASON_SCHEDULED, String::new()));
+                .push(condition(group, true, ConditionReason::Scheduled, String::new()));
             if !left.is_empty() {
                 d.requeue = Some(Requeue {
                     pods: left,
@@ -677,7 +554,7 @@ fn assemble(
                 d.failures.push(failure(p, FailureReason::Unschedulable, msg));
             }
             d.conditions
-                .push(condition(group, false, REASON_UNSCHEDULABLE, cond_msg));
+                .push(condition(group, false, ConditionReason::Unschedulable, cond_msg));
             d.requeue = Some(Requeue {
                 pods: pods.iter().map(|p| p.key.clone()).collect(),
                 mode: RequeueMode::Unschedulable,

@@ -7,16 +7,29 @@ use std::time::Duration;
 
 use crate::model::{EntityKey, GroupKey, PodKey};
 
-/// Condition type set on a PodGroup (mirror of `phalanx_api::conditions::POD_GROUP_INITIALLY_SCHEDULED`).
-pub const POD_GROUP_INITIALLY_SCHEDULED: &str = "PodGroupInitiallyScheduled";
-/// Condition type set on a CompositePodGroup.
-pub const COMPOSITE_POD_GROUP_INITIALLY_SCHEDULED: &str = "CompositePodGroupInitiallyScheduled";
-/// Reason: the group was scheduled.
-pub const REASON_SCHEDULED: &str = "Scheduled";
-/// Reason: the group (or pod) did not fit.
-pub const REASON_UNSCHEDULABLE: &str = "Unschedulable";
-/// Reason: the group (or pod) hit an error (validation, invalid input).
-pub const REASON_SCHEDULER_ERROR: &str = "SchedulerError";
+/// Type of a group condition the core decides. The runtime writes it under the API name
+/// (`phalanx_api::conditions::POD_GROUP_INITIALLY_SCHEDULED` /
+/// `COMPOSITE_POD_GROUP_INITIALLY_SCHEDULED`, upstream `scheduling/v1beta1/types.go`); the core
+/// keeps no copy of the strings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ConditionType {
+    /// `PodGroupInitiallyScheduled`.
+    PodGroupInitiallyScheduled,
+    /// `CompositePodGroupInitiallyScheduled`.
+    CompositePodGroupInitiallyScheduled,
+}
+
+/// Reason of a decided condition; the runtime writes the API name
+/// (`phalanx_api::conditions::reasons`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ConditionReason {
+    /// `Scheduled`: the group was placed.
+    Scheduled,
+    /// `Unschedulable`: the group (or pod) did not fit.
+    Unschedulable,
+    /// `SchedulerError`: validation failed or the input was invalid.
+    SchedulerError,
+}
 
 /// Overall result of one cycle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,16 +64,6 @@ pub enum FailureReason {
     SchedulerError,
 }
 
-impl FailureReason {
-    /// The condition reason string.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FailureReason::Unschedulable => REASON_UNSCHEDULABLE,
-            FailureReason::SchedulerError => REASON_SCHEDULER_ERROR,
-        }
-    }
-}
-
 /// A pod that is not bound in this cycle, with the message for `PodScheduled=False`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodFailure {
@@ -80,12 +83,12 @@ pub struct PodFailure {
 pub struct GroupCondition {
     /// The group.
     pub group: GroupKey,
-    /// Condition type, e.g. [`POD_GROUP_INITIALLY_SCHEDULED`].
-    pub type_: &'static str,
+    /// Condition type (follows the group's kind).
+    pub type_: ConditionType,
     /// True or False.
     pub status: bool,
-    /// [`REASON_SCHEDULED`], [`REASON_UNSCHEDULABLE`] or [`REASON_SCHEDULER_ERROR`].
-    pub reason: &'static str,
+    /// Reason.
+    pub reason: ConditionReason,
     /// Human-readable message (empty on success, as upstream).
     pub message: String,
     /// metadata.generation of the group object the cycle saw.

@@ -2,9 +2,11 @@
 //!
 //! It reads a [`Snapshot`] and returns a [`Decision`] as data; it never talks to the API server.
 //! Layout mirrors kube-scheduler's `pkg/scheduler`:
-//! - [`model`]: `PodInfo`, `NodeInfo`, `GroupInfo` (upstream `framework/types.go`);
+//! - [`model`]: `PodInfo`, `NodeInfo`, `GroupInfo` (upstream `framework/types.go`), and
+//!   [`convert`]: building them from API objects;
 //! - [`snapshot`]: the per-cycle snapshot with assume/revert (upstream `backend/cache`);
-//! - [`queue`]: the entity queue with PreEnqueue gates (upstream `backend/queue`);
+//! - [`queue`]: the entity queue with PreEnqueue gates (upstream `backend/queue`), and
+//!   [`workload_forest`]: the hierarchy bookkeeping it keeps apart from its heaps;
 //! - [`plugins`]: per-pod Filter/Score plugins and the group plugins (GangScheduling,
 //!   TopologyPlacement, PodGroupPodsCount, NodeResourcesFit placement score);
 //! - [`schedule_one`]: the per-pod Filter → Score → select pass (upstream `schedule_one.go`);
@@ -12,15 +14,17 @@
 //!   `podgroup_scheduling_algorithm`), plus the reorder retry;
 //! - [`hierarchy`], [`composite`]: CompositePodGroup trees and the recursive algorithm
 //!   (KEP-6012);
+//! - [`validation`]: upstream `validatePodGroup`, typed;
 //! - [`cycle`]: [`Scheduler::schedule`], the entity cycle (upstream `schedule_one_podgroup.go`).
 //!
-//! See `docs/scheduler.md` for the design and `/work/coord/scheduler-api.md` for the API.
+//! See `docs/scheduler.md` for the design and `docs/architecture.md` for where the core sits.
 
 #![deny(missing_docs)]
 
 pub mod algorithm;
 pub mod composite;
 pub mod config;
+pub mod convert;
 pub mod cycle;
 pub mod decision;
 pub mod framework;
@@ -32,13 +36,17 @@ pub mod resources;
 pub mod schedule_one;
 pub mod selectors;
 pub mod snapshot;
+pub mod validation;
+pub mod workload_forest;
 
 pub use config::SchedulerConfig;
 pub use cycle::Scheduler;
 pub use decision::{
-    Binding, Decision, FailureReason, GroupCondition, Outcome, PodFailure, Requeue, RequeueMode,
+    Binding, ConditionReason, ConditionType, Decision, FailureReason, GroupCondition, Outcome, PodFailure, Requeue,
+    RequeueMode,
 };
-pub use hierarchy::{GroupTree, TreeNode};
+pub use convert::{ConvertError, is_terminal};
+pub use hierarchy::{GroupTree, HierarchyError, TreeNode};
 pub use model::{
     CompositeGroupInfo, CompositePolicy, EntityKey, GroupInfo, GroupKey, GroupKind, GroupPolicy, NodeInfo,
     NodeStatic, PodInfo, PodKey,

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use common::{NS, Sim, node};
-use phalanx_scheduler::decision::{COMPOSITE_POD_GROUP_INITIALLY_SCHEDULED, POD_GROUP_INITIALLY_SCHEDULED};
+use phalanx_scheduler::decision::{ConditionReason, ConditionType};
 use phalanx_scheduler::{FailureReason, GateReason, GroupKind, Outcome};
 use proptest::prelude::*;
 
@@ -31,7 +31,7 @@ fn names(v: &[String]) -> Vec<&str> {
     v.iter().map(String::as_str).collect()
 }
 
-fn cond(s: &Sim, g: &str) -> (bool, &'static str) {
+fn cond(s: &Sim, g: &str) -> (bool, ConditionReason) {
     let (st, reason, _) = s.condition(g).unwrap_or_else(|| panic!("no condition on {g}"));
     (st, reason)
 }
@@ -66,19 +66,19 @@ fn s41_three_level_mixed_tree() {
     s.run();
     for pg in ["pg1", "pg2", "pg4", "pg5"] {
         assert!(s.bound(&names(&p[pg])), "{pg} bound");
-        assert_eq!(cond(&s, pg), (true, "Scheduled"), "{pg}");
+        assert_eq!(cond(&s, pg), (true, ConditionReason::Scheduled), "{pg}");
     }
     for pg in ["pg3", "pg6", "pg7"] {
         assert!(s.unbound(&names(&p[pg])), "{pg} unbound");
-        assert_eq!(cond(&s, pg), (false, "Unschedulable"), "{pg}");
+        assert_eq!(cond(&s, pg), (false, ConditionReason::Unschedulable), "{pg}");
         for pod in &p[pg] {
             assert_eq!(s.failures[pod].reason, FailureReason::Unschedulable);
         }
     }
     for g in ["root", "sub1", "sub2"] {
-        assert_eq!(cond(&s, g), (true, "Scheduled"), "{g}");
+        assert_eq!(cond(&s, g), (true, ConditionReason::Scheduled), "{g}");
     }
-    assert_eq!(cond(&s, "sub3"), (false, "Unschedulable"));
+    assert_eq!(cond(&s, "sub3"), (false, ConditionReason::Unschedulable));
     // pg6 fits but its parent failed: its pods carry sub3's PlacementFeasible message.
     assert_eq!(
         s.failures["pg6-p1"].message,
@@ -91,8 +91,8 @@ fn s41_three_level_mixed_tree() {
     assert_eq!(first.bindings.len(), 11);
     for c in &first.conditions {
         let want = match c.group.kind {
-            GroupKind::CompositePodGroup => COMPOSITE_POD_GROUP_INITIALLY_SCHEDULED,
-            GroupKind::PodGroup => POD_GROUP_INITIALLY_SCHEDULED,
+            GroupKind::CompositePodGroup => ConditionType::CompositePodGroupInitiallyScheduled,
+            GroupKind::PodGroup => ConditionType::PodGroupInitiallyScheduled,
         };
         assert_eq!(c.type_, want, "{}", c.group);
     }
@@ -125,8 +125,8 @@ fn s42_min_group_count_below_children() {
     s.run();
     assert!(s.bound(&names(&pg1)) && s.bound(&names(&pg2)));
     assert!(s.unbound(&names(&pg3)), "all of pg3 stays unbound");
-    assert_eq!(cond(&s, "root"), (true, "Scheduled"));
-    assert_eq!(cond(&s, "pg3"), (false, "Unschedulable"));
+    assert_eq!(cond(&s, "root"), (true, ConditionReason::Scheduled));
+    assert_eq!(cond(&s, "pg3"), (false, ConditionReason::Unschedulable));
     let (_, _, msg) = s.condition("pg3").unwrap();
     assert_eq!(
         msg,
@@ -146,9 +146,9 @@ fn s43_basic_root() {
     s.run();
     assert!(s.bound(&names(&pg1)));
     assert!(s.unbound(&names(&pg2)));
-    assert_eq!(cond(&s, "root"), (true, "Scheduled"));
-    assert_eq!(cond(&s, "pg1"), (true, "Scheduled"));
-    assert_eq!(cond(&s, "pg2"), (false, "Unschedulable"));
+    assert_eq!(cond(&s, "root"), (true, ConditionReason::Scheduled));
+    assert_eq!(cond(&s, "pg1"), (true, ConditionReason::Scheduled));
+    assert_eq!(cond(&s, "pg2"), (false, ConditionReason::Unschedulable));
 }
 
 #[test]
@@ -232,7 +232,7 @@ fn objects_arriving_in_any_order_join_the_root_entity() {
     s.add_composite(Sim::cpg("root", Some(1), None));
     s.run();
     assert!(s.bound(&names(&pg1)));
-    assert_eq!(cond(&s, "sub"), (true, "Scheduled"));
+    assert_eq!(cond(&s, "sub"), (true, ConditionReason::Scheduled));
     assert_eq!(s.decisions[0].entity.to_string(), "compositepodgroup/ns/root");
 }
 
@@ -253,7 +253,7 @@ fn invalid_hierarchy_is_a_scheduler_error_on_every_group() {
     let msg = "all pod groups in a hierarchy should have the same priority as the root pod group's priority, got 100 (\"ns/root\") and 5 (\"ns/pg1\")";
     for c in &d.conditions {
         assert!(!c.status);
-        assert_eq!(c.reason, "SchedulerError");
+        assert_eq!(c.reason, ConditionReason::SchedulerError);
         assert_eq!(c.message, msg);
     }
     assert_eq!(d.failures[0].reason, FailureReason::SchedulerError);
@@ -321,7 +321,7 @@ fn composite_topology_failure_reports_placements() {
     assert!(s.decisions[0].bindings.is_empty());
     let (st, reason, msg) = s.condition("root").unwrap();
     assert!(!st);
-    assert_eq!(reason, "Unschedulable");
+    assert_eq!(reason, ConditionReason::Unschedulable);
     assert_eq!(
         msg,
         "0/2 placements are available: minCount (2) cannot be satisfied: 1 scheduled, 0 remaining"

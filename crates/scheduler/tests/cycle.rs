@@ -2,6 +2,7 @@
 //! a composite child handed alone, decision shape.
 
 use std::sync::Arc;
+use phalanx_scheduler::decision::{ConditionReason, ConditionType};
 use std::time::Instant;
 
 use phalanx_scheduler::model::NodeStatic;
@@ -117,7 +118,7 @@ fn success_decision_shape() {
     let c = &d.conditions[0];
     assert_eq!(
         (c.type_, c.status, c.reason, c.observed_generation),
-        ("PodGroupInitiallyScheduled", true, "Scheduled", 7)
+        (ConditionType::PodGroupInitiallyScheduled, true, ConditionReason::Scheduled, 7)
     );
     let r = d.requeue.as_ref().unwrap();
     assert_eq!((r.mode, r.pods.len()), (RequeueMode::Immediate, 1));

@@ -19,7 +19,7 @@ fn pod(spec: Value) -> PodInfo {
 
 fn pod_with(meta: Value, spec: Value) -> PodInfo {
     let p: Pod = serde_json::from_value(json!({"metadata": meta, "spec": spec})).unwrap();
-    let info = PodInfo::from_pod(&p);
+    let info = PodInfo::from_pod(&p, None);
     assert!(info.invalid.is_none(), "{:?}", info.invalid);
     info
 }
@@ -81,7 +81,7 @@ fn bad_quantity_marks_pod_invalid_without_panic() {
         json!({"metadata": {"name": "p"}, "spec": {"containers": [container(json!({"cpu": "lots"}))]}}),
     )
     .unwrap();
-    let info = PodInfo::from_pod(&p);
+    let info = PodInfo::from_pod(&p, None);
     assert!(info.invalid.as_deref().unwrap().contains("invalid quantity"));
 }
 

@@ -220,7 +220,7 @@ fn disable_batching(snap: &mut Snapshot) {
                 {"labelSelector": {}, "namespaces": ["ns"], "topologyKey": "no-node-has-this-key"}]}}}
     }))
     .unwrap();
-    snap.add_pod(Arc::new(PodInfo::from_pod(&pod)));
+    snap.add_pod(Arc::new(PodInfo::from_pod(&pod, None)));
     assert_eq!(snap.pods_with_affinity(), 1);
 }
 

@@ -5,6 +5,7 @@
 mod common;
 
 use common::{Sim, node};
+use phalanx_scheduler::decision::ConditionReason;
 use phalanx_scheduler::GateReason;
 
 fn zone_node() -> Vec<phalanx_scheduler::model::NodeStatic> {
@@ -37,7 +38,7 @@ fn s1_gang_all_fit() {
     }
     s.run();
     assert!(s.bound(&["p1", "p2", "p3"]));
-    assert_eq!(s.condition("pg1").map(|c| (c.0, c.1)), Some((true, "Scheduled")));
+    assert_eq!(s.condition("pg1").map(|c| (c.0, c.1)), Some((true, ConditionReason::Scheduled)));
     s.assert_no_overcommit();
 }
 
@@ -78,7 +79,7 @@ fn s3_group_missing_then_capacity() {
     assert!(s.unbound(&["p1", "p2", "p3"]));
     let (status, reason, msg) = s.condition("pg1").unwrap();
     assert!(!status);
-    assert_eq!(reason, "Unschedulable");
+    assert_eq!(reason, ConditionReason::Unschedulable);
     assert!(
         msg.starts_with("minCount (3) cannot be satisfied: 2 scheduled, 0 remaining"),
         "{msg}"
@@ -98,7 +99,7 @@ fn s3_group_missing_then_capacity() {
     s.delete_pod("blocker");
     s.run();
     assert!(s.bound(&["p1", "p2", "p3"]));
-    assert_eq!(s.condition("pg1").map(|c| (c.0, c.1)), Some((true, "Scheduled")));
+    assert_eq!(s.condition("pg1").map(|c| (c.0, c.1)), Some((true, ConditionReason::Scheduled)));
 }
 
 #[test]
@@ -142,7 +143,7 @@ fn s5_two_gangs_compete_no_deadlock() {
     assert!(s.unbound(&["other-p1", "other-p2", "other-p3"]));
     assert_eq!(
         s.condition("pg2").map(|c| (c.0, c.1)),
-        Some((false, "Unschedulable"))
+        Some((false, ConditionReason::Unschedulable))
     );
 }
 
@@ -223,7 +224,7 @@ fn s14_no_rack_big_enough() {
     );
     assert!(s.unbound(&["p1", "p2", "p3"]));
     let (status, reason, msg) = s.condition("pg1").unwrap();
-    assert_eq!((status, reason), (false, "Unschedulable"));
+    assert_eq!((status, reason), (false, ConditionReason::Unschedulable));
     assert!(msg.starts_with("0/3 placements are available: "), "{msg}");
 }
 
@@ -479,7 +480,7 @@ fn mixed_scheduler_names_fail_the_whole_group() {
     s.run_ready();
     assert!(s.unbound(&["p1", "p2"]));
     let (status, reason, msg) = s.condition("pg1").unwrap();
-    assert_eq!((status, reason), (false, "SchedulerError"));
+    assert_eq!((status, reason), (false, ConditionReason::SchedulerError));
     assert_eq!(
         msg,
         "all pods in a pod group hierarchy should have the same .spec.schedulerName set, got: \"phalanx-scheduler\" (\"ns/p1\") and \"default-scheduler\" (\"ns/p2\")"
@@ -498,7 +499,7 @@ fn pod_priority_must_match_group_priority() {
     s.run_ready();
     assert_eq!(s.queue.counts().backoff, 1, "errors back off");
     let (_, reason, msg) = s.condition("pg1").unwrap();
-    assert_eq!(reason, "SchedulerError");
+    assert_eq!(reason, ConditionReason::SchedulerError);
     assert_eq!(
         msg,
         "all pods in a pod group hierarchy should have the same priority as the root pod group's priority, got 100 (\"ns/pg1\") and 5 (\"ns/p1\")"

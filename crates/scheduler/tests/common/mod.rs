@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 use std::collections::{BTreeMap, HashMap};
+use phalanx_scheduler::decision::ConditionReason;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -216,7 +217,7 @@ impl Sim {
         pods.iter().all(|p| self.node_of(p).is_none())
     }
 
-    pub fn condition(&self, group: &str) -> Option<(bool, &'static str, String)> {
+    pub fn condition(&self, group: &str) -> Option<(bool, ConditionReason, String)> {
         self.conditions
             .get(group)
             .map(|c| (c.status, c.reason, c.message.clone()))

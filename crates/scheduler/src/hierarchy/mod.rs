@@ -1,6 +1,6 @@
 //! CompositePodGroup hierarchies (KEP-6012): the tree a root CompositePodGroup entity carries
 //! through a cycle, and its shape and consistency checks (upstream `validatePodGroup` for
-//! hierarchies, spec §3.4 step 3).
+//! hierarchies, `pkg/scheduler/schedule_one_podgroup.go`), built on the shared [`rules`].
 //!
 //! CompositePodGroups are inner nodes, PodGroups are leaves, and children point to their parent
 //! by name; the tree is discovered from those parent references (there is no child list).
@@ -10,8 +10,11 @@ use std::sync::Arc;
 
 use crate::model::{CompositeGroupInfo, CompositePolicy, DisruptionMode, GroupInfo, GroupKey, GroupPolicy};
 
-/// Maximum depth of a hierarchy, leaves included (upstream `WorkloadMaxTreeDepth` = 4).
-pub const MAX_TREE_DEPTH: usize = 4;
+pub mod rules;
+
+pub use rules::{
+    Ancestry, GroupNode, HierarchyError, MAX_TREE_DEPTH, check_edge, check_shape, validate_ancestry, validate_tree,
+};
 
 /// A member of a hierarchy below its root.
 #[derive(Debug, Clone, PartialEq)]
@@ -147,54 +150,48 @@ impl GroupTree {
         self.leaves.len()
     }
 
-    /// Depth of the tree counting levels (a root with leaf children has depth 2).
+    /// Depth of the tree counting levels (a root with leaf children has depth 2). Iterative, so
+    /// a tree of any shape costs no stack.
     pub fn depth(&self) -> usize {
-        fn go(t: &GroupTree, k: &GroupKey) -> usize {
-            1 + t.children(k).iter().map(|c| go(t, c)).max().unwrap_or(0)
+        let mut max = 0;
+        let mut stack = vec![(&self.root.key, 1usize)];
+        while let Some((k, d)) = stack.pop() {
+            max = max.max(d);
+            stack.extend(self.children(k).iter().map(|c| (c, d + 1)));
         }
-        go(self, &self.root.key)
+        max
     }
 
-    /// Runtime shape checks (spec §3.4 step 3, §5.2 item 9): depth at most
-    /// [`MAX_TREE_DEPTH`]; a gang CompositePodGroup may not have a basic PodGroup child; a
-    /// parent with disruption mode `all` may not have a child with mode `single`; groups and
-    /// the root share priority and preemption policy (when both are set). Messages follow
-    /// upstream where upstream's text is known.
-    pub fn validate(&self) -> Result<(), String> {
+    /// Runtime checks of the tree (upstream `validatePodGroup` for hierarchies, KEP-6012):
+    /// depth at most [`MAX_TREE_DEPTH`] and the shape rules of [`rules::check_shape`] on every
+    /// edge (the same rules the controllers report in the `Valid` condition), and every group
+    /// sharing the root's priority and preemption policy when both are set.
+    ///
+    /// Errors: [`HierarchyError::TooDeep`], [`HierarchyError::GangOverBasic`],
+    /// [`HierarchyError::AllOverSingle`], [`HierarchyError::PriorityMismatch`],
+    /// [`HierarchyError::PreemptionPolicyMismatch`]; the cycle reports them as SchedulerError.
+    pub fn validate(&self) -> Result<(), HierarchyError> {
         let depth = self.depth();
         if depth > MAX_TREE_DEPTH {
-            return Err(format!(
-                "composite pod group hierarchy {:?} is too deep: depth {depth} exceeds {MAX_TREE_DEPTH}",
-                key_ref(&self.root.key)
-            ));
+            return Err(HierarchyError::TooDeep {
+                group: self.root.key.to_string(),
+                depth,
+            });
         }
         for (k, kids) in &self.children {
             let Some(parent) = self.composites.get(k) else {
                 continue;
             };
+            let parent = composite_node(parent);
             for c in kids {
-                let (mode, basic_leaf) = match (self.composites.get(c), self.leaves.get(c)) {
-                    (Some(cc), _) => (cc.disruption_mode, false),
-                    (None, Some(l)) => (l.disruption_mode, l.policy == GroupPolicy::Basic),
+                let child = match (self.composites.get(c), self.leaves.get(c)) {
+                    (Some(cc), _) => composite_node(cc),
+                    (None, Some(l)) => leaf_node(l),
                     (None, None) => continue,
                 };
-                if matches!(parent.policy, CompositePolicy::Gang { .. }) && basic_leaf {
-                    return Err(format!(
-                        "gang composite pod group {:?} cannot have a basic child pod group {:?}",
-                        key_ref(k),
-                        key_ref(c)
-                    ));
-                }
-                if parent.disruption_mode == DisruptionMode::All && mode == DisruptionMode::Single {
-                    return Err(format!(
-                        "composite pod group {:?} with disruption mode all cannot have child {:?} with disruption mode single",
-                        key_ref(k),
-                        key_ref(c)
-                    ));
-                }
+                rules::check_shape(&parent, &child)?;
             }
         }
-        let root_ref = key_ref(&self.root.key);
         for k in self.groups() {
             let (prio, policy) = match (self.composites.get(&k), self.leaves.get(&k)) {
                 (Some(c), _) => (c.priority, c.preemption_policy),
@@ -204,21 +201,48 @@ impl GroupTree {
             if let (Some(rp), Some(p)) = (self.root.priority, prio)
                 && rp != p
             {
-                return Err(format!(
-                    "all pod groups in a hierarchy should have the same priority as the root pod group's priority, got {rp} ({root_ref:?}) and {p} ({:?})",
-                    key_ref(&k)
-                ));
+                return Err(HierarchyError::PriorityMismatch {
+                    root: key_ref(&self.root.key),
+                    root_priority: rp,
+                    group: key_ref(&k),
+                    priority: p,
+                });
             }
             if let (Some(rp), Some(p)) = (self.root.preemption_policy, policy)
                 && rp != p
             {
-                return Err(format!(
-                    "all pod groups in a hierarchy should have the same preemption policy as the root pod group's preemption policy, got {rp} ({root_ref:?}) and {p} ({:?})",
-                    key_ref(&k)
-                ));
+                return Err(HierarchyError::PreemptionPolicyMismatch {
+                    root: key_ref(&self.root.key),
+                    root_policy: rp.to_string(),
+                    group: key_ref(&k),
+                    policy: p.to_string(),
+                });
             }
         }
         Ok(())
+    }
+}
+
+/// The facts [`rules`] needs about a CompositePodGroup of a tree. The workload is not part of
+/// the core's model; workload rules are checked by the controllers ([`rules::check_edge`]).
+fn composite_node(c: &CompositeGroupInfo) -> GroupNode {
+    GroupNode {
+        key: c.key.clone(),
+        parent: c.parent.as_ref().map(|p| p.name.to_string()),
+        workload: None,
+        gang: matches!(c.policy, CompositePolicy::Gang { .. }),
+        disruption_all: c.disruption_mode == DisruptionMode::All,
+    }
+}
+
+/// The facts [`rules`] needs about a leaf PodGroup of a tree.
+fn leaf_node(l: &GroupInfo) -> GroupNode {
+    GroupNode {
+        key: l.key.clone(),
+        parent: l.parent.as_ref().map(|p| p.name.to_string()),
+        workload: None,
+        gang: matches!(l.policy, GroupPolicy::Gang { .. }),
+        disruption_all: l.disruption_mode == DisruptionMode::All,
     }
 }
 
@@ -273,8 +297,8 @@ mod tests {
         ));
         let t = GroupTree::new(gang.clone(), [leaf("pg", "root", GroupPolicy::Basic)]);
         assert_eq!(
-            t.validate().unwrap_err(),
-            "gang composite pod group \"ns/root\" cannot have a basic child pod group \"ns/pg\""
+            t.validate().unwrap_err().to_string(),
+            "gang composite pod group compositepodgroup/ns/root cannot have basic pod group child podgroup/ns/pg"
         );
         let mut deep: Vec<TreeNode> = [("a", "root"), ("b", "a"), ("c", "b")]
             .iter()
@@ -284,14 +308,14 @@ mod tests {
         let basic = Arc::new(CompositeGroupInfo::new("ns", "root", CompositePolicy::Basic));
         let t = GroupTree::new(basic, deep);
         assert_eq!(t.depth(), 5);
-        assert!(t.validate().unwrap_err().contains("too deep"));
+        assert!(matches!(t.validate().unwrap_err(), HierarchyError::TooDeep { depth: 5, .. }));
         let mut all = (*gang).clone();
         all.disruption_mode = DisruptionMode::All;
         let t = GroupTree::new(
             Arc::new(all),
             [leaf("pg", "root", GroupPolicy::Gang { min_count: 1 })],
         );
-        assert!(t.validate().unwrap_err().contains("disruption mode all"));
+        assert!(matches!(t.validate().unwrap_err(), HierarchyError::AllOverSingle { .. }));
         let mut prio = (*gang).clone();
         prio.priority = Some(10);
         let mut g = GroupInfo::new("ns", "pg", GroupPolicy::Gang { min_count: 1 });
@@ -299,7 +323,7 @@ mod tests {
         g.priority = Some(5);
         let t = GroupTree::new(Arc::new(prio), [TreeNode::Leaf(Arc::new(g))]);
         assert_eq!(
-            t.validate().unwrap_err(),
+            t.validate().unwrap_err().to_string(),
             "all pod groups in a hierarchy should have the same priority as the root pod group's priority, got 10 (\"ns/root\") and 5 (\"ns/pg\")"
         );
     }

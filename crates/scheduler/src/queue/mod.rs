@@ -13,46 +13,16 @@ use std::time::{Duration, Instant};
 
 use crate::config::SchedulerConfig;
 use crate::decision::{Decision, RequeueMode};
-use crate::hierarchy::{GroupTree, TreeNode};
-use crate::model::{
-    CompositeGroupInfo, CompositePolicy, EntityKey, GroupInfo, GroupKey, GroupKind, GroupPolicy, PodInfo,
-    PodKey,
-};
+use crate::workload_forest::WorkloadForest;
 
-/// Longest parent chain followed when looking for a root (deeper chains and cycles are
-/// reported as an invalid hierarchy).
-const MAX_CHAIN: usize = 16;
+mod gate;
+mod tree;
 
-/// Why an entity is held before the queue (PreEnqueue rejection).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum GateReason {
-    /// The pod's PodGroup object has not been seen.
-    WaitingForPodGroup,
-    /// Fewer than `minCount` member pods are known.
-    WaitingForQuorum,
-    /// A pod still has `spec.schedulingGates`.
-    SchedulingGated,
-}
+pub use gate::{Gate, GateReason};
 
-impl GateReason {
-    /// Reason string, e.g. `WaitingForQuorum`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            GateReason::WaitingForPodGroup => "WaitingForPodGroup",
-            GateReason::WaitingForQuorum => "WaitingForQuorum",
-            GateReason::SchedulingGated => "SchedulingGated",
-        }
-    }
-}
+use crate::hierarchy::GroupTree;
+use crate::model::{EntityKey, GroupInfo, GroupKey, GroupKind, PodInfo, PodKey};
 
-/// A PreEnqueue gate with a user-facing message.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Gate {
-    /// Reason.
-    pub reason: GateReason,
-    /// Message, e.g. `2 of 3 pods present (minCount 3)`.
-    pub message: String,
-}
 
 /// A cluster event that may make unschedulable entities schedulable (queueing hints).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -158,14 +128,8 @@ pub struct SchedulingQueue {
     in_flight: HashSet<EntityKey>,
     seq: u64,
     gate_changes: Vec<(EntityKey, Option<Gate>)>,
-    /// Known CompositePodGroups with the sequence number they were first seen at.
-    composites: HashMap<GroupKey, (Arc<CompositeGroupInfo>, u64)>,
-    /// Known PodGroups that have a parent (hierarchy leaves), first-seen sequence.
-    tree_leaves: HashMap<GroupKey, (Arc<GroupInfo>, u64)>,
-    /// Parent CPG -> children (first-seen order), for every known child object.
-    children: HashMap<GroupKey, BTreeMap<u64, GroupKey>>,
-    /// Leaves whose pods currently live in another entity (their root's); absent = own entity.
-    homes: HashMap<GroupKey, EntityKey>,
+    /// CompositePodGroups, hierarchy leaves, parent links and where each leaf's pods live.
+    forest: WorkloadForest,
     /// Leaves to move once the in-flight entity holding or receiving them is done.
     deferred: Vec<GroupKey>,
 }
@@ -184,10 +148,7 @@ impl SchedulingQueue {
             in_flight: HashSet::new(),
             seq: 0,
             gate_changes: Vec::new(),
-            composites: HashMap::new(),
-            tree_leaves: HashMap::new(),
-            children: HashMap::new(),
-            homes: HashMap::new(),
+            forest: WorkloadForest::default(),
             deferred: Vec::new(),
         }
     }
@@ -211,189 +172,8 @@ impl SchedulingQueue {
     /// (or itself).
     fn entity_of(&self, pod: &PodInfo) -> EntityKey {
         match pod.group_key() {
-            Some(g) => self.home_of(&g),
+            Some(g) => self.forest.home_of(&g),
             None => EntityKey::Pod(pod.key.clone()),
-        }
-    }
-
-    fn home_of(&self, leaf: &GroupKey) -> EntityKey {
-        if self.homes.is_empty() {
-            return EntityKey::Group(leaf.clone());
-        }
-        self.homes
-            .get(leaf)
-            .cloned()
-            .unwrap_or_else(|| EntityKey::Group(leaf.clone()))
-    }
-
-    /// Where a leaf's pods should live: the topmost CompositePodGroup reachable through known
-    /// parents (an unknown CPG ends the chain: the tree waits for it). A leaf with no parent,
-    /// or whose chain is a cycle or too long, is its own entity.
-    fn root_of(&self, leaf: &GroupKey) -> EntityKey {
-        let own = EntityKey::Group(leaf.clone());
-        let Some(mut cur) = self.tree_leaves.get(leaf).and_then(|(g, _)| g.parent.clone()) else {
-            return own;
-        };
-        for _ in 0..MAX_CHAIN {
-            match self.composites.get(&cur).map(|(c, _)| c.parent.clone()) {
-                Some(Some(p)) => cur = p,
-                _ => return EntityKey::Group(cur),
-            }
-        }
-        own
-    }
-
-    /// Moves a leaf's pending and assigned pods to the entity of its current root (deferred
-    /// while either entity is in flight).
-    fn rehome(&mut self, leaf: &GroupKey, now: Instant) {
-        let want = self.root_of(leaf);
-        let cur = self.home_of(leaf);
-        if want == cur {
-            return;
-        }
-        if self.in_flight.contains(&cur) || self.in_flight.contains(&want) {
-            if !self.deferred.contains(leaf) {
-                self.deferred.push(leaf.clone());
-            }
-            return;
-        }
-        let (mut pods, mut assigned) = (Vec::new(), Vec::new());
-        if let Some(e) = self.entries.get_mut(&cur) {
-            let keys: Vec<PodKey> = e
-                .pods
-                .iter()
-                .filter(|(_, (p, _))| p.group_key().as_ref() == Some(leaf))
-                .map(|(k, _)| k.clone())
-                .collect();
-            for k in keys {
-                if let Some(v) = e.pods.remove(&k) {
-                    pods.push((k, v));
-                }
-            }
-            let keys: Vec<PodKey> = e
-                .assigned
-                .iter()
-                .filter(|(_, g)| g.as_ref() == Some(leaf))
-                .map(|(k, _)| k.clone())
-                .collect();
-            for k in keys {
-                e.assigned.remove(&k);
-                assigned.push(k);
-            }
-        }
-        if want == EntityKey::Group(leaf.clone()) {
-            self.homes.remove(leaf);
-        } else {
-            self.homes.insert(leaf.clone(), want.clone());
-        }
-        let dest = self.entry_mut(&want, now);
-        if dest.pods.is_empty() && !pods.is_empty() {
-            dest.timestamp = now;
-        }
-        dest.pods.extend(pods);
-        dest.assigned
-            .extend(assigned.into_iter().map(|k| (k, Some(leaf.clone()))));
-        self.reevaluate(&cur, now);
-        self.cleanup(&cur);
-        self.wake(&want, now);
-        self.reevaluate(&want, now);
-        self.cleanup(&want);
-    }
-
-    /// Re-homes every hierarchy leaf (after a CompositePodGroup appeared, changed or vanished).
-    fn rehome_all(&mut self, now: Instant) {
-        let mut leaves: Vec<GroupKey> = self.tree_leaves.keys().cloned().collect();
-        leaves.extend(self.homes.keys().cloned());
-        leaves.sort();
-        leaves.dedup();
-        for l in leaves {
-            self.rehome(&l, now);
-        }
-    }
-
-    fn link_child(
-        &mut self,
-        child: &GroupKey,
-        old_parent: Option<&GroupKey>,
-        parent: Option<&GroupKey>,
-        seq: u64,
-    ) {
-        if old_parent == parent {
-            return;
-        }
-        if let Some(op) = old_parent
-            && let Some(m) = self.children.get_mut(op)
-        {
-            m.retain(|_, k| k != child);
-            if m.is_empty() {
-                self.children.remove(op);
-            }
-        }
-        if let Some(p) = parent {
-            self.children
-                .entry(p.clone())
-                .or_default()
-                .insert(seq, child.clone());
-        }
-    }
-
-    /// Entity holding the tree of a CompositePodGroup (its root's).
-    fn root_entity_of_composite(&self, key: &GroupKey) -> EntityKey {
-        let mut cur = key.clone();
-        for _ in 0..MAX_CHAIN {
-            match self.composites.get(&cur).map(|(c, _)| c.parent.clone()) {
-                Some(Some(p)) => cur = p,
-                _ => break,
-            }
-        }
-        EntityKey::Group(cur)
-    }
-
-    /// Adds or replaces a CompositePodGroup (KEP-6012). Pods of leaves below it join the entity
-    /// of its root; a new CPG or a lowered `minGroupCount` (or gang → basic) wakes that entity.
-    pub fn add_composite_group(&mut self, group: Arc<CompositeGroupInfo>, now: Instant) {
-        let key = group.key.clone();
-        let (old, seq) = match self.composites.get(&key) {
-            Some((old, seq)) => (Some(old.clone()), *seq),
-            None => (None, self.next_seq()),
-        };
-        let wake = match (&old, group.policy) {
-            (None, _) => true,
-            (Some(o), CompositePolicy::Gang { min_group_count }) => match o.policy {
-                CompositePolicy::Gang { min_group_count: m } => min_group_count < m,
-                CompositePolicy::Basic => true,
-            },
-            (Some(o), CompositePolicy::Basic) => o.policy != CompositePolicy::Basic,
-        };
-        let old_parent = old.as_ref().and_then(|o| o.parent.clone());
-        self.link_child(&key, old_parent.as_ref(), group.parent.as_ref(), seq);
-        self.composites.insert(key.clone(), (group, seq));
-        self.rehome_all(now);
-        let root = self.root_entity_of_composite(&key);
-        if wake {
-            self.wake(&root, now);
-        }
-        self.reevaluate(&root, now);
-    }
-
-    /// Same as [`SchedulingQueue::add_composite_group`].
-    pub fn update_composite_group(&mut self, group: Arc<CompositeGroupInfo>, now: Instant) {
-        self.add_composite_group(group, now);
-    }
-
-    /// Forgets a CompositePodGroup; pending pods below it wait (gated `WaitingForPodGroup`)
-    /// in the entity named after it until it reappears.
-    pub fn delete_composite_group(&mut self, key: &GroupKey, now: Instant) {
-        let root = self.root_entity_of_composite(key);
-        let Some((old, _)) = self.composites.remove(key) else {
-            return;
-        };
-        self.link_child(key, old.parent.as_ref(), None, 0);
-        self.rehome_all(now);
-        let own = EntityKey::Group(key.clone());
-        for k in [root, own] {
-            self.reevaluate(&k, now);
-            self.cleanup(&k);
         }
     }
 
@@ -506,95 +286,13 @@ impl SchedulingQueue {
         self.cleanup(&key);
     }
 
-    /// Adds or replaces a group object. A lowered `minCount` (or any change from gang to a
-    /// different policy) wakes the group from the unschedulable pool.
-    pub fn add_group(&mut self, group: Arc<GroupInfo>, now: Instant) {
-        let key = EntityKey::Group(group.key.clone());
-        if group.parent.is_some() || self.tree_leaves.contains_key(&group.key) {
-            return self.add_tree_leaf(group, now);
-        }
-        let entry = self.entry_mut(&key, now);
-        let wake = match (&entry.group, group.policy) {
-            (None, _) => true,
-            (Some(old), GroupPolicy::Gang { min_count }) => match old.policy {
-                GroupPolicy::Gang { min_count: old_min } => min_count < old_min,
-                GroupPolicy::Basic => true,
-            },
-            (Some(old), GroupPolicy::Basic) => old.policy != GroupPolicy::Basic,
-        };
-        entry.group = Some(group);
-        if wake {
-            self.wake(&key, now);
-        }
-        self.reevaluate(&key, now);
-    }
-
-    /// A PodGroup with a parent (or that had one): kept in the hierarchy index; its pods live
-    /// in its root's entity, which it wakes when new or when `minCount` was lowered.
-    fn add_tree_leaf(&mut self, group: Arc<GroupInfo>, now: Instant) {
-        let gk = group.key.clone();
-        let own = EntityKey::Group(gk.clone());
-        let (old, seq) = match self.tree_leaves.get(&gk) {
-            Some((old, seq)) => (Some(old.clone()), *seq),
-            None => (None, self.next_seq()),
-        };
-        let wake = match (&old, group.policy) {
-            (None, _) => true,
-            (Some(o), GroupPolicy::Gang { min_count }) => match o.policy {
-                GroupPolicy::Gang { min_count: m } => min_count < m,
-                GroupPolicy::Basic => true,
-            },
-            (Some(o), GroupPolicy::Basic) => o.policy != GroupPolicy::Basic,
-        };
-        let old_parent = old.as_ref().and_then(|o| o.parent.clone());
-        self.link_child(&gk, old_parent.as_ref(), group.parent.as_ref(), seq);
-        if group.parent.is_some() {
-            self.tree_leaves.insert(gk.clone(), (group.clone(), seq));
-        } else {
-            self.tree_leaves.remove(&gk);
-        }
-        self.entry_mut(&own, now).group = Some(group);
-        self.rehome(&gk, now);
-        let home = self.home_of(&gk);
-        if wake {
-            self.wake(&home, now);
-        }
-        self.reevaluate(&home, now);
-        if home != own {
-            self.reevaluate(&own, now);
-            self.cleanup(&own);
-        }
-    }
-
-    /// Same as [`SchedulingQueue::add_group`].
-    pub fn update_group(&mut self, group: Arc<GroupInfo>, now: Instant) {
-        self.add_group(group, now);
-    }
-
-    /// Forgets a group object; its pending pods wait with `WaitingForPodGroup`.
-    pub fn delete_group(&mut self, key: &GroupKey, now: Instant) {
-        let ek = EntityKey::Group(key.clone());
-        if let Some(e) = self.entries.get_mut(&ek) {
-            e.group = None;
-        }
-        if let Some((old, _)) = self.tree_leaves.remove(key) {
-            self.link_child(key, old.parent.as_ref(), None, 0);
-            let home = self.home_of(key);
-            self.rehome(key, now);
-            self.reevaluate(&home, now);
-            self.cleanup(&home);
-        }
-        self.reevaluate(&ek, now);
-        self.cleanup(&ek);
-    }
-
     /// Applies a cluster event (queueing hints): node and pod-deletion events wake every
     /// unschedulable entity; an assigned member pod counts toward quorum and wakes its group.
     pub fn on_event(&mut self, event: ClusterEvent, now: Instant) {
         match event {
             ClusterEvent::AssignedPodAdded { pod, group } => {
                 if let Some(g) = group {
-                    let key = self.home_of(&g);
+                    let key = self.forest.home_of(&g);
                     let e = self.entry_mut(&key, now);
                     e.pods.remove(&pod);
                     e.assigned.insert(pod, Some(g));
@@ -605,7 +303,7 @@ impl SchedulingQueue {
             }
             ClusterEvent::AssignedPodDeleted { pod, group } => {
                 if let Some(g) = group {
-                    let key = self.home_of(&g);
+                    let key = self.forest.home_of(&g);
                     if let Some(e) = self.entries.get_mut(&key) {
                         e.assigned.remove(&pod);
                     }
@@ -684,7 +382,7 @@ impl SchedulingQueue {
         // A tree's priority is its root CompositePodGroup's (when set).
         let tree_priority = match key {
             EntityKey::Group(g) if g.kind == GroupKind::CompositePodGroup => {
-                self.composites.get(g).and_then(|(c, _)| c.priority)
+                self.forest.composites.get(g).and_then(|(c, _)| c.priority)
             }
             _ => None,
         };
@@ -705,180 +403,6 @@ impl SchedulingQueue {
                 e.loc = Loc::Active(prio);
                 self.active
                     .insert((Reverse(prio), e.timestamp, e.seq, key.clone()));
-            }
-        }
-    }
-
-    /// PreEnqueue for an entity (upstream SchedulingGates + GangScheduling).
-    fn gate_of(&self, e: &Entry, key: &EntityKey) -> Option<Gate> {
-        for (p, _) in e.pods.values() {
-            if !p.scheduling_gates.is_empty() {
-                return Some(Gate {
-                    reason: GateReason::SchedulingGated,
-                    message: format!("waiting for scheduling gates: [{}]", p.scheduling_gates.join(" ")),
-                });
-            }
-        }
-        let EntityKey::Group(g) = key else { return None };
-        if g.kind == GroupKind::CompositePodGroup {
-            return self.tree_gate(e, g);
-        }
-        let Some(group) = &e.group else {
-            return Some(Gate {
-                reason: GateReason::WaitingForPodGroup,
-                message: format!(
-                    "waiting for pods's pod group {:?} to appear in scheduling queue",
-                    &*g.name
-                ),
-            });
-        };
-        if group.parent.is_some() && self.root_of(g) == *key {
-            return Some(Gate {
-                reason: GateReason::WaitingForPodGroup,
-                message: format!(
-                    "composite pod group hierarchy of pod group {:?} is invalid: its parent chain is a cycle or deeper than {MAX_CHAIN}",
-                    &*g.name
-                ),
-            });
-        }
-        let present = e.pods.len() + e.assigned.len();
-        if let GroupPolicy::Gang { min_count } = group.policy
-            && present < min_count as usize
-        {
-            return Some(Gate {
-                reason: GateReason::WaitingForQuorum,
-                message: format!("{present} of {min_count} pods present (minCount {min_count})"),
-            });
-        }
-        None
-    }
-
-    /// GangScheduling PreEnqueue for a root CompositePodGroup entity: the root object must be
-    /// known, and the tree must meet its quorum (upstream `isCPGTreeReady`: children that are
-    /// ready, recursively, >= minGroupCount (1 if basic); a PodGroup child is ready with >=
-    /// minCount pending + assigned pods, 1 for basic).
-    fn tree_gate(&self, e: &Entry, root: &GroupKey) -> Option<Gate> {
-        let Some((cpg, _)) = self.composites.get(root) else {
-            return Some(Gate {
-                reason: GateReason::WaitingForPodGroup,
-                message: format!(
-                    "waiting for composite pod group {:?} to appear in scheduling queue",
-                    &*root.name
-                ),
-            });
-        };
-        let mut present: HashMap<GroupKey, usize> = HashMap::new();
-        for (p, _) in e.pods.values() {
-            if let Some(g) = p.group_key() {
-                *present.entry(g).or_default() += 1;
-            }
-        }
-        for g in e.assigned.values().flatten() {
-            *present.entry(g.clone()).or_default() += 1;
-        }
-        let kids: Vec<&GroupKey> = self
-            .children
-            .get(root)
-            .map(|m| m.values().collect())
-            .unwrap_or_default();
-        let ready = kids.iter().filter(|k| self.child_ready(k, &present, 0)).count();
-        let min = cpg.policy.min_group_count() as usize;
-        if ready < min {
-            return Some(Gate {
-                reason: GateReason::WaitingForQuorum,
-                message: format!(
-                    "composite pod group {:?} tree: {ready} of {} child groups ready (minGroupCount {min})",
-                    &*root.name,
-                    kids.len()
-                ),
-            });
-        }
-        None
-    }
-
-    fn child_ready(&self, key: &GroupKey, present: &HashMap<GroupKey, usize>, depth: usize) -> bool {
-        if depth > MAX_CHAIN {
-            return false;
-        }
-        if let Some((leaf, _)) = self.tree_leaves.get(key) {
-            return present.get(key).copied().unwrap_or(0) >= leaf.policy.min_count() as usize;
-        }
-        let Some((cpg, _)) = self.composites.get(key) else {
-            return false;
-        };
-        let ready = self.children.get(key).map_or(0, |m| {
-            m.values()
-                .filter(|k| self.child_ready(k, present, depth + 1))
-                .count()
-        });
-        ready >= cpg.policy.min_group_count() as usize
-    }
-
-    /// The tree of a known root CompositePodGroup, siblings in first-seen order.
-    fn build_tree(&self, root: &GroupKey) -> Option<GroupTree> {
-        let (cpg, _) = self.composites.get(root)?;
-        let mut members = Vec::new();
-        let mut stack = vec![root.clone()];
-        let mut seen = HashSet::new();
-        while let Some(k) = stack.pop() {
-            if !seen.insert(k.clone()) || seen.len() > 10_000 {
-                continue;
-            }
-            for child in self.children.get(&k).into_iter().flat_map(|m| m.values()) {
-                if let Some((c, _)) = self.composites.get(child) {
-                    members.push(TreeNode::Composite(c.clone()));
-                    stack.push(child.clone());
-                } else if let Some((l, _)) = self.tree_leaves.get(child) {
-                    members.push(TreeNode::Leaf(l.clone()));
-                }
-            }
-        }
-        Some(GroupTree::new(cpg.clone(), members))
-    }
-
-    /// Re-runs PreEnqueue and moves the entity between gated and queued.
-    fn reevaluate(&mut self, key: &EntityKey, now: Instant) {
-        let Some(e) = self.entries.get(key) else { return };
-        if matches!(e.loc, Loc::InFlight { .. }) {
-            return;
-        }
-        let gate = self.gate_of(e, key);
-        let was_gated = match &e.loc {
-            Loc::Gated(g) => Some(g.clone()),
-            _ => None,
-        };
-        match gate {
-            Some(g) => {
-                if e.pods.is_empty() && e.is_group {
-                    // Nothing pending: not an entity to show (assigned-only bookkeeping).
-                    if was_gated.is_some() {
-                        self.detach(key);
-                        self.gate_changes.push((key.clone(), None));
-                    }
-                    return;
-                }
-                if was_gated.as_ref() != Some(&g) {
-                    self.detach(key);
-                    let e = self.entries.get_mut(key).expect("present");
-                    e.loc = Loc::Gated(g.clone());
-                    self.gate_changes.push((key.clone(), Some(g)));
-                }
-            }
-            None => {
-                if was_gated.is_some() {
-                    self.detach(key);
-                    self.gate_changes.push((key.clone(), None));
-                    self.place(key, now);
-                } else if e.loc == Loc::Idle {
-                    if e.pods.is_empty() {
-                        return;
-                    }
-                    self.place(key, now);
-                } else if matches!(e.loc, Loc::Active(_)) {
-                    // Priority may have changed (group update): re-key.
-                    self.detach(key);
-                    self.place(key, now);
-                }
             }
         }
     }
@@ -930,7 +454,7 @@ impl SchedulingQueue {
             if g.kind != GroupKind::CompositePodGroup {
                 break (key, None);
             }
-            match self.build_tree(g) {
+            match self.forest.build_tree(g) {
                 Some(t) => break (key, Some(Arc::new(t))),
                 None => {
                     // Cannot happen while gates are up to date (an unknown root is gated); never hand a
@@ -1040,18 +564,6 @@ impl SchedulingQueue {
         self.cleanup(&key);
     }
 
-    /// If an entity in the pool is now gated, move it to gated.
-    fn regate(&mut self, key: &EntityKey, now: Instant) {
-        let Some(e) = self.entries.get(key) else { return };
-        if let Some(g) = self.gate_of(e, key) {
-            self.detach(key);
-            let e = self.entries.get_mut(key).expect("present");
-            e.loc = Loc::Gated(g.clone());
-            self.gate_changes.push((key.clone(), Some(g)));
-        }
-        let _ = now;
-    }
-
     /// When the next backoff expires or the next flush is due; the driver sleeps until then
     /// (or until an event arrives).
     pub fn next_wakeup(&self) -> Option<Instant> {
@@ -1116,7 +628,7 @@ impl SchedulingQueue {
 
     /// Number of known members of a group: pending plus assigned (upstream `AllPodsCount`).
     pub fn group_member_count(&self, key: &GroupKey) -> usize {
-        let home = self.home_of(key);
+        let home = self.forest.home_of(key);
         let Some(e) = self.entries.get(&home) else {
             return 0;
         };

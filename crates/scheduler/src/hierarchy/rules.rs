@@ -1,15 +1,17 @@
-//! Pure validation of a group hierarchy (PodGroups under CompositePodGroups).
+//! The hierarchy rules, one definition for the scheduler, the store and the controllers.
 //!
 //! Upstream validates the runtime tree in the scheduler (`validatePodGroup` in `pkg/scheduler/schedule_one_podgroup.go`,
 //! KEP-6012 "runtime validation"): a tree deeper than `WorkloadMaxTreeDepth` (4), groups of more than one Workload, a
 //! gang CompositePodGroup over a basic PodGroup, an `all` parent over a `single` child, and cycles fail the whole
-//! hierarchy with `SchedulerError`. Upstream's message texts were not published (upstream-spec.md §3.4), so these
-//! messages are Phalanx's own. The functions take plain [`GroupNode`] values so the scheduling driver and the
-//! controllers can both call them without a client.
+//! hierarchy with `SchedulerError`. Upstream's message texts for these are not in its published API, so the messages
+//! are Phalanx's own. The functions take plain [`GroupNode`] values so that the scheduler's cycle
+//! ([`super::GroupTree::validate`]), the store and the controllers all apply the same rules without a client.
+//! Every walk is iterative and bounded by [`MAX_TREE_DEPTH`], so a chain of thousands of groups costs at most a few
+//! steps and cannot overflow the stack.
 
 use std::collections::BTreeSet;
 
-use crate::keys::{GroupKey, GroupKind};
+use crate::model::{GroupKey, GroupKind};
 
 /// Maximum depth of a group tree, counting the root as 1 (upstream `WorkloadMaxTreeDepth`).
 pub const MAX_TREE_DEPTH: usize = 4;
@@ -82,6 +84,34 @@ pub enum HierarchyError {
         /// The `single` child.
         child: String,
     },
+    /// A group of the tree has a priority other than the root's (upstream's message).
+    #[error(
+        "all pod groups in a hierarchy should have the same priority as the root pod group's priority, got {root_priority} ({root:?}) and {priority} ({group:?})"
+    )]
+    PriorityMismatch {
+        /// The root, `namespace/name`.
+        root: String,
+        /// The root's priority.
+        root_priority: i32,
+        /// The group, `namespace/name`.
+        group: String,
+        /// The group's priority.
+        priority: i32,
+    },
+    /// A group of the tree has a preemption policy other than the root's (upstream's message).
+    #[error(
+        "all pod groups in a hierarchy should have the same preemption policy as the root pod group's preemption policy, got {root_policy} ({root:?}) and {policy} ({group:?})"
+    )]
+    PreemptionPolicyMismatch {
+        /// The root, `namespace/name`.
+        root: String,
+        /// The root's policy.
+        root_policy: String,
+        /// The group, `namespace/name`.
+        group: String,
+        /// The group's policy.
+        policy: String,
+    },
     /// Only a CompositePodGroup can be a parent.
     #[error("{child} names {parent} as parent, but only a CompositePodGroup can be a parent")]
     ParentNotComposite {
@@ -92,28 +122,41 @@ pub enum HierarchyError {
     },
 }
 
-/// Checks the rules between one parent and one direct child.
+/// Checks every rule between one parent and one direct child: the workload rules, then
+/// [`check_shape`].
 ///
-/// Errors: [`HierarchyError::WorkloadMismatch`], [`HierarchyError::ParentWithoutWorkload`],
-/// [`HierarchyError::GangOverBasic`], [`HierarchyError::AllOverSingle`], [`HierarchyError::ParentNotComposite`].
+/// Errors: [`HierarchyError::ParentWithoutWorkload`], [`HierarchyError::WorkloadMismatch`], and those of
+/// [`check_shape`].
 pub fn check_edge(parent: &GroupNode, child: &GroupNode) -> Result<(), HierarchyError> {
+    if parent.key.kind == GroupKind::CompositePodGroup {
+        if child.workload.is_none() {
+            return Err(HierarchyError::ParentWithoutWorkload {
+                child: child.key.to_string(),
+            });
+        }
+        if child.workload != parent.workload {
+            return Err(HierarchyError::WorkloadMismatch {
+                child: child.key.to_string(),
+                child_workload: child.workload.clone().unwrap_or_default(),
+                parent: parent.key.to_string(),
+                parent_workload: parent.workload.clone().unwrap_or_default(),
+            });
+        }
+    }
+    check_shape(parent, child)
+}
+
+/// Checks the shape rules between one parent and one direct child: only a CompositePodGroup is a
+/// parent, a gang CompositePodGroup has no basic PodGroup child, an `all` parent has no `single`
+/// child (KEP-6012).
+///
+/// Errors: [`HierarchyError::ParentNotComposite`], [`HierarchyError::GangOverBasic`],
+/// [`HierarchyError::AllOverSingle`].
+pub fn check_shape(parent: &GroupNode, child: &GroupNode) -> Result<(), HierarchyError> {
     if parent.key.kind != GroupKind::CompositePodGroup {
         return Err(HierarchyError::ParentNotComposite {
             child: child.key.to_string(),
             parent: parent.key.to_string(),
-        });
-    }
-    if child.workload.is_none() {
-        return Err(HierarchyError::ParentWithoutWorkload {
-            child: child.key.to_string(),
-        });
-    }
-    if child.workload != parent.workload {
-        return Err(HierarchyError::WorkloadMismatch {
-            child: child.key.to_string(),
-            child_workload: child.workload.clone().unwrap_or_default(),
-            parent: parent.key.to_string(),
-            parent_workload: parent.workload.clone().unwrap_or_default(),
         });
     }
     if parent.gang && !child.gang && child.key.kind == GroupKind::PodGroup {
@@ -156,12 +199,12 @@ pub fn validate_ancestry(
         let Some(pname) = cur.parent.clone().filter(|p| !p.is_empty()) else {
             return finish(chain, true);
         };
-        let pkey = GroupKey::composite(cur.key.namespace.clone(), pname);
+        let pkey = GroupKey::composite(&cur.key.namespace, &pname);
         if !seen.insert(pkey.clone()) {
             chain.push(pkey);
             let path = chain
                 .iter()
-                .map(|k| k.name.as_str())
+                .map(|k| &*k.name)
                 .collect::<Vec<_>>()
                 .join(" -> ");
             return Err(HierarchyError::Cycle { path });
@@ -201,7 +244,7 @@ pub fn validate_tree(
     children: impl Fn(&GroupKey) -> Vec<GroupKey>,
     lookup: impl Fn(&GroupKey) -> Option<GroupNode>,
 ) -> Result<(), HierarchyError> {
-    let mut stack: Vec<(GroupNode, Vec<String>)> = vec![(root.clone(), vec![root.key.name.clone()])];
+    let mut stack: Vec<(GroupNode, Vec<String>)> = vec![(root.clone(), vec![root.key.name.to_string()])];
     let mut seen: BTreeSet<GroupKey> = [root.key.clone()].into();
     while let Some((node, path)) = stack.pop() {
         if path.len() > MAX_TREE_DEPTH {
@@ -214,12 +257,12 @@ pub fn validate_tree(
             let Some(child) = lookup(&ck) else { continue };
             if !seen.insert(ck.clone()) {
                 let mut p = path.clone();
-                p.push(ck.name.clone());
+                p.push(ck.name.to_string());
                 return Err(HierarchyError::Cycle { path: p.join(" -> ") });
             }
             check_edge(&node, &child)?;
             let mut p = path.clone();
-            p.push(ck.name.clone());
+            p.push(ck.name.to_string());
             stack.push((child, p));
         }
     }
@@ -276,7 +319,7 @@ mod tests {
         ];
         let leaf = pg("l", Some("c2"), false, false);
         let a = validate_ancestry(&leaf, lookup(&ok)).unwrap();
-        assert_eq!((a.depth, a.complete, a.top.name.as_str()), (4, true, "r"));
+        assert_eq!((a.depth, a.complete, &*a.top.name), (4, true, "r"));
         let deep = [
             cpg("r", None, false, false),
             cpg("c1", Some("r"), false, false),
@@ -299,7 +342,7 @@ mod tests {
         all.push(leaf);
         let err = validate_tree(
             &deep[0],
-            |k| children.get(k.name.as_str()).cloned().unwrap_or_default(),
+            |k| children.get(&*k.name).cloned().unwrap_or_default(),
             lookup(&all),
         );
         assert!(
@@ -344,7 +387,7 @@ mod tests {
             .to_string();
         assert_eq!(
             msg,
-            "gang composite pod group CompositePodGroup/ns/p cannot have basic pod group child PodGroup/ns/x"
+            "gang composite pod group compositepodgroup/ns/p cannot have basic pod group child podgroup/ns/x"
         );
     }
 }
