@@ -29,6 +29,15 @@ pub mod reasons {
     pub const SCHEDULER_ERROR: &str = "SchedulerError";
     /// `DisruptionTarget` True: the scheduler preempted the group for higher-priority work.
     pub const PREEMPTION_BY_SCHEDULER: &str = "PreemptionByScheduler";
+    /// Pod `PodScheduled=False`: the pod names a PodGroup (or its tree a CompositePodGroup) that does not exist yet.
+    /// Phalanx's own reason: upstream hides such pods in the queue without a condition (k/k#141900).
+    pub const WAITING_FOR_POD_GROUP: &str = "WaitingForPodGroup";
+    /// Pod `PodScheduled=False` and group `*InitiallyScheduled=False` message: the group has fewer pods than its
+    /// `minCount` (or its tree fewer ready groups than `minGroupCount`). Phalanx's own reason.
+    pub const WAITING_FOR_QUORUM: &str = "WaitingForQuorum";
+    /// Pod `PodScheduled=False`: the pod has `spec.schedulingGates` (core `PodReasonSchedulingGated`, written by the
+    /// API server itself).
+    pub const SCHEDULING_GATED: &str = "SchedulingGated";
     /// `CompositePodGroupInitiallyScheduled`: the group layout is invalid at runtime (cycle, depth above 4,
     /// several Workloads); the message gives the violation.
     pub const INVALID: &str = "Invalid";

@@ -327,11 +327,11 @@ fn start_phalanx(ctx: &Ctx) -> Running {
     let (leader_tx, leader) = tokio::sync::watch::channel(true);
     let shutdown = CancellationToken::new();
     let mut registry = Registry::default();
-    let opts = phalanx_controllers::scheduling::SchedulerOptions {
+    let opts = phalanx_driver::SchedulerOptions {
         bind_concurrency: ctx.settings.bind_concurrency,
         ..Default::default()
     };
-    let mut tasks = vec![tokio::spawn(phalanx_controllers::scheduling::run(
+    let mut tasks = vec![tokio::spawn(phalanx_driver::run(
         ctx.sched.clone(),
         store.clone(),
         opts,

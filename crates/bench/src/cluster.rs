@@ -19,7 +19,7 @@ use serde_json::json;
 use crate::workload::{BENCH_NODE_LABEL, node_name};
 
 /// Feature gates kube-scheduler gets: the same set `hack/cluster.sh` gives the API server and KCM with
-/// `UPSTREAM_WORKLOAD_API=1` (GenericWorkload is beta but off by default in 1.37; upstream-spec.md §1.2).
+/// `UPSTREAM_WORKLOAD_API=1` (GenericWorkload is beta but off by default in 1.37; KEP-4671).
 pub const SCHEDULER_GATES: &str =
     "GenericWorkload=true,CompositePodGroup=true,TopologyAwareWorkloadScheduling=true";
 
@@ -104,7 +104,7 @@ impl Cluster {
         let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
             .await
             .with_context(|| format!("loading {}", kubeconfig.display()))?;
-        phalanx_controllers::scheduling::scheduler_client(config).context("building a client")
+        phalanx_driver::scheduler_client(config).context("building a client")
     }
 }
 

@@ -116,7 +116,7 @@ async fn main() -> anyhow::Result<()> {
         create_concurrency: args.create_concurrency,
         bind_concurrency: args
             .bind_concurrency
-            .unwrap_or_else(|| phalanx_controllers::scheduling::SchedulerOptions::default().bind_concurrency),
+            .unwrap_or_else(|| phalanx_driver::SchedulerOptions::default().bind_concurrency),
         qps: args.qps,
         burst: args.burst,
         timeout: Duration::from_secs(args.timeout),

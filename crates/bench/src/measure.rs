@@ -2,7 +2,7 @@
 //!
 //! Every case is timed by the same observer (this process's watch on the case namespace), so the watch delay is the
 //! same for all of them. A pod counts once `spec.nodeName` is set, as in upstream scheduler_perf, where nodes have no
-//! kubelet and "scheduled" means bound (test-infra.md §f).
+//! kubelet and "scheduled" means bound (as upstream `test/integration/scheduler_perf` counts scheduled pods).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -1,7 +1,7 @@
 //! The cross-object checks of a PodGroup or CompositePodGroup, gathered into one list of problems that
 //! becomes the group's `Valid` condition.
 //!
-//! - Hierarchy (upstream runtime checks, KEP-6012; pure functions of phalanx-store): the chain up to the root
+//! - Hierarchy (upstream runtime checks, KEP-6012; the pure rules of `phalanx_scheduler::hierarchy`): the chain up to the root
 //!   (`validate_ancestry`: cycle, depth, every edge) and then the whole tree from the root (`validate_tree`),
 //!   so that every group of a tree gets the same verdict. A missing parent is reported as `ParentNotFound`.
 //! - Workload reference: the Workload exists, the template exists, is of the group's kind, and its
@@ -14,26 +14,8 @@ use phalanx_api::v1beta1::{PolicyKind, Workload, WorkloadReference};
 use phalanx_store::{GroupKey, GroupKind, HierarchyError, Store, validate_ancestry, validate_tree};
 
 use crate::priority::{self, Resolved};
-use crate::template_tree;
-use crate::workload::template_nodes;
-
-/// One problem of a group: a CamelCase reason and a user-facing message.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Problem {
-    /// Condition/event reason.
-    pub reason: String,
-    /// Condition/event message.
-    pub message: String,
-}
-
-impl Problem {
-    fn new(reason: &str, message: impl Into<String>) -> Self {
-        Self {
-            reason: reason.to_string(),
-            message: message.into(),
-        }
-    }
-}
+use crate::status::Problem;
+use crate::template_tree::{self, template_nodes};
 
 /// Reason for a hierarchy error.
 pub fn hierarchy_reason(e: &HierarchyError) -> &'static str {
@@ -45,6 +27,8 @@ pub fn hierarchy_reason(e: &HierarchyError) -> &'static str {
         HierarchyError::GangOverBasic { .. } => "GangParentBasicChild",
         HierarchyError::AllOverSingle { .. } => "DisruptionModeMismatch",
         HierarchyError::ParentNotComposite { .. } => "ParentNotComposite",
+        HierarchyError::PriorityMismatch { .. } => "PriorityMismatch",
+        HierarchyError::PreemptionPolicyMismatch { .. } => "PreemptionPolicyMismatch",
     }
 }
 

@@ -19,10 +19,11 @@ use phalanx_api::v1alpha3::CompositePodGroup;
 use phalanx_store::{GroupKey, GroupKind, Store};
 use serde_json::{Value, json};
 
-use crate::checks::{self, Problem};
+use crate::checks;
 use crate::context::Ctx;
 use crate::error::{Error, Result};
 use crate::group::{self, PrioritySpec};
+use crate::status::Problem;
 use crate::status::{self, WriteDecision};
 use crate::workload::report_validity;
 
@@ -97,7 +98,7 @@ pub async fn reconcile(cpg: Arc<CompositePodGroup>, ctx: Ctx) -> Result<Action> 
     if !ctx.is_leader() {
         return Ok(Action::requeue(Duration::from_secs(5)));
     }
-    let key = GroupKey::composite(&ns, cpg.name_any());
+    let key = GroupKey::composite(&ns, &cpg.name_any());
     let counts = child_counts(&ctx.store, &key);
     let reference = cpg.object_ref(&());
 

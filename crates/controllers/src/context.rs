@@ -16,8 +16,8 @@ use tokio::sync::watch;
 
 use crate::ControllerOptions;
 
-/// Field manager of every write the controllers make (the scheduler uses `phalanx-scheduler`).
-pub const FIELD_MANAGER: &str = "phalanx-controller";
+/// Field manager of every write the controllers make (the scheduler uses `phalanx_api::field_managers::SCHEDULER`).
+pub use phalanx_api::field_managers::CONTROLLER as FIELD_MANAGER;
 
 type Labels = Vec<(String, String)>;
 

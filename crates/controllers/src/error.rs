@@ -20,36 +20,83 @@ pub enum Error {
 /// Result alias of the reconcilers.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-impl Error {
-    /// Short label for the `phalanx_controller_reconcile_errors_total{error=...}` metric.
-    pub fn metric_label(&self) -> &'static str {
+/// What kind of failure an [`Error`] is; decides the log level, the metric label and the retry delay.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// 409: our cache lagged our own write (optimistic concurrency). Heals at once.
+    Conflict,
+    /// 404: the object was deleted meanwhile. Heals at once.
+    NotFound,
+    /// 429: the API server throttles us (API Priority and Fairness).
+    Throttled,
+    /// 5xx: a transient server error.
+    Server,
+    /// Any other API status (4xx): usually a bug in what we sent.
+    Api,
+    /// The connection failed (timeout, reset, TLS).
+    Transport,
+    /// A patch body could not be built (a bug).
+    Serialize,
+    /// An object lacks a field the API server always sets.
+    MissingField,
+}
+
+impl ErrorKind {
+    /// Label for the `phalanx_controller_reconcile_errors_total{error=...}` metric.
+    pub fn metric_label(self) -> &'static str {
         match self {
-            Error::Kube(kube::Error::Api(s)) if s.is_conflict() => "conflict",
-            Error::Kube(kube::Error::Api(s)) if s.is_not_found() => "not_found",
-            Error::Kube(kube::Error::Api(s)) if s.code == 429 => "throttled",
-            Error::Kube(kube::Error::Api(s)) if s.code >= 500 => "server",
-            Error::Kube(kube::Error::Api(_)) => "api",
-            Error::Kube(_) => "transport",
-            Error::Serialize(_) => "serialize",
-            Error::MissingField(_) => "missing_field",
+            ErrorKind::Conflict => "conflict",
+            ErrorKind::NotFound => "not_found",
+            ErrorKind::Throttled => "throttled",
+            ErrorKind::Server => "server",
+            ErrorKind::Api => "api",
+            ErrorKind::Transport => "transport",
+            ErrorKind::Serialize => "serialize",
+            ErrorKind::MissingField => "missing_field",
         }
     }
 
-    /// True for errors that heal on their own and are expected in normal operation: optimistic-concurrency
-    /// conflicts (our cache lagged a write), a deleted object, server throttling and transient server errors.
-    /// These are logged at debug/warn level, never at error level.
-    pub fn is_transient(&self) -> bool {
+    /// True for failures that heal on their own and are expected in normal operation: conflicts with our own
+    /// stale cache, a deleted object, throttling, transient server and transport errors. These are logged at
+    /// debug/warn level, never at error level.
+    pub fn is_transient(self) -> bool {
         matches!(
-            self.metric_label(),
-            "conflict" | "not_found" | "throttled" | "server" | "transport"
+            self,
+            ErrorKind::Conflict
+                | ErrorKind::NotFound
+                | ErrorKind::Throttled
+                | ErrorKind::Server
+                | ErrorKind::Transport
         )
     }
 
-    /// First retry delay for this error; the error policy doubles it per consecutive failure.
-    pub fn base_delay(&self) -> Duration {
-        match self.metric_label() {
-            "conflict" | "not_found" => Duration::from_millis(100),
-            _ => Duration::from_millis(500),
+    /// True for failures expected as part of normal optimistic concurrency (logged at debug level).
+    pub fn is_expected(self) -> bool {
+        matches!(self, ErrorKind::Conflict | ErrorKind::NotFound)
+    }
+
+    /// First retry delay; the error policy doubles it per consecutive failure.
+    pub fn base_delay(self) -> Duration {
+        if self.is_expected() {
+            Duration::from_millis(100)
+        } else {
+            Duration::from_millis(500)
+        }
+    }
+}
+
+impl Error {
+    /// The kind of this error.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::Kube(kube::Error::Api(s)) if s.is_conflict() => ErrorKind::Conflict,
+            Error::Kube(kube::Error::Api(s)) if s.is_not_found() => ErrorKind::NotFound,
+            Error::Kube(kube::Error::Api(s)) if s.code == 429 => ErrorKind::Throttled,
+            Error::Kube(kube::Error::Api(s)) if s.code >= 500 => ErrorKind::Server,
+            Error::Kube(kube::Error::Api(_)) => ErrorKind::Api,
+            Error::Kube(_) => ErrorKind::Transport,
+            Error::Serialize(_) => ErrorKind::Serialize,
+            Error::MissingField(_) => ErrorKind::MissingField,
         }
     }
 }
@@ -82,15 +129,17 @@ mod tests {
             reason: "Conflict".into(),
             ..Default::default()
         })));
-        assert_eq!(conflict.metric_label(), "conflict");
-        assert!(conflict.is_transient());
+        assert_eq!(conflict.kind(), ErrorKind::Conflict);
+        assert_eq!(conflict.kind().metric_label(), "conflict");
+        assert!(conflict.kind().is_transient());
         let invalid = Error::Kube(kube::Error::Api(Box::new(kube::core::Status {
             code: 422,
             reason: "Invalid".into(),
             ..Default::default()
         })));
-        assert_eq!(invalid.metric_label(), "api");
-        assert!(!invalid.is_transient());
-        assert!(!Error::MissingField("metadata.uid").is_transient());
+        assert_eq!(invalid.kind(), ErrorKind::Api);
+        assert_eq!(invalid.kind().metric_label(), "api");
+        assert!(!invalid.kind().is_transient());
+        assert!(!Error::MissingField("metadata.uid").kind().is_transient());
     }
 }

@@ -13,11 +13,12 @@ use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
-use crate::checks::{self, Problem};
+use crate::checks;
 use crate::context::Context;
 use crate::error::Result;
 use crate::priority::{Resolved, Source};
 use crate::status;
+use crate::status::Problem;
 
 /// The priority-related spec fields of a group.
 #[derive(Clone, Debug)]

@@ -1,9 +1,8 @@
-//! phalanx-controllers: everything that acts on the cluster.
+//! phalanx-controllers: the reconcilers of Phalanx's kinds. The scheduler's runtime lives in `phalanx-driver`.
 //!
 //! - One reconciler per kind: [`workload`], [`pod_group`], [`composite_pod_group`]. Each follows the pipeline
 //!   validate -> build (pure) -> apply -> status, over the shared caches of phalanx-store, and writes only
 //!   while this replica is the leader. Entry point: [`run_controllers`].
-//! - The scheduling driver (`scheduling`), owned by the scheduling side.
 //!
 //! What the controllers own (docs/controllers.md): cross-object validation beyond CEL (upstream's hand-written
 //! Workload validation and the scheduler's runtime hierarchy checks), PriorityClass resolution (upstream's
@@ -17,7 +16,6 @@ pub mod error;
 pub mod group;
 pub mod pod_group;
 pub mod priority;
-pub mod scheduling;
 pub mod status;
 pub mod template_tree;
 pub mod triggers;
@@ -70,9 +68,13 @@ impl Default for ControllerOptions {
 /// Shared error policy: exponential backoff per object (`base * 2^(n-1)`, capped at `max_backoff`), so an
 /// object that keeps failing is retried ever more slowly instead of in a hot loop.
 pub(crate) fn error_action(controller: &str, uid: Option<&str>, err: &Error, ctx: &Context) -> Action {
-    ctx.count_error(controller, err.metric_label());
+    ctx.count_error(controller, err.kind().metric_label());
     let failures = uid.map_or(1, |u| ctx.note_failure(u));
-    Action::requeue(error::backoff(err.base_delay(), failures, ctx.opts.max_backoff))
+    Action::requeue(error::backoff(
+        err.kind().base_delay(),
+        failures,
+        ctx.opts.max_backoff,
+    ))
 }
 
 /// Logs the outcome of one reconcile at a level that matches its cause: errors that heal on their own
@@ -87,8 +89,8 @@ fn log_result<K: kube::Resource, QErr: std::error::Error>(
         Err(controller::Error::ObjectNotFound(obj)) => {
             tracing::debug!(controller, %obj, "object gone before reconcile")
         }
-        Err(controller::Error::ReconcilerFailed(e, obj)) if e.is_transient() => {
-            if e.metric_label() == "conflict" || e.metric_label() == "not_found" {
+        Err(controller::Error::ReconcilerFailed(e, obj)) if e.kind().is_transient() => {
+            if e.kind().is_expected() {
                 tracing::debug!(controller, %obj, error = %e, "reconcile retried");
             } else {
                 tracing::warn!(controller, %obj, error = %e, "reconcile failed, retrying with backoff");

@@ -26,10 +26,13 @@ use phalanx_api::v1beta1::PodGroup;
 use phalanx_store::{GroupKey, GroupKind};
 use serde_json::{Value, json};
 
-use crate::checks::{self, Problem};
+use phalanx_scheduler::is_terminal;
+
+use crate::checks;
 use crate::context::Ctx;
 use crate::error::{Error, Result};
 use crate::group::{self, PrioritySpec};
+use crate::status::Problem;
 use crate::status::{self, WriteDecision};
 use crate::workload::report_validity;
 
@@ -45,14 +48,6 @@ pub struct Counts {
     pub scheduled: i32,
     /// Member pods in phase Running.
     pub running: i32,
-}
-
-/// True for a pod in phase Succeeded or Failed.
-pub fn is_terminal(pod: &Pod) -> bool {
-    matches!(
-        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-        Some("Succeeded" | "Failed")
-    )
 }
 
 /// Pure: counts member pods.
@@ -109,7 +104,7 @@ pub async fn reconcile(pg: Arc<PodGroup>, ctx: Ctx) -> Result<Action> {
     if !ctx.is_leader() {
         return Ok(Action::requeue(Duration::from_secs(5)));
     }
-    let key = GroupKey::pod_group(&ns, pg.name_any());
+    let key = GroupKey::pod_group(&ns, &pg.name_any());
     let members = ctx.store.group_members(&key);
     let counts = count(members.iter().map(AsRef::as_ref));
     let reference = pg.object_ref(&());

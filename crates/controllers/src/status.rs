@@ -3,7 +3,7 @@
 //! decide whether a write is needed (condition building, owned-field comparison).
 //!
 //! Conditions are `listType=map` keyed by `type`, so applying only our own condition type (`Valid`) leaves the
-//! scheduler's `PodGroupInitiallyScheduled` (field manager `phalanx-scheduler`) untouched (rust-stack.md §3.7).
+//! scheduler's `PodGroupInitiallyScheduled` (field manager `phalanx-scheduler`) untouched (server-side apply keeps list-map entries per manager; `k8s.io/apimachinery` `managedFields`).
 
 use std::fmt::Debug;
 use std::time::Duration;
@@ -19,6 +19,24 @@ use serde_json::{Value, json};
 
 use crate::context::{Context, FIELD_MANAGER};
 use crate::error::{Error, Result};
+
+/// One problem of a group: a CamelCase reason and a user-facing message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    /// Condition/event reason.
+    pub reason: String,
+    /// Condition/event message.
+    pub message: String,
+}
+
+impl Problem {
+    pub(crate) fn new(reason: &str, message: impl Into<String>) -> Self {
+        Self {
+            reason: reason.to_string(),
+            message: message.into(),
+        }
+    }
+}
 
 /// Condition type the controllers own on all three kinds.
 pub const VALID: &str = "Valid";

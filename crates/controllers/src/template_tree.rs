@@ -10,6 +10,8 @@
 use std::collections::HashMap;
 use std::fmt;
 
+use phalanx_api::v1beta1::{CompositePodGroupTemplate, PodGroupTemplate, WorkloadSpec};
+
 pub use phalanx_api::v1beta1::PolicyKind;
 pub use phalanx_store::GroupKind;
 
@@ -282,6 +284,58 @@ pub fn names(top: &[TemplateNode]) -> Vec<String> {
         }
     }
     rec(top, &mut out);
+    out
+}
+
+fn pg_template(t: &PodGroupTemplate) -> TemplateNode {
+    TemplateNode {
+        kind: GroupKind::PodGroup,
+        name: t.name.clone(),
+        policy: t.scheduling_policy.kind().unwrap_or(PolicyKind::Basic),
+        disruption: if t.disruption_mode.as_ref().is_some_and(|d| d.is_all()) {
+            Disruption::All
+        } else {
+            Disruption::Single
+        },
+        priority_class_name: t.priority_class_name.clone(),
+        priority: t.priority,
+        children: vec![],
+    }
+}
+
+fn cpg_template(t: &CompositePodGroupTemplate) -> TemplateNode {
+    let mut children: Vec<TemplateNode> = t.pod_group_templates.iter().flatten().map(pg_template).collect();
+    children.extend(t.composite_pod_group_templates.iter().flatten().map(cpg_template));
+    TemplateNode {
+        kind: GroupKind::CompositePodGroup,
+        name: t.name.clone(),
+        policy: t.scheduling_policy.kind().unwrap_or(PolicyKind::Basic),
+        disruption: if t.disruption_mode.as_ref().is_some_and(|d| d.is_all()) {
+            Disruption::All
+        } else {
+            Disruption::Single
+        },
+        priority_class_name: t.priority_class_name.clone(),
+        priority: t.priority,
+        children,
+    }
+}
+
+/// The template tree of a Workload as [`TemplateNode`]s: `podGroupTemplates` then
+/// `compositePodGroupTemplates`, recursively, in API order.
+pub fn template_nodes(spec: &WorkloadSpec) -> Vec<TemplateNode> {
+    let mut out: Vec<TemplateNode> = spec
+        .pod_group_templates
+        .iter()
+        .flatten()
+        .map(pg_template)
+        .collect();
+    out.extend(
+        spec.composite_pod_group_templates
+            .iter()
+            .flatten()
+            .map(cpg_template),
+    );
     out
 }
 

@@ -85,7 +85,7 @@ pub fn affected(ix: &ClusterIndex, key: &GroupKey, known_parent: Option<&str>) -
     let mut parent = ix.parent_of(key).or_else(|| {
         known_parent
             .filter(|p| !p.is_empty())
-            .map(|p| GroupKey::composite(key.namespace.clone(), p))
+            .map(|p| GroupKey::composite(&key.namespace, p))
     });
     let mut steps = 0;
     while let Some(p) = parent {
@@ -127,14 +127,14 @@ impl Mapper {
     fn everything(&mut self) {
         for g in self.store.pod_groups().state() {
             self.queues.group(&GroupKey::pod_group(
-                g.namespace().unwrap_or_default(),
-                g.name_any(),
+                &g.namespace().unwrap_or_default(),
+                &g.name_any(),
             ));
         }
         for g in self.store.composite_pod_groups().state() {
             self.queues.group(&GroupKey::composite(
-                g.namespace().unwrap_or_default(),
-                g.name_any(),
+                &g.namespace().unwrap_or_default(),
+                &g.name_any(),
             ));
         }
         for w in self.store.workloads().state() {
@@ -181,7 +181,7 @@ impl Mapper {
         if let Some(old_parent) = before.as_ref().and_then(|b| b.parent.clone())
             && Some(&old_parent) != known_parent.as_ref()
         {
-            let pk = GroupKey::composite(key.namespace.clone(), old_parent);
+            let pk = GroupKey::composite(&key.namespace, &old_parent);
             for g in affected(&self.store.hierarchy(), &pk, None) {
                 self.queues.group(&g);
             }
@@ -234,14 +234,14 @@ impl Mapper {
         if pcs_changed {
             for g in self.store.pod_groups().state() {
                 self.queues.group(&GroupKey::pod_group(
-                    g.namespace().unwrap_or_default(),
-                    g.name_any(),
+                    &g.namespace().unwrap_or_default(),
+                    &g.name_any(),
                 ));
             }
             for g in self.store.composite_pod_groups().state() {
                 self.queues.group(&GroupKey::composite(
-                    g.namespace().unwrap_or_default(),
-                    g.name_any(),
+                    &g.namespace().unwrap_or_default(),
+                    &g.name_any(),
                 ));
             }
         }
@@ -260,13 +260,13 @@ impl Mapper {
             if let Some(r) = &g.spec.workload_ref
                 && wanted.contains(&(ns.clone(), r.workload_name.clone()))
             {
-                self.queues.group(&GroupKey::pod_group(ns, g.name_any()));
+                self.queues.group(&GroupKey::pod_group(&ns, &g.name_any()));
             }
         }
         for g in self.store.composite_pod_groups().state() {
             let ns = g.namespace().unwrap_or_default();
             if wanted.contains(&(ns.clone(), g.spec.workload_ref.workload_name.clone())) {
-                self.queues.group(&GroupKey::composite(ns, g.name_any()));
+                self.queues.group(&GroupKey::composite(&ns, &g.name_any()));
             }
         }
     }
@@ -285,11 +285,11 @@ pub async fn run(store: Store, queues: Queues, shutdown: CancellationToken) {
     // Initial sync: everything once (the subscription was taken first, so nothing is missed in between).
     mapper.everything();
     for g in store.pod_groups().state() {
-        let key = GroupKey::pod_group(g.namespace().unwrap_or_default(), g.name_any());
+        let key = GroupKey::pod_group(&g.namespace().unwrap_or_default(), &g.name_any());
         mapper.seen.insert(key, seen_of_pg(&g));
     }
     for g in store.composite_pod_groups().state() {
-        let key = GroupKey::composite(g.namespace().unwrap_or_default(), g.name_any());
+        let key = GroupKey::composite(&g.namespace().unwrap_or_default(), &g.name_any());
         mapper.seen.insert(key, seen_of_cpg(&g));
     }
     loop {
@@ -348,7 +348,7 @@ mod tests {
     #[test]
     fn leaf_change_covers_whole_tree() {
         let got = affected(&ix(), &GroupKey::pod_group("ns", "a"), None);
-        let names: Vec<&str> = got.iter().map(|k| k.name.as_str()).collect();
+        let names: Vec<&str> = got.iter().map(|k| &*k.name).collect();
         assert_eq!(names, vec!["a", "b", "mid", "root"]);
     }
 

@@ -1,7 +1,7 @@
 //! Workload controller: validates the template tree beyond CEL and publishes the verdict and per-template
 //! usage counts in status.
 //!
-//! Pipeline (rust-stack.md §4.3): validate ([`template_tree::validate`], pure) -> build the desired status
+//! Pipeline (docs/controllers.md): validate ([`template_tree::validate`], pure) -> build the desired status
 //! (pure) -> apply (server-side apply of `status.conditions[type=Valid]` and `status.templates`, field manager
 //! `phalanx-controller`) -> events on changes of the verdict.
 //!
@@ -17,69 +17,16 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
-use phalanx_api::v1beta1::{CompositePodGroupTemplate, PodGroupTemplate, PolicyKind, Workload, WorkloadSpec};
+use phalanx_api::v1beta1::{Workload, WorkloadSpec};
 use serde_json::{Value, json};
 
-use crate::checks::Problem;
 use crate::context::Ctx;
 use crate::error::{Error, Result};
-use crate::status::{self, VALID, WriteDecision};
-use crate::template_tree::{self, Disruption, GroupKind, TemplateNode};
+use crate::status::{self, Problem, VALID, WriteDecision};
+use crate::template_tree::{self, template_nodes};
 
 /// Controller name in metrics and logs.
 pub const CONTROLLER: &str = "workload";
-
-fn pg_template(t: &PodGroupTemplate) -> TemplateNode {
-    TemplateNode {
-        kind: GroupKind::PodGroup,
-        name: t.name.clone(),
-        policy: t.scheduling_policy.kind().unwrap_or(PolicyKind::Basic),
-        disruption: if t.disruption_mode.as_ref().is_some_and(|d| d.is_all()) {
-            Disruption::All
-        } else {
-            Disruption::Single
-        },
-        priority_class_name: t.priority_class_name.clone(),
-        priority: t.priority,
-        children: vec![],
-    }
-}
-
-fn cpg_template(t: &CompositePodGroupTemplate) -> TemplateNode {
-    let mut children: Vec<TemplateNode> = t.pod_group_templates.iter().flatten().map(pg_template).collect();
-    children.extend(t.composite_pod_group_templates.iter().flatten().map(cpg_template));
-    TemplateNode {
-        kind: GroupKind::CompositePodGroup,
-        name: t.name.clone(),
-        policy: t.scheduling_policy.kind().unwrap_or(PolicyKind::Basic),
-        disruption: if t.disruption_mode.as_ref().is_some_and(|d| d.is_all()) {
-            Disruption::All
-        } else {
-            Disruption::Single
-        },
-        priority_class_name: t.priority_class_name.clone(),
-        priority: t.priority,
-        children,
-    }
-}
-
-/// The template tree of a Workload as [`TemplateNode`]s: `podGroupTemplates` then
-/// `compositePodGroupTemplates`, recursively, in API order.
-pub fn template_nodes(spec: &WorkloadSpec) -> Vec<TemplateNode> {
-    let mut out: Vec<TemplateNode> = spec
-        .pod_group_templates
-        .iter()
-        .flatten()
-        .map(pg_template)
-        .collect();
-    out.extend(
-        spec.composite_pod_group_templates
-            .iter()
-            .flatten()
-            .map(cpg_template),
-    );
-    out
-}
 
 /// Pure: the verdict of a Workload spec (`None` = valid).
 pub fn verdict(spec: &WorkloadSpec) -> Option<Problem> {
@@ -239,7 +186,10 @@ pub fn error_policy(wl: Arc<Workload>, err: &Error, ctx: Ctx) -> Action {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use phalanx_api::v1beta1::{CompositePodGroupSchedulingPolicy, DisruptionMode, PodGroupSchedulingPolicy};
+    use phalanx_api::v1beta1::{
+        CompositePodGroupSchedulingPolicy, CompositePodGroupTemplate, DisruptionMode,
+        PodGroupSchedulingPolicy, PodGroupTemplate,
+    };
 
     fn pgt(name: &str) -> PodGroupTemplate {
         PodGroupTemplate {

@@ -6,7 +6,7 @@
 //! which the burst test asserts to be zero. No scheduler runs: tests bind pods themselves through
 //! `pods/binding` to kwok nodes.
 //!
-//! Run: `CARGO_TARGET_DIR=/work/target-controllers cargo test -p phalanx-controllers --test controllers_integration`
+//! Run: `cargo test -p phalanx-controllers --test controllers_integration`
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -8,42 +8,9 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
 use phalanx_api::{v1alpha3::CompositePodGroup, v1beta1::PodGroup};
 use phalanx_scheduler::model::{DisruptionMode, GroupPolicy, PreemptionPolicy};
-use phalanx_scheduler::{CompositeGroupInfo, CompositePolicy, GroupInfo, NodeStatic, PodInfo};
-
-/// Store keys to core keys.
-pub fn pod_key(k: &phalanx_store::PodKey) -> phalanx_scheduler::PodKey {
-    phalanx_scheduler::PodKey::new(&k.namespace, &k.name)
-}
-
-/// Core pod key to store key.
-pub fn store_pod_key(k: &phalanx_scheduler::PodKey) -> phalanx_store::PodKey {
-    phalanx_store::PodKey::new(&*k.namespace, &*k.name)
-}
-
-/// Store group key to core group key.
-pub fn group_key(k: &phalanx_store::GroupKey) -> phalanx_scheduler::GroupKey {
-    phalanx_scheduler::GroupKey {
-        kind: match k.kind {
-            phalanx_store::GroupKind::PodGroup => phalanx_scheduler::GroupKind::PodGroup,
-            phalanx_store::GroupKind::CompositePodGroup => phalanx_scheduler::GroupKind::CompositePodGroup,
-        },
-        namespace: k.namespace.as_str().into(),
-        name: k.name.as_str().into(),
-    }
-}
-
-/// Core group key to store group key.
-pub fn store_group_key(k: &phalanx_scheduler::GroupKey) -> phalanx_store::GroupKey {
-    let kind = match k.kind {
-        phalanx_scheduler::GroupKind::PodGroup => phalanx_store::GroupKind::PodGroup,
-        phalanx_scheduler::GroupKind::CompositePodGroup => phalanx_store::GroupKind::CompositePodGroup,
-    };
-    phalanx_store::GroupKey {
-        kind,
-        namespace: k.namespace.to_string(),
-        name: k.name.to_string(),
-    }
-}
+use phalanx_scheduler::{
+    CompositeGroupInfo, CompositePolicy, ConvertError, GroupInfo, NodeStatic, PodInfo, PodKey,
+};
 
 /// A PodGroup as the core sees it. `parent` is set from `spec.parentCompositePodGroupName`.
 pub fn group_info(g: &PodGroup) -> GroupInfo {
@@ -156,24 +123,16 @@ pub fn composite_conditions(
         .unwrap_or_default()
 }
 
-/// True for pods in phase Succeeded or Failed: they use no resources (the scheduler's informer drops them too).
-pub fn is_terminal(p: &Pod) -> bool {
-    matches!(
-        p.status.as_ref().and_then(|s| s.phase.as_deref()),
-        Some("Succeeded" | "Failed")
-    )
-}
-
 /// Caches of converted nodes and pods keyed by name and resourceVersion.
 #[derive(Default)]
 pub struct ModelCache {
     nodes: HashMap<String, (String, Arc<NodeStatic>)>,
-    pods: HashMap<phalanx_store::PodKey, (String, Arc<PodInfo>)>,
+    pods: HashMap<PodKey, (String, Arc<PodInfo>)>,
 }
 
 impl ModelCache {
     /// The node converted (cached by resourceVersion). Errors name the node and the bad field.
-    pub fn node(&mut self, n: &Node) -> Result<Arc<NodeStatic>, String> {
+    pub fn node(&mut self, n: &Node) -> Result<Arc<NodeStatic>, ConvertError> {
         let name = n.name_any();
         let rv = n.resource_version().unwrap_or_default();
         if let Some((crv, c)) = self.nodes.get(&name)
@@ -198,8 +157,8 @@ impl ModelCache {
 
     /// The pod converted (cached by resourceVersion).
     pub fn pod(&mut self, p: &Pod) -> Arc<PodInfo> {
-        let Some(key) = phalanx_store::PodKey::of(p) else {
-            return Arc::new(PodInfo::from_pod(p));
+        let Some(key) = PodKey::of(p) else {
+            return Arc::new(PodInfo::from_pod(p, phalanx_api::pod_group_name(p)));
         };
         let rv = p.resource_version().unwrap_or_default();
         if let Some((crv, c)) = self.pods.get(&key)
@@ -207,13 +166,13 @@ impl ModelCache {
         {
             return c.clone();
         }
-        let c = Arc::new(PodInfo::from_pod(p));
+        let c = Arc::new(PodInfo::from_pod(p, phalanx_api::pod_group_name(p)));
         self.pods.insert(key, (rv, c.clone()));
         c
     }
 
     /// Drops a pod from the cache.
-    pub fn remove_pod(&mut self, key: &phalanx_store::PodKey) {
+    pub fn remove_pod(&mut self, key: &PodKey) {
         self.pods.remove(key);
     }
 }

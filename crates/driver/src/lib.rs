@@ -1,4 +1,4 @@
-//! The scheduling driver: runs the pure core (`phalanx-scheduler`) against the cluster.
+//! phalanx-driver: the scheduler's runtime. It runs the pure core (`phalanx-scheduler`) against the cluster.
 //!
 //! Data path (one way): store watch events -> [`SchedulingQueue`](phalanx_scheduler::SchedulingQueue) -> pop an
 //! entity -> snapshot from the store plus the assumed overlay -> `Scheduler::schedule` -> [`Decision`] -> assume the
@@ -13,11 +13,20 @@
 //!
 //! [`Decision`]: phalanx_scheduler::Decision
 
+//!
+//! Modules by role (docs/architecture.md): [`runtime`] (the loop), `ingest` (watch events into the queue),
+//! `cycle` (snapshot, core, decision, binds), `conditions` (pod and group conditions and events), [`binder`]
+//! (`pods/binding` calls), [`status`] (the status writer), [`names`] (the core's enums as API strings).
+
 pub mod binder;
+mod conditions;
 pub mod convert;
-mod driver;
+mod cycle;
+mod ingest;
 pub mod metrics;
+pub mod names;
 pub mod node_filter;
+pub mod runtime;
 pub mod status;
 mod writes;
 
@@ -31,7 +40,7 @@ use tokio_util::sync::CancellationToken;
 pub use binder::{BindOutcome, Binder};
 pub use metrics::Metrics;
 pub use node_filter::{NodeFilter, NodeFilterError};
-pub use status::{FIELD_MANAGER, StatusWriter, reasons};
+pub use status::{FIELD_MANAGER, StatusWriter};
 
 /// Options of one scheduler instance.
 #[derive(Clone, Debug)]
@@ -99,14 +108,14 @@ pub fn run(
         opts.config
             .validate()
             .map_err(|e| SchedulingError::Config(e.to_string()))?;
-        driver::Driver::new(client, store, opts, filter, leader, metrics)
+        runtime::Driver::new(client, store, opts, filter, leader, metrics)
             .run(shutdown)
             .await
     }
 }
 
 /// Builds a client for the scheduler from `config` with kube's default retry policy off: that policy retries a
-/// POST on 429/503/504 with up to 1000 s backoff (rust-stack.md §5.3), which would stall binds for minutes. The
+/// POST on 429/503/504 with up to 1000 s backoff (`kube::client::retry`), which would stall binds for minutes. The
 /// driver bounds every call with its own timeout instead.
 pub fn scheduler_client(mut config: kube::Config) -> Result<kube::Client, kube::Error> {
     config.default_retry = false;

@@ -21,26 +21,13 @@ use kube::{
     api::{Patch, PatchParams},
     runtime::events::{Event, EventType, Recorder, Reporter},
 };
+use phalanx_api::conditions::reasons;
 use serde::de::DeserializeOwned;
 use serde_json::json;
 use tokio::sync::watch;
 
 /// Field manager of every write the scheduler makes.
-pub const FIELD_MANAGER: &str = "phalanx-scheduler";
-
-/// Pod condition reasons (core `PodReasonUnschedulable`, `PodReasonSchedulerError`, plus Phalanx's waiting reasons).
-pub mod reasons {
-    /// No node fits (or the gang cannot reach minCount).
-    pub const UNSCHEDULABLE: &str = "Unschedulable";
-    /// The attempt failed for an internal reason or the hierarchy is invalid.
-    pub const SCHEDULER_ERROR: &str = "SchedulerError";
-    /// The pod names a PodGroup that does not exist (yet).
-    pub const WAITING_FOR_POD_GROUP: &str = "WaitingForPodGroup";
-    /// The group has fewer pods than its minCount (or its tree lacks groups for minGroupCount).
-    pub const WAITING_FOR_QUORUM: &str = "WaitingForQuorum";
-    /// Group condition reason on success.
-    pub const SCHEDULED: &str = "Scheduled";
-}
+pub use phalanx_api::field_managers::SCHEDULER as FIELD_MANAGER;
 
 /// Event recorders, one per event note.
 ///
@@ -247,7 +234,7 @@ pub fn desired_group_condition(
     let status_s = if status { cs::TRUE } else { cs::FALSE };
     let mut conds: Vec<Condition> = current.iter().filter(|c| c.type_ == type_).cloned().collect();
     if conds.first().is_some_and(|o| o.status == cs::TRUE) && !status {
-        // PodGroupInitiallyScheduled is terminal once True (upstream-spec.md §3.9).
+        // PodGroupInitiallyScheduled is terminal once True (KEP-4671; upstream `updatePodGroupCondition`).
         return None;
     }
     let new = Condition {

@@ -3,7 +3,7 @@
 //! Every test creates its own namespace, its own kwok nodes labelled `phalanx.dev/test-ns=<ns>`, and its own
 //! in-process scheduler (`scheduling::run`) with a unique scheduler name and `node_selector` over those nodes, so
 //! tests share the control plane without seeing each other's pods or nodes. Scenario numbers are those of
-//! upstream-spec.md §4 (from kubernetes `test/integration/scheduler/podgroup/podgroup_test.go`).
+//! kubernetes `test/integration/scheduler/podgroup/podgroup_test.go` (`TestPodGroupScheduling`); the S-numbers are listed in docs/testing.md.
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -19,7 +19,7 @@ use kube::{
     runtime::{WatchStreamExt, watcher},
 };
 use phalanx_api::v1beta1::PodGroup;
-use phalanx_controllers::scheduling::{self, SchedulerOptions};
+use phalanx_driver::{self as scheduling, SchedulerOptions};
 use phalanx_store::{Store, StoreConfig};
 use phalanx_testenv::{FakeNode, TEST_NS_LABEL, TestEnv, create_namespace, wait_for};
 use prometheus_client::registry::Registry;

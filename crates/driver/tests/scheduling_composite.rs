@@ -1,5 +1,5 @@
 //! CompositePodGroup hierarchies through the scheduling driver on a real control plane (phalanx-testenv:
-//! kube-apiserver, etcd, KCM v1.37.2 and kwok). Scenario numbers are those of upstream-spec.md §4 E (from kubernetes
+//! kube-apiserver, etcd, KCM v1.37.2 and kwok). Scenario numbers are those of docs/testing.md (from kubernetes
 //! `test/integration/scheduler/podgroup/cpg_test.go`, `TestCPGScheduling`).
 //!
 //! Each test gets its own namespace, kwok nodes labelled `phalanx.dev/test-ns=<ns>` and an in-process scheduler with
@@ -15,7 +15,7 @@ use kube::{
     api::{ListParams, PostParams},
 };
 use phalanx_api::{v1alpha3::CompositePodGroup, v1beta1::PodGroup};
-use phalanx_controllers::scheduling::{self, SchedulerOptions};
+use phalanx_driver::{self as scheduling, SchedulerOptions};
 use phalanx_store::{Store, StoreConfig};
 use phalanx_testenv::{FakeNode, TEST_NS_LABEL, TestEnv, create_namespace, wait_for};
 use prometheus_client::registry::Registry;

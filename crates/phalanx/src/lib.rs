@@ -3,6 +3,7 @@
 //!
 //! - [`cli`] defines the command line (clap);
 //! - [`config`] reads the configuration file (`config/phalanx.yaml`), with errors that name the key;
+//! - [`options`] holds what `phalanx run` is told ([`RunOptions`]);
 //! - [`operator`] wires store, controllers and scheduler with leader election, probes, metrics and shutdown;
 //! - [`leader`] runs Lease-based leader election, fail-stop;
 //! - [`server`] serves `/healthz`, `/readyz` and `/metrics`;
@@ -12,11 +13,13 @@ pub mod cli;
 pub mod config;
 pub mod leader;
 pub mod operator;
+pub mod options;
 pub mod server;
 pub mod telemetry;
 mod wiring;
 
-pub use operator::{RunOptions, run};
+pub use operator::run;
+pub use options::RunOptions;
 
 /// The crate version (`phalanx version` prints it).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -3,10 +3,11 @@
 use std::process::ExitCode;
 
 use clap::Parser;
+use phalanx::RunOptions;
 use phalanx::cli::{Cli, Command, RunArgs};
 use phalanx::config::PhalanxConfig;
 use phalanx::leader::{LeaderConfig, OnLeaseLost};
-use phalanx::operator::{self, RunOptions};
+use phalanx::operator;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();

@@ -13,7 +13,7 @@ use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::operator::RunOptions;
+use crate::options::RunOptions;
 
 /// A component's main loop, ready to spawn.
 pub type Task = Pin<Box<dyn Future<Output = anyhow::Result<()>> + Send + 'static>>;
@@ -24,7 +24,7 @@ pub type Task = Pin<Box<dyn Future<Output = anyhow::Result<()>> + Send + 'static
 /// # Errors
 /// `--node-selector` is not a label selector (the driver's `NodeFilter` grammar, kubectl `-l` syntax).
 pub fn validate(opts: &RunOptions) -> anyhow::Result<()> {
-    phalanx_controllers::scheduling::NodeFilter::parse(&opts.node_selector)
+    phalanx_driver::NodeFilter::parse(&opts.node_selector)
         .map_err(|e| anyhow::anyhow!("--node-selector: {e}"))?;
     Ok(())
 }
@@ -50,7 +50,7 @@ pub fn scheduler(
     registry: &mut Registry,
 ) -> anyhow::Result<Task> {
     let binder = &opts.config.binder;
-    let sched_opts = phalanx_controllers::scheduling::SchedulerOptions {
+    let sched_opts = phalanx_driver::SchedulerOptions {
         scheduler_name: opts.scheduler_name.clone(),
         bind_concurrency: opts.bind_concurrency as usize,
         bind_timeout: Duration::from_secs(binder.timeout_seconds),
@@ -59,7 +59,7 @@ pub fn scheduler(
         instance: opts.instance.clone(),
         config: opts.config.scheduler.clone(),
     };
-    let fut = phalanx_controllers::scheduling::run(
+    let fut = phalanx_driver::run(
         client.clone(),
         store.clone(),
         sched_opts,
@@ -106,7 +106,7 @@ mod tests {
     fn file_defaults_equal_component_defaults() {
         // The documented defaults in config/phalanx.yaml must be what the components would use without a file.
         let config = PhalanxConfig::default();
-        let sched = phalanx_controllers::scheduling::SchedulerOptions::default();
+        let sched = phalanx_driver::SchedulerOptions::default();
         assert_eq!(config.binder.timeout_seconds, sched.bind_timeout.as_secs());
         assert_eq!(
             config.binder.status_concurrency as usize,

@@ -20,7 +20,6 @@ use crate::framework::{
     PodGroupPostFilterPlugin, Status,
 };
 use crate::hierarchy::GroupTree;
-use crate::validation::{validate_group, validate_tree};
 use crate::model::{GroupInfo, GroupKey, GroupKind, PodInfo, PodKey};
 use crate::plugins::gang_scheduling::GangScheduling;
 use crate::plugins::pod_group_pods_count::{PlacementResourcesFit, PodGroupPodsCount};
@@ -28,6 +27,7 @@ use crate::plugins::topology_placement::TopologyPlacement;
 use crate::queue::QueuedEntity;
 use crate::schedule_one::{PodResult, PodScheduler};
 use crate::snapshot::Snapshot;
+use crate::validation::{validate_group, validate_tree};
 
 /// The scheduler: configuration, plugins and the state kept across cycles (rotating node
 /// index, batching cache). One instance per scheduling loop; not shared between threads.

@@ -40,12 +40,12 @@ pub mod validation;
 pub mod workload_forest;
 
 pub use config::SchedulerConfig;
+pub use convert::{ConvertError, is_terminal};
 pub use cycle::Scheduler;
 pub use decision::{
-    Binding, ConditionReason, ConditionType, Decision, FailureReason, GroupCondition, Outcome, PodFailure, Requeue,
-    RequeueMode,
+    Binding, ConditionReason, ConditionType, Decision, FailureReason, GroupCondition, Outcome, PodFailure,
+    Requeue, RequeueMode,
 };
-pub use convert::{ConvertError, is_terminal};
 pub use hierarchy::{GroupTree, HierarchyError, TreeNode};
 pub use model::{
     CompositeGroupInfo, CompositePolicy, EntityKey, GroupInfo, GroupKey, GroupKind, GroupPolicy, NodeInfo,

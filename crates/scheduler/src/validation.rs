@@ -114,7 +114,11 @@ pub enum ValidationError {
 /// Hierarchy shape and member checks for a tree: every pending pod belongs to a leaf of the
 /// tree; [`GroupTree::validate`]; then the member checks over pending and already scheduled pods
 /// of every leaf against the root's priority and preemption policy.
-pub fn validate_tree(tree: &GroupTree, pods: &[Arc<PodInfo>], snapshot: &Snapshot) -> Result<(), ValidationError> {
+pub fn validate_tree(
+    tree: &GroupTree,
+    pods: &[Arc<PodInfo>],
+    snapshot: &Snapshot,
+) -> Result<(), ValidationError> {
     let root_ref = key_ref(&tree.root().key);
     for p in pods {
         let in_tree = p.group_key().is_some_and(|g| tree.leaf(&g).is_some());
@@ -137,11 +141,14 @@ pub fn validate_tree(tree: &GroupTree, pods: &[Arc<PodInfo>], snapshot: &Snapsho
     )
 }
 
-
 /// Pre-scheduling failure of a tree: every pod SchedulerError, `False/SchedulerError` on the
 /// root and every group below it, backoff.
 /// Upstream `validatePodGroup` for a leaf group (queued and already scheduled members).
-pub fn validate_group(group: &GroupInfo, pods: &[Arc<PodInfo>], snapshot: &Snapshot) -> Result<(), ValidationError> {
+pub fn validate_group(
+    group: &GroupInfo,
+    pods: &[Arc<PodInfo>],
+    snapshot: &Snapshot,
+) -> Result<(), ValidationError> {
     if group.key.kind == GroupKind::CompositePodGroup {
         return Err(ValidationError::CompositeAsPodGroup {
             group: group.key.to_string(),
@@ -231,4 +238,3 @@ fn validate_members(
     }
     Ok(())
 }
-

@@ -97,7 +97,12 @@ impl WorkloadForest {
         EntityKey::Group(cur)
     }
 
-    pub(crate) fn child_ready(&self, key: &GroupKey, present: &HashMap<GroupKey, usize>, depth: usize) -> bool {
+    pub(crate) fn child_ready(
+        &self,
+        key: &GroupKey,
+        present: &HashMap<GroupKey, usize>,
+        depth: usize,
+    ) -> bool {
         if depth > MAX_CHAIN {
             return false;
         }

@@ -1,8 +1,8 @@
 //! Cycle-level behaviour not covered by the upstream scenarios: skipping, invalid input,
 //! a composite child handed alone, decision shape.
 
-use std::sync::Arc;
 use phalanx_scheduler::decision::{ConditionReason, ConditionType};
+use std::sync::Arc;
 use std::time::Instant;
 
 use phalanx_scheduler::model::NodeStatic;
@@ -118,7 +118,12 @@ fn success_decision_shape() {
     let c = &d.conditions[0];
     assert_eq!(
         (c.type_, c.status, c.reason, c.observed_generation),
-        (ConditionType::PodGroupInitiallyScheduled, true, ConditionReason::Scheduled, 7)
+        (
+            ConditionType::PodGroupInitiallyScheduled,
+            true,
+            ConditionReason::Scheduled,
+            7
+        )
     );
     let r = d.requeue.as_ref().unwrap();
     assert_eq!((r.mode, r.pods.len()), (RequeueMode::Immediate, 1));

@@ -1,12 +1,12 @@
 //! Upstream scenarios A (basic gang, `podgroup_test.go`) and B (topology-aware gang,
-//! `tas_test.go`) from upstream-spec.md §4, expressed on snapshots through the queue and the
+//! `tas_test.go`) (S-numbers as listed in docs/testing.md), expressed on snapshots through the queue and the
 //! scheduler, as a driver would run them.
 
 mod common;
 
 use common::{Sim, node};
-use phalanx_scheduler::decision::ConditionReason;
 use phalanx_scheduler::GateReason;
+use phalanx_scheduler::decision::ConditionReason;
 
 fn zone_node() -> Vec<phalanx_scheduler::model::NodeStatic> {
     vec![node("node", 4, &[("topology.kubernetes.io/zone", "zone1")])]
@@ -38,7 +38,10 @@ fn s1_gang_all_fit() {
     }
     s.run();
     assert!(s.bound(&["p1", "p2", "p3"]));
-    assert_eq!(s.condition("pg1").map(|c| (c.0, c.1)), Some((true, ConditionReason::Scheduled)));
+    assert_eq!(
+        s.condition("pg1").map(|c| (c.0, c.1)),
+        Some((true, ConditionReason::Scheduled))
+    );
     s.assert_no_overcommit();
 }
 
@@ -99,7 +102,10 @@ fn s3_group_missing_then_capacity() {
     s.delete_pod("blocker");
     s.run();
     assert!(s.bound(&["p1", "p2", "p3"]));
-    assert_eq!(s.condition("pg1").map(|c| (c.0, c.1)), Some((true, ConditionReason::Scheduled)));
+    assert_eq!(
+        s.condition("pg1").map(|c| (c.0, c.1)),
+        Some((true, ConditionReason::Scheduled))
+    );
 }
 
 #[test]

@@ -11,7 +11,7 @@ use std::{collections::HashMap, sync::Arc, time::Duration};
 use k8s_openapi::api::core::v1::Pod;
 use tokio::time::Instant;
 
-use crate::keys::PodKey;
+use phalanx_scheduler::model::PodKey;
 
 /// One assumed pod: the pod object as the scheduler saw it and the node it was assumed on.
 #[derive(Clone, Debug)]

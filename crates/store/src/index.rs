@@ -1,7 +1,7 @@
 //! Secondary indexes over the cached pods and groups: pods per node, pods per PodGroup, and the group tree.
 //!
 //! The index is fed by watch events (apply, delete, and a full reset after every relist, because a `Delete` can be
-//! missed across a relist; see rust-stack.md §5.2). It holds keys only; objects stay in the reflector stores.
+//! missed across a relist; see `kube::runtime::watcher::Event::Init`). It holds keys only; objects stay in the reflector stores.
 //! Children point at their parent by name (KEP-6012: "there is no child list"), so the parent -> children map is
 //! derived here from each child's `parentCompositePodGroupName`.
 
@@ -9,7 +9,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::keys::{GroupKey, GroupKind, PodKey};
+use phalanx_scheduler::model::{GroupKey, GroupKind, PodKey};
 
 /// Label that links a pod to its PodGroup in the pod's namespace (re-exported from `phalanx_api::labels`).
 pub const POD_GROUP_LABEL: &str = phalanx_api::labels::POD_GROUP;
@@ -93,7 +93,7 @@ impl ClusterIndex {
     pub fn apply_group(&mut self, key: GroupKey, parent: Option<&str>) {
         let parent = parent
             .filter(|p| !p.is_empty())
-            .map(|p| GroupKey::composite(key.namespace.clone(), p));
+            .map(|p| GroupKey::composite(&key.namespace, p));
         self.remove_group(&key);
         if let Some(p) = &parent {
             self.children.entry(p.clone()).or_default().insert(key.clone());

@@ -5,13 +5,11 @@
 //! pods per group, the group tree; see [`index`]) and the assume/forget overlay ([`assumed`]) the scheduler uses to
 //! account for binds the watch has not confirmed yet. Every change is also published as a [`StoreEvent`] so the
 //! scheduling queue can react. Follows the shape of kube-scheduler's cache + informers
-//! (`pkg/scheduler/backend/cache`) with kube-rs reflectors (rust-stack.md §3.4, §5.1, §5.2).
+//! (`pkg/scheduler/backend/cache`) with kube-rs reflectors (`kube::runtime::reflector`).
 
 pub mod assumed;
 pub mod index;
-pub mod keys;
 mod reflectors;
-pub mod validate;
 
 use std::{
     sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard},
@@ -32,10 +30,11 @@ use tokio::{sync::broadcast, time::Instant};
 
 pub use assumed::{AssumeCache, AssumedPod};
 pub use index::{ClusterIndex, pod_group_key, pod_group_name, pod_node};
-pub use keys::{GroupKey, GroupKind, PodKey};
-pub use validate::{
+// Keys and hierarchy rules are defined once, in the pure core, and shared with the driver and the controllers.
+pub use phalanx_scheduler::hierarchy::{
     Ancestry, GroupNode, HierarchyError, MAX_TREE_DEPTH, check_edge, validate_ancestry, validate_tree,
 };
+pub use phalanx_scheduler::model::{GroupKey, GroupKind, PodKey};
 
 /// Settings for [`Store::start`].
 #[derive(Clone, Debug)]

@@ -1,7 +1,7 @@
 //! Wiring of kube watchers into the reflector stores, the indexes and the notification channel.
 //!
 //! Each kind runs `watcher(..).default_backoff().modify(clear managedFields).reflect(writer)` in its own task. The
-//! stream is polled by that task before anyone awaits readiness (awaiting first deadlocks, rust-stack.md §3.4). The
+//! stream is polled by that task before anyone awaits readiness (awaiting first deadlocks: `kube::runtime::reflector::Store::wait_until_ready` is fed only by the stream). The
 //! per-event hook runs after the reflector applied the event, so at `InitDone` the reader already holds the full
 //! relisted state and the indexes are rebuilt from it (a `Delete` may be missed across a relist, §5.2).
 
@@ -237,8 +237,8 @@ fn group_hook<K>(
 {
     let key_of = |o: &K| GroupKey {
         kind,
-        namespace: o.namespace().unwrap_or_default(),
-        name: o.name_any(),
+        namespace: o.namespace().unwrap_or_default().into(),
+        name: o.name_any().into(),
     };
     match ev {
         watcher::Event::Apply(o) => {
@@ -272,7 +272,7 @@ fn other_hook<K: Resource<DynamicType = ()> + Clone>(ev: &watcher::Event<K>, _: 
 /// Hierarchy facts of a PodGroup.
 pub(crate) fn pod_group_node(g: &PodGroup) -> GroupNode {
     GroupNode {
-        key: GroupKey::pod_group(g.namespace().unwrap_or_default(), g.name_any()),
+        key: GroupKey::pod_group(&g.namespace().unwrap_or_default(), &g.name_any()),
         parent: g.spec.parent_composite_pod_group_name.clone(),
         workload: g.spec.workload_ref.as_ref().map(|w| w.workload_name.clone()),
         gang: g.spec.scheduling_policy.gang.is_some(),
@@ -283,7 +283,7 @@ pub(crate) fn pod_group_node(g: &PodGroup) -> GroupNode {
 /// Hierarchy facts of a CompositePodGroup.
 pub(crate) fn composite_node(g: &CompositePodGroup) -> GroupNode {
     GroupNode {
-        key: GroupKey::composite(g.namespace().unwrap_or_default(), g.name_any()),
+        key: GroupKey::composite(&g.namespace().unwrap_or_default(), &g.name_any()),
         parent: g.spec.parent_composite_pod_group_name.clone(),
         workload: Some(g.spec.workload_ref.workload_name.clone()),
         gang: g.spec.scheduling_policy.gang.is_some(),

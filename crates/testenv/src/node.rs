@@ -14,7 +14,7 @@ use crate::wait::wait_for;
 /// Annotation (with value `fake`) that makes the harness's kwok manage a node (`--manage-nodes-with-annotation-selector`).
 pub const KWOK_NODE_ANNOTATION: &str = "kwok.x-k8s.io/node";
 /// Label naming the test namespace a node belongs to; schedulers under test select their nodes with it
-/// (see `/work/coord/interfaces.md`, "phalanx-testenv").
+/// (see docs/testing.md).
 pub const TEST_NS_LABEL: &str = "phalanx.dev/test-ns";
 
 /// How long kwok may take to mark a new node Ready.

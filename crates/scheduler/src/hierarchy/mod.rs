@@ -13,7 +13,8 @@ use crate::model::{CompositeGroupInfo, CompositePolicy, DisruptionMode, GroupInf
 pub mod rules;
 
 pub use rules::{
-    Ancestry, GroupNode, HierarchyError, MAX_TREE_DEPTH, check_edge, check_shape, validate_ancestry, validate_tree,
+    Ancestry, GroupNode, HierarchyError, MAX_TREE_DEPTH, check_edge, check_shape, validate_ancestry,
+    validate_tree,
 };
 
 /// A member of a hierarchy below its root.
@@ -308,14 +309,20 @@ mod tests {
         let basic = Arc::new(CompositeGroupInfo::new("ns", "root", CompositePolicy::Basic));
         let t = GroupTree::new(basic, deep);
         assert_eq!(t.depth(), 5);
-        assert!(matches!(t.validate().unwrap_err(), HierarchyError::TooDeep { depth: 5, .. }));
+        assert!(matches!(
+            t.validate().unwrap_err(),
+            HierarchyError::TooDeep { depth: 5, .. }
+        ));
         let mut all = (*gang).clone();
         all.disruption_mode = DisruptionMode::All;
         let t = GroupTree::new(
             Arc::new(all),
             [leaf("pg", "root", GroupPolicy::Gang { min_count: 1 })],
         );
-        assert!(matches!(t.validate().unwrap_err(), HierarchyError::AllOverSingle { .. }));
+        assert!(matches!(
+            t.validate().unwrap_err(),
+            HierarchyError::AllOverSingle { .. }
+        ));
         let mut prio = (*gang).clone();
         prio.priority = Some(10);
         let mut g = GroupInfo::new("ns", "pg", GroupPolicy::Gang { min_count: 1 });

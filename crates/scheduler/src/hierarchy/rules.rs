@@ -202,11 +202,7 @@ pub fn validate_ancestry(
         let pkey = GroupKey::composite(&cur.key.namespace, &pname);
         if !seen.insert(pkey.clone()) {
             chain.push(pkey);
-            let path = chain
-                .iter()
-                .map(|k| &*k.name)
-                .collect::<Vec<_>>()
-                .join(" -> ");
+            let path = chain.iter().map(|k| &*k.name).collect::<Vec<_>>().join(" -> ");
             return Err(HierarchyError::Cycle { path });
         }
         let Some(parent) = lookup(&pkey) else {

@@ -41,6 +41,16 @@ pub enum GroupKind {
     CompositePodGroup,
 }
 
+impl GroupKind {
+    /// The API kind, e.g. `PodGroup`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GroupKind::PodGroup => "PodGroup",
+            GroupKind::CompositePodGroup => "CompositePodGroup",
+        }
+    }
+}
+
 /// Identity of a group (upstream entity key `pg-type/namespace/name`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct GroupKey {

@@ -20,17 +20,6 @@ pub enum GateReason {
     SchedulingGated,
 }
 
-impl GateReason {
-    /// Reason string, e.g. `WaitingForQuorum`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            GateReason::WaitingForPodGroup => "WaitingForPodGroup",
-            GateReason::WaitingForQuorum => "WaitingForQuorum",
-            GateReason::SchedulingGated => "SchedulingGated",
-        }
-    }
-}
-
 /// A PreEnqueue gate with a user-facing message.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Gate {
@@ -114,7 +103,10 @@ impl SchedulingQueue {
             .get(root)
             .map(|m| m.values().collect())
             .unwrap_or_default();
-        let ready = kids.iter().filter(|k| self.forest.child_ready(k, &present, 0)).count();
+        let ready = kids
+            .iter()
+            .filter(|k| self.forest.child_ready(k, &present, 0))
+            .count();
         let min = cpg.policy.min_group_count() as usize;
         if ready < min {
             return Some(Gate {

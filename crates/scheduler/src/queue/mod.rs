@@ -23,7 +23,6 @@ pub use gate::{Gate, GateReason};
 use crate::hierarchy::GroupTree;
 use crate::model::{EntityKey, GroupInfo, GroupKey, GroupKind, PodInfo, PodKey};
 
-
 /// A cluster event that may make unschedulable entities schedulable (queueing hints).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClusterEvent {

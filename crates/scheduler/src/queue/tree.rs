@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::SchedulingQueue;
-use crate::model::{CompositeGroupInfo, CompositePolicy, EntityKey, GroupInfo, GroupKey, GroupPolicy, PodKey};
+use crate::model::{
+    CompositeGroupInfo, CompositePolicy, EntityKey, GroupInfo, GroupKey, GroupPolicy, PodKey,
+};
 
 impl SchedulingQueue {
     /// Moves a leaf's pending and assigned pods to the entity of its current root (deferred
@@ -94,7 +96,8 @@ impl SchedulingQueue {
             (Some(o), CompositePolicy::Basic) => o.policy != CompositePolicy::Basic,
         };
         let old_parent = old.as_ref().and_then(|o| o.parent.clone());
-        self.forest.link_child(&key, old_parent.as_ref(), group.parent.as_ref(), seq);
+        self.forest
+            .link_child(&key, old_parent.as_ref(), group.parent.as_ref(), seq);
         self.forest.composites.insert(key.clone(), (group, seq));
         self.rehome_all(now);
         let root = self.forest.root_entity_of_composite(&key);
@@ -166,7 +169,8 @@ impl SchedulingQueue {
             (Some(o), GroupPolicy::Basic) => o.policy != GroupPolicy::Basic,
         };
         let old_parent = old.as_ref().and_then(|o| o.parent.clone());
-        self.forest.link_child(&gk, old_parent.as_ref(), group.parent.as_ref(), seq);
+        self.forest
+            .link_child(&gk, old_parent.as_ref(), group.parent.as_ref(), seq);
         if group.parent.is_some() {
             self.forest.leaves.insert(gk.clone(), (group.clone(), seq));
         } else {

@@ -1,8 +1,8 @@
 //! A driver-like harness over the pure core: queue + scheduler + snapshot, with explicit time.
 #![allow(dead_code)]
 
-use std::collections::{BTreeMap, HashMap};
 use phalanx_scheduler::decision::ConditionReason;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

@@ -1,0 +1,286 @@
+//! Pod and group conditions and events: `PodScheduled=False` with the reason of the last attempt or gate,
+//! `*InitiallyScheduled` on groups, and their events (upstream `FailureHandler`, `updatePodGroupCondition`).
+//!
+//! Writes are serialised per object ([`crate::writes::Serializer`]): the latest wanted state wins, and a True
+//! group condition is never replaced by False (upstream: no regression from True).
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use phalanx_api::{conditions::reasons, v1alpha3::CompositePodGroup, v1beta1::PodGroup};
+use phalanx_scheduler::{EntityKey, Gate, GateReason, GroupKey, GroupKind, GroupPolicy, PodKey, is_terminal};
+use phalanx_store::pod_node;
+
+use crate::{convert, names, runtime::Driver};
+
+/// A group condition the driver wants written, for the group object with `uid`.
+#[derive(Clone, Debug)]
+pub(crate) struct WantedCondition {
+    uid: String,
+    type_: &'static str,
+    status: bool,
+    reason: &'static str,
+    message: String,
+}
+
+/// What a serialised status write is about.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum WriteKey {
+    Pod(PodKey),
+    Group(GroupKey),
+}
+
+impl Driver {
+    /// Writes `PodGroupInitiallyScheduled=True` for standalone PodGroups of ours whose bound members already
+    /// reach the quorum (`minCount`, 1 for basic) but whose condition is not True.
+    ///
+    /// Why: binds and the condition write are separate API calls. A scheduler killed between them (or a write
+    /// lost while leadership changed hands) leaves a placed group whose pods are all bound, so no cycle ever
+    /// runs for it again and nothing else would set the condition. Runs at every resync and when this replica
+    /// becomes leader. Groups under a CompositePodGroup are left to their tree's cycle.
+    pub(crate) fn catch_up_conditions(&mut self) {
+        use phalanx_api::conditions::{POD_GROUP_INITIALLY_SCHEDULED, is_condition_true};
+        for pg in self.store.pod_groups().state() {
+            if pg.spec.parent_composite_pod_group_name.is_some()
+                || is_condition_true(convert::pod_group_conditions(&pg), POD_GROUP_INITIALLY_SCHEDULED)
+            {
+                continue;
+            }
+            let key = GroupKey::pod_group(&pg.namespace().unwrap_or_default(), &pg.name_any());
+            let members = self.store.group_members(&key);
+            if !members.iter().any(|p| self.ours(p)) {
+                continue;
+            }
+            let bound = members
+                .iter()
+                .filter(|p| pod_node(p).is_some() && !is_terminal(p))
+                .count();
+            let quorum = match convert::group_info(&pg).policy {
+                GroupPolicy::Gang { min_count } => min_count as usize,
+                GroupPolicy::Basic => 1,
+            };
+            if bound >= quorum.max(1) {
+                self.spawn_group_condition(
+                    key,
+                    POD_GROUP_INITIALLY_SCHEDULED,
+                    true,
+                    reasons::SCHEDULED,
+                    String::new(),
+                );
+            }
+        }
+    }
+
+    /// Queues `PodScheduled=False` for a pod, checked when it runs: skipped if the pod is gone, recreated, bound
+    /// or assumed, or already says exactly this. `always_event` emits `FailedScheduling` on every attempt (as
+    /// kube-scheduler does); otherwise only when the condition changed.
+    pub(crate) fn submit_pod_condition(
+        &mut self,
+        key: PodKey,
+        uid: Option<String>,
+        reason: &'static str,
+        message: String,
+        always_event: bool,
+    ) {
+        let (store, writer, permits) = (
+            self.store.clone(),
+            self.writer.clone(),
+            self.write_permits.clone(),
+        );
+        let k = key.clone();
+        let job = async move {
+            let Ok(_p) = permits.acquire().await else { return };
+            let Some(pod) = store.pod(&k) else { return };
+            if uid.is_some() && pod.metadata.uid != uid {
+                return;
+            }
+            if pod_node(&pod).is_some() || store.assumed_node(&k).is_some() {
+                return;
+            }
+            // A wait is announced once per reason: its message changes with every pod that arrives ("4 of 9
+            // pods present", "5 of 9 ..."), and the condition already carries the latest count.
+            let reason_changed = pod_scheduled_reason(&pod).as_deref() != Some(reason);
+            let changed = match writer.pod_unschedulable(&pod, reason, &message).await {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::debug!(pod = %k, error = %e, "pod condition not written");
+                    false
+                }
+            };
+            if always_event || (changed && reason_changed) {
+                writer.event_failed(&pod, reason, &message).await;
+            }
+        };
+        self.writes.submit(&mut self.tasks, WriteKey::Pod(key), job);
+    }
+
+    /// Queues a group condition write. The wanted condition is recorded per group first, and a True condition is
+    /// never replaced by a False one for the same object (upstream: no regression from True), even before the
+    /// watch shows it; the write job then sends whatever is wanted when it runs.
+    pub(crate) fn spawn_group_condition(
+        &mut self,
+        g: GroupKey,
+        type_: &'static str,
+        status: bool,
+        reason: &'static str,
+        message: String,
+    ) {
+        let uid = match g.kind {
+            GroupKind::PodGroup => self
+                .store
+                .pod_group(&g.namespace, &g.name)
+                .and_then(|o| o.metadata.uid.clone()),
+            GroupKind::CompositePodGroup => self
+                .store
+                .composite_pod_group(&g.namespace, &g.name)
+                .and_then(|o| o.metadata.uid.clone()),
+        };
+        let Some(uid) = uid else { return };
+        {
+            let mut wanted = self
+                .group_wanted
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Some(w) = wanted.get(&g)
+                && w.uid == uid
+                && w.status
+                && !status
+            {
+                return;
+            }
+            wanted.insert(
+                g.clone(),
+                WantedCondition {
+                    uid,
+                    type_,
+                    status,
+                    reason,
+                    message,
+                },
+            );
+        }
+        let (store, writer, permits, wanted) = (
+            self.store.clone(),
+            self.writer.clone(),
+            self.write_permits.clone(),
+            self.group_wanted.clone(),
+        );
+        let key = g.clone();
+        let job = async move {
+            let Ok(_p) = permits.acquire().await else { return };
+            let Some(w) = wanted
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .get(&g)
+                .cloned()
+            else {
+                return;
+            };
+            let res = match g.kind {
+                GroupKind::PodGroup => {
+                    let Some(obj) = store.pod_group(&g.namespace, &g.name) else {
+                        return;
+                    };
+                    if obj.metadata.uid.as_deref() != Some(w.uid.as_str()) {
+                        return;
+                    }
+                    let cur = convert::pod_group_conditions(&obj);
+                    writer
+                        .group_condition::<PodGroup>(&obj, cur, w.type_, w.status, w.reason, &w.message)
+                        .await
+                }
+                GroupKind::CompositePodGroup => {
+                    let Some(obj) = store.composite_pod_group(&g.namespace, &g.name) else {
+                        return;
+                    };
+                    if obj.metadata.uid.as_deref() != Some(w.uid.as_str()) {
+                        return;
+                    }
+                    let cur = convert::composite_conditions(&obj);
+                    writer
+                        .group_condition::<CompositePodGroup>(
+                            &obj, cur, w.type_, w.status, w.reason, &w.message,
+                        )
+                        .await
+                }
+            };
+            if let Err(e) = res {
+                tracing::debug!(group = %g, error = %e, "group condition not written");
+            }
+        };
+        self.writes.submit(&mut self.tasks, WriteKey::Group(key), job);
+    }
+
+    pub(crate) fn flush_gates(&mut self) {
+        for (k, gate) in self.queue.take_gate_changes() {
+            if let Some(g) = gate {
+                self.announce_gate(&k, &g);
+            }
+        }
+    }
+
+    /// Writes a PreEnqueue gate as `PodScheduled=False` on the entity's pending pods and on its PodGroup.
+    pub(crate) fn announce_gate(&mut self, k: &EntityKey, gate: &Gate) {
+        if gate.reason == GateReason::SchedulingGated || !self.is_leader() {
+            // The API server already reports `SchedulingGated` for pods with scheduling gates.
+            return;
+        }
+        let pods: Vec<Arc<Pod>> = match k {
+            EntityKey::Pod(p) => self.store.pod(&p.clone()).into_iter().collect(),
+            EntityKey::Group(g) if g.kind == GroupKind::CompositePodGroup => {
+                // A root CompositePodGroup's entity holds the pods of every leaf below it.
+                let leaves: Vec<GroupKey> = self
+                    .store
+                    .hierarchy()
+                    .subtree(&g.clone())
+                    .into_iter()
+                    .filter(|k| k.kind == GroupKind::PodGroup)
+                    .collect();
+                leaves.iter().flat_map(|l| self.store.group_members(l)).collect()
+            }
+            EntityKey::Group(g) => self.store.group_members(&g.clone()),
+        };
+        for pod in pods {
+            if !self.ours(&pod) || pod_node(&pod).is_some() || is_terminal(&pod) {
+                continue;
+            }
+            let Some(key) = PodKey::of(&pod) else { continue };
+            self.submit_pod_condition(
+                key,
+                pod.metadata.uid.clone(),
+                names::gate_reason(gate.reason),
+                gate.message.clone(),
+                false,
+            );
+        }
+        if let EntityKey::Group(g) = k {
+            let sg = g.clone();
+            let type_ = match g.kind {
+                GroupKind::PodGroup => phalanx_api::conditions::POD_GROUP_INITIALLY_SCHEDULED,
+                GroupKind::CompositePodGroup => {
+                    phalanx_api::conditions::COMPOSITE_POD_GROUP_INITIALLY_SCHEDULED
+                }
+            };
+            self.spawn_group_condition(
+                sg,
+                type_,
+                false,
+                phalanx_api::conditions::reasons::UNSCHEDULABLE,
+                gate.message.clone(),
+            );
+        }
+    }
+}
+
+/// The reason of the pod's `PodScheduled` condition, if any.
+fn pod_scheduled_reason(pod: &Pod) -> Option<String> {
+    pod.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "PodScheduled")?
+        .reason
+        .clone()
+}

@@ -1,0 +1,191 @@
+//! One scheduling cycle and what follows it (upstream `scheduleOne` / `scheduleOnePodGroup`,
+//! `pkg/scheduler/schedule_one*.go`): build the snapshot, run the pure core, then act on its
+//! decision: assume and bind in the background, write conditions and events.
+//!
+//! A failed bind was already forgotten in the store, and its pod is requeued after a short pause (upstream
+//! `handleBindingCycleError`: `ForgetPod`, then requeue with backoff).
+
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use kube::ResourceExt;
+use phalanx_api::conditions::reasons;
+use phalanx_scheduler::{Decision, GroupKey, Outcome, PodKey, QueuedEntity, Snapshot, is_terminal};
+use phalanx_store::pod_node;
+
+use crate::{BindOutcome, names, runtime::Driver};
+
+/// Pause before a pod whose bind failed goes back to the queue.
+const BIND_RETRY_DELAY: Duration = Duration::from_secs(1);
+
+/// Result of one background bind, sent back to the loop.
+pub(crate) struct BindResult {
+    pub(crate) key: PodKey,
+    pub(crate) outcome: BindOutcome,
+}
+
+impl Driver {
+    /// Builds the cycle's snapshot: considered nodes, the pods bound to them, and assumed pods.
+    pub(crate) fn snapshot(&mut self, entity: &QueuedEntity) -> Snapshot {
+        let nodes: Vec<_> = self
+            .store
+            .nodes()
+            .state()
+            .into_iter()
+            .filter(|n| self.filter.matches(n.metadata.labels.as_ref()))
+            .collect();
+        let mut statics = Vec::with_capacity(nodes.len());
+        for n in &nodes {
+            match self.cache.node(n) {
+                Ok(s) => statics.push(s),
+                Err(e) => tracing::warn!(node = %n.name_any(), error = %e, "node skipped"),
+            }
+        }
+        let mut snap = Snapshot::new(statics);
+        for n in &nodes {
+            for p in self.store.pods_on_node(&n.name_any()) {
+                if !is_terminal(&p) {
+                    snap.add_pod(self.cache.pod(&p));
+                }
+            }
+        }
+        for (key, a) in self.store.assumed() {
+            if self.store.pod(&key).as_deref().and_then(pod_node).is_some() {
+                continue;
+            }
+            let mut info = (*self.cache.pod(&a.pod)).clone();
+            info.node_name = Some(a.node.as_str().into());
+            snap.add_pod(Arc::new(info));
+        }
+        // Members bound to nodes outside this instance's partition still count for their group's quorum (for a
+        // CompositePodGroup tree: the members of every leaf).
+        let mut groups: Vec<GroupKey> = Vec::new();
+        if let Some(g) = &entity.group {
+            groups.push(g.key.clone());
+        }
+        if let Some(t) = &entity.tree {
+            groups.extend(t.leaves_under(&t.root().key).iter().cloned());
+        }
+        for g in &groups {
+            for p in self.store.group_members(g) {
+                let Some(key) = PodKey::of(&p) else { continue };
+                if pod_node(&p).is_some() && !is_terminal(&p) && !snap.contains_pod(&key.clone()) {
+                    snap.add_pod(self.cache.pod(&p));
+                }
+            }
+        }
+        snap
+    }
+
+    pub(crate) fn cycle(&mut self, entity: QueuedEntity) {
+        let started = Instant::now();
+        let mut snap = self.snapshot(&entity);
+        let decision = self.scheduler.schedule(&mut snap, &entity);
+        self.queue.done(&decision, Instant::now());
+        let kind = if entity.tree.is_some() {
+            "compositepodgroup"
+        } else if entity.group.is_some() {
+            "podgroup"
+        } else {
+            "pod"
+        };
+        let result = match decision.outcome {
+            Outcome::Scheduled => "scheduled",
+            Outcome::Unschedulable => "unschedulable",
+            Outcome::Error => "error",
+            Outcome::Skipped => "skipped",
+        };
+        tracing::debug!(entity = %decision.entity, result, bindings = decision.bindings.len(), "cycle");
+        self.apply(decision);
+        self.metrics
+            .attempt(kind, result, started.elapsed().as_secs_f64());
+    }
+
+    pub(crate) fn apply(&mut self, d: Decision) {
+        for b in &d.bindings {
+            let key = b.pod.clone();
+            let Some(pod) = self.store.pod(&key) else { continue };
+            if pod.metadata.uid.as_deref() != Some(&*b.uid) {
+                continue;
+            }
+            let node = b.node.to_string();
+            self.store.assume(pod.clone(), &node);
+            let (binder, writer, store, metrics, tx) = (
+                self.binder.clone(),
+                self.writer.clone(),
+                self.store.clone(),
+                self.metrics.clone(),
+                self.bind_tx.clone(),
+            );
+            self.tasks.spawn(async move {
+                let outcome = if writer.is_leader() {
+                    let t = Instant::now();
+                    let o = binder.bind(&pod, &node).await;
+                    let label = match &o {
+                        BindOutcome::Bound => "bound",
+                        BindOutcome::AlreadyBound => "already_bound",
+                        BindOutcome::Conflict(_) => "conflict",
+                        BindOutcome::NotFound => "not_found",
+                        BindOutcome::Failed(_) => "error",
+                    };
+                    metrics.bind(label, t.elapsed().as_secs_f64());
+                    o
+                } else {
+                    BindOutcome::Failed("lost leadership before binding".into())
+                };
+                if outcome.is_success() {
+                    store.finish_binding(&key);
+                    writer.event_scheduled(&pod, &node).await;
+                } else {
+                    store.forget(&key);
+                    tracing::info!(pod = %key, node, ?outcome, "bind failed");
+                    if let BindOutcome::Failed(m) = &outcome {
+                        let msg = format!("Binding rejected: {m}");
+                        let _ = writer
+                            .pod_unschedulable(&pod, reasons::SCHEDULER_ERROR, &msg)
+                            .await;
+                        writer.event_failed(&pod, reasons::SCHEDULER_ERROR, &msg).await;
+                        tokio::time::sleep(BIND_RETRY_DELAY).await;
+                    }
+                }
+                let _ = tx.send(BindResult { key, outcome });
+            });
+        }
+        for f in d.failures {
+            let key = f.pod.clone();
+            self.submit_pod_condition(
+                key,
+                Some(f.uid.to_string()),
+                names::failure_reason(f.reason),
+                f.message,
+                true,
+            );
+        }
+        for c in d.conditions {
+            let g = c.group.clone();
+            self.spawn_group_condition(
+                g,
+                names::condition_type(c.type_),
+                c.status,
+                names::condition_reason(c.reason),
+                c.message,
+            );
+        }
+    }
+
+    pub(crate) fn on_bind_result(&mut self, r: BindResult) {
+        if r.outcome.is_success() {
+            return;
+        }
+        // The queue counted the pod as assigned when the decision was done; put it back unless it is gone or bound.
+        let Some(p) = self.store.pod(&r.key) else { return };
+        if pod_node(&p).is_some() || is_terminal(&p) || !self.ours(&p) {
+            return;
+        }
+        let info = self.cache.pod(&p);
+        self.known.insert(r.key, info.clone());
+        self.queue.add_pod(info, Instant::now());
+    }
+}

@@ -1,0 +1,42 @@
+//! Where the core's enums meet the API's names: the core decides conditions and gates as data
+//! ([`ConditionType`], [`ConditionReason`], [`FailureReason`], [`GateReason`]); the strings written to the API
+//! are defined once, in `phalanx_api::conditions`.
+
+use phalanx_api::conditions::{self, reasons};
+use phalanx_scheduler::{ConditionReason, ConditionType, FailureReason, GateReason};
+
+/// API condition type of a decided group condition.
+pub fn condition_type(t: ConditionType) -> &'static str {
+    match t {
+        ConditionType::PodGroupInitiallyScheduled => conditions::POD_GROUP_INITIALLY_SCHEDULED,
+        ConditionType::CompositePodGroupInitiallyScheduled => {
+            conditions::COMPOSITE_POD_GROUP_INITIALLY_SCHEDULED
+        }
+    }
+}
+
+/// API reason of a decided group condition.
+pub fn condition_reason(r: ConditionReason) -> &'static str {
+    match r {
+        ConditionReason::Scheduled => reasons::SCHEDULED,
+        ConditionReason::Unschedulable => reasons::UNSCHEDULABLE,
+        ConditionReason::SchedulerError => reasons::SCHEDULER_ERROR,
+    }
+}
+
+/// `PodScheduled=False` reason of a pod that was not bound.
+pub fn failure_reason(r: FailureReason) -> &'static str {
+    match r {
+        FailureReason::Unschedulable => reasons::UNSCHEDULABLE,
+        FailureReason::SchedulerError => reasons::SCHEDULER_ERROR,
+    }
+}
+
+/// `PodScheduled=False` reason of a pod held by a PreEnqueue gate.
+pub fn gate_reason(r: GateReason) -> &'static str {
+    match r {
+        GateReason::WaitingForPodGroup => reasons::WAITING_FOR_POD_GROUP,
+        GateReason::WaitingForQuorum => reasons::WAITING_FOR_QUORUM,
+        GateReason::SchedulingGated => reasons::SCHEDULING_GATED,
+    }
+}
