@@ -13,9 +13,9 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use kube::api::{DeleteParams, ListParams};
 use kube::{Api, Client, ResourceExt};
+use phalanx::RunOptions;
 use phalanx::config::PhalanxConfig;
 use phalanx::leader::{LeaderConfig, OnLeaseLost};
-use phalanx::operator::RunOptions;
 use phalanx_api::conditions::{
     COMPOSITE_POD_GROUP_INITIALLY_SCHEDULED, POD_GROUP_INITIALLY_SCHEDULED, reasons,
 };

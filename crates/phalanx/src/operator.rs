@@ -7,7 +7,6 @@
 //! 3. on SIGTERM (the token is cancelled) every component stops, then the Lease is released so a standby takes over
 //!    at once; on Lease loss the process exits (fail-stop, see [`crate::leader`]).
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,12 +16,10 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::Registry;
-use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::PhalanxConfig;
-use crate::leader::{self, LeaderConfig, OnLeaseLost};
+use crate::leader;
 use crate::options::RunOptions;
 use crate::server::{self, Health};
 use crate::wiring;
