@@ -16,12 +16,13 @@
 //!
 //! Modules by role (docs/architecture.md): [`runtime`] (the loop), `ingest` (watch events into the queue),
 //! `cycle` (snapshot, core, decision, binds), `conditions` (pod and group conditions and events), [`binder`]
-//! (`pods/binding` calls), [`status`] (the status writer), [`names`] (the core's enums as API strings).
+//! (`pods/binding` calls), [`evict`] (preemption victims and nominations), [`status`] (the status writer), [`names`] (the core's enums as API strings).
 
 pub mod binder;
 mod conditions;
 pub mod convert;
 mod cycle;
+pub mod evict;
 mod ingest;
 pub mod metrics;
 pub mod names;
@@ -38,6 +39,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 pub use binder::{BindOutcome, Binder};
+pub use evict::{EvictOutcome, Evictor};
 pub use metrics::Metrics;
 pub use node_filter::{NodeFilter, NodeFilterError};
 pub use status::{FIELD_MANAGER, StatusWriter};

@@ -158,6 +158,13 @@ impl StatusWriter {
             .await;
     }
 
+    /// Emits the `Preempted` event on a preemption victim (upstream `prepareCandidate`: Normal, reason `Preempted`,
+    /// action `Preempting`).
+    pub async fn event_preempted(&self, victim: &Pod, note: String) {
+        self.event(victim, EventType::Normal, "Preempted", "Preempting", note)
+            .await;
+    }
+
     async fn event(&self, pod: &Pod, type_: EventType, reason: &str, action: &str, note: String) {
         if !self.is_leader() {
             return;

@@ -1,12 +1,13 @@
 //! The assume/forget overlay: pods the scheduler decided to bind but the watch has not yet shown bound.
 //!
 //! Follows kube-scheduler's cache (`pkg/scheduler/backend/cache/cache.go`: `AssumePod`, `FinishBinding`,
-//! `ForgetPod`, `cleanupAssumedPods`): an assumed pod counts on its node from the moment the decision is made. When
-//! the bind call returns, `finish_binding` starts a TTL; if the watch never confirms the binding within the TTL the
-//! assumption expires, so capacity lost to a vanished bind is given back. A watch event that shows the pod with a
-//! `nodeName` (or the pod's deletion) confirms and removes the assumption. Time is passed in so tests need no clock.
+//! `ForgetPod`): an assumed pod counts on its node from the moment the decision is made until the watch shows the
+//! pod with a `nodeName`, shows it deleted or recreated (another UID), or a relist no longer lists it. It never
+//! expires by time: a watch that lags after a successful bind would otherwise hand the same capacity out twice.
+//! Upstream made the same change (k/k#106361: `durationToExpireAssumedPod` 0, "never expire"). A failed bind
+//! forgets the pod at once.
 
-use std::{collections::HashMap, sync::Arc, time::Duration};
+use std::{collections::HashMap, sync::Arc};
 
 use k8s_openapi::api::core::v1::Pod;
 use tokio::time::Instant;
@@ -22,24 +23,20 @@ pub struct AssumedPod {
     pub node: String,
     /// UID of the pod; a recreated pod with the same name does not confirm this assumption.
     pub uid: String,
-    /// `None` while the bind is in flight; set by `finish_binding` to the instant the assumption expires.
-    pub deadline: Option<Instant>,
+    /// When the bind call returned successfully (`None` while it is in flight); for metrics and logs only.
+    pub bound_at: Option<Instant>,
 }
 
-/// Map of assumed pods with expiry. Not synchronised; the [`crate::Store`] wraps it in a mutex.
-#[derive(Debug)]
+/// Map of assumed pods. Not synchronised; the [`crate::Store`] wraps it in a mutex.
+#[derive(Debug, Default)]
 pub struct AssumeCache {
-    ttl: Duration,
     pods: HashMap<PodKey, AssumedPod>,
 }
 
 impl AssumeCache {
-    /// An empty cache whose assumptions expire `ttl` after their bind finished without confirmation.
-    pub fn new(ttl: Duration) -> Self {
-        Self {
-            ttl,
-            pods: HashMap::new(),
-        }
+    /// An empty cache.
+    pub fn new() -> Self {
+        Self::default()
     }
 
     /// Records that `pod` will be bound to `node`. Replaces an earlier assumption of the same pod.
@@ -51,15 +48,15 @@ impl AssumeCache {
                 pod,
                 node,
                 uid,
-                deadline: None,
+                bound_at: None,
             },
         );
     }
 
-    /// The bind call for `key` returned successfully at `now`: start the confirmation TTL.
+    /// The bind call for `key` returned successfully at `now`. The assumption stays until the watch confirms it.
     pub fn finish_binding(&mut self, key: &PodKey, now: Instant) {
         if let Some(a) = self.pods.get_mut(key) {
-            a.deadline = Some(now + self.ttl);
+            a.bound_at = Some(now);
         }
     }
 
@@ -87,20 +84,6 @@ impl AssumeCache {
     /// The watched pod was deleted: its assumption (if any) ends.
     pub fn observe_delete(&mut self, key: &PodKey) {
         self.pods.remove(key);
-    }
-
-    /// Removes assumptions whose deadline passed before `now`; returns their keys.
-    pub fn expire(&mut self, now: Instant) -> Vec<PodKey> {
-        let expired: Vec<PodKey> = self
-            .pods
-            .iter()
-            .filter(|(_, a)| a.deadline.is_some_and(|d| d <= now))
-            .map(|(k, _)| k.clone())
-            .collect();
-        for k in &expired {
-            self.pods.remove(k);
-        }
-        expired
     }
 
     /// The assumption for `key`, if any.
@@ -146,23 +129,29 @@ mod tests {
         }
     }
 
+    /// A watch that lags after a successful bind must not give the capacity back (k/k#106361): before this
+    /// change the assumption expired 30 s after `finish_binding`.
     #[tokio::test(start_paused = true)]
-    async fn confirm_expire_forget() {
+    async fn assumption_outlives_a_lagging_watch() {
         let key = PodKey::new("ns", "p");
-        let mut c = AssumeCache::new(Duration::from_secs(30));
+        let mut c = AssumeCache::new();
+        c.assume(key.clone(), Arc::new(pod("u1", None)), "n1".into());
+        c.finish_binding(&key, Instant::now());
+        tokio::time::advance(std::time::Duration::from_secs(3600)).await;
+        assert_eq!(c.get(&key).map(|a| a.node.as_str()), Some("n1"));
+        assert_eq!(c.all().len(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn confirm_and_forget() {
+        let key = PodKey::new("ns", "p");
+        let mut c = AssumeCache::new();
         c.assume(key.clone(), Arc::new(pod("u1", None)), "n1".into());
         // An update without nodeName keeps the assumption.
         c.observe(&key, &pod("u1", None));
         assert_eq!(c.get(&key).map(|a| a.node.as_str()), Some("n1"));
-        // In flight binds never expire.
-        assert!(c.expire(Instant::now() + Duration::from_secs(3600)).is_empty());
         c.finish_binding(&key, Instant::now());
-        assert!(c.expire(Instant::now() + Duration::from_secs(29)).is_empty());
-        assert_eq!(
-            c.expire(Instant::now() + Duration::from_secs(30)),
-            vec![key.clone()]
-        );
-        assert!(c.is_empty());
+        assert!(c.get(&key).is_some_and(|a| a.bound_at.is_some()));
 
         c.assume(key.clone(), Arc::new(pod("u1", None)), "n1".into());
         c.observe(&key, &pod("u1", Some("n1")));

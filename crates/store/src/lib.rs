@@ -11,10 +11,7 @@ pub mod assumed;
 pub mod index;
 mod reflectors;
 
-use std::{
-    sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard},
-    time::Duration,
-};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 
 use k8s_openapi::api::{
     core::v1::{Node, Pod},
@@ -39,9 +36,6 @@ pub use phalanx_scheduler::model::{GroupKey, GroupKind, PodKey};
 /// Settings for [`Store::start`].
 #[derive(Clone, Debug)]
 pub struct StoreConfig {
-    /// How long an assumed pod whose bind returned stays assumed without a confirming watch event (kube-scheduler
-    /// uses 30 s for its assumed-pod TTL... default here 30 s).
-    pub assume_ttl: Duration,
     /// Capacity of the change-notification channel; a slower subscriber gets `Lagged` and must resync.
     pub event_buffer: usize,
     /// LIST page size for the initial and re-lists (kube default 500).
@@ -51,7 +45,6 @@ pub struct StoreConfig {
 impl Default for StoreConfig {
     fn default() -> Self {
         Self {
-            assume_ttl: Duration::from_secs(30),
             event_buffer: 65_536,
             page_size: 500,
         }
@@ -270,11 +263,9 @@ impl Store {
         self.assumed_cache().forget(key)
     }
 
-    /// Current assumptions (expired ones are dropped first).
+    /// Current assumptions.
     pub fn assumed(&self) -> Vec<(PodKey, AssumedPod)> {
-        let mut c = self.assumed_cache();
-        c.expire(Instant::now());
-        c.all()
+        self.assumed_cache().all()
     }
 
     /// The node `key` is assumed on, if any.

@@ -3,7 +3,7 @@
 //! Each kind runs `watcher(..).default_backoff().modify(clear managedFields).reflect(writer)` in its own task. The
 //! stream is polled by that task before anyone awaits readiness (awaiting first deadlocks: `kube::runtime::reflector::Store::wait_until_ready` is fed only by the stream). The
 //! per-event hook runs after the reflector applied the event, so at `InitDone` the reader already holds the full
-//! relisted state and the indexes are rebuilt from it (a `Delete` may be missed across a relist, §5.2).
+//! relisted state and the indexes are rebuilt from it (a `Delete` may be missed across a relist: `kube::runtime::watcher::Event::Init`).
 
 use std::{
     fmt::Debug,
@@ -43,7 +43,7 @@ pub(crate) fn start(client: Client, config: StoreConfig) -> Store {
     let (events, _) = broadcast::channel(config.event_buffer.max(16));
     let shared = Arc::new(Shared {
         index: RwLock::new(ClusterIndex::default()),
-        assumed: Mutex::new(AssumeCache::new(config.assume_ttl)),
+        assumed: Mutex::new(AssumeCache::new()),
         events,
     });
     let (ready_tx, ready) = watch::channel(0usize);
@@ -166,7 +166,7 @@ where
                         tracing::debug!(kind, objects = r.len(), "cache synced");
                     }
                 }
-                // Errors are stream items; the watcher retries with backoff and the stream continues (§5.4).
+                // Errors are stream items; the watcher retries with backoff and the stream continues (`kube::runtime::watcher` docs).
                 Err(e) => tracing::warn!(kind, error = %e, "watch error, retrying"),
             }
         }
@@ -212,9 +212,15 @@ fn pod_hook(ev: &watcher::Event<Pod>, reader: &Reader<Pod>, s: &Shared) {
         watcher::Event::InitDone => {
             let pods = reader.state();
             s.index_mut().reset_pods(pods.iter().map(|p| p.as_ref()));
+            // One map lookup per assumption (not a scan of every pod), and the map is built before the assumption
+            // lock is taken, so a relist of many pods holds that lock only briefly.
+            let by_key: std::collections::HashMap<PodKey, &Pod> = pods
+                .iter()
+                .filter_map(|p| PodKey::of(p).map(|k| (k, p.as_ref())))
+                .collect();
             let mut assumed = s.assumed();
             for (key, _) in assumed.all() {
-                match pods.iter().find(|p| PodKey::of(p).as_ref() == Some(&key)) {
+                match by_key.get(&key) {
                     Some(p) => assumed.observe(&key, p),
                     None => assumed.observe_delete(&key),
                 }
