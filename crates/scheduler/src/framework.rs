@@ -275,8 +275,8 @@ pub trait PreFilterPlugin: Plugin {
 /// computed one when `other` makes the plugin relevant.
 pub trait PreFilterExtensions<S>: Send + Sync {
     /// `other` was added to `node` (upstream `AddPod`). `node` is the node `other` runs on; its
-    /// labels are read, not its pod list. Errors are upstream's error statuses (none of the
-    /// in-tree plugins fails).
+    /// own attributes (labels, taints) are read, not its pod list, so it may be given before or
+    /// after the change. Errors are upstream's error statuses (no in-tree plugin fails).
     fn add_pod(
         &self,
         state: &mut Option<S>,
@@ -339,8 +339,10 @@ pub trait ScorePlugin: Plugin {
     fn score(&self, state: &Self::PreScoreState, pod: &PodInfo, node: &NodeInfo) -> i64;
 
     /// NormalizeScore over the raw scores of the feasible nodes, in place; `scores[i]` belongs
-    /// to `snapshot.node(nodes[i])`. The default leaves them as they are (plugins whose raw
-    /// score is already 0..=100).
+    /// to `snapshot.node(nodes[i])`. Returns [`ScoreColumn::Uniform`] when every node ends
+    /// with the same score (the column may then be left as it is). The default leaves the
+    /// scores as they are and returns [`ScoreColumn::Ranked`] (plugins whose raw score is
+    /// already 0..=100).
     fn normalize(
         &self,
         state: &Self::PreScoreState,
