@@ -48,6 +48,39 @@ pub struct PluginWeights {
     pub node_resources_balanced_allocation: i64,
 }
 
+impl PluginWeights {
+    /// Every field as (upstream plugin name, YAML key under `pluginWeights`).
+    pub const KEYS: [(&'static str, &'static str); 6] = [
+        (crate::plugins::taint_toleration::NAME, "taintToleration"),
+        (crate::plugins::node_affinity::NAME, "nodeAffinity"),
+        (crate::plugins::pod_topology_spread::NAME, "podTopologySpread"),
+        (crate::plugins::inter_pod_affinity::NAME, "interPodAffinity"),
+        (crate::plugins::node_resources::NAME, "nodeResourcesFit"),
+        (
+            crate::plugins::node_resources::BALANCED_NAME,
+            "nodeResourcesBalancedAllocation",
+        ),
+    ];
+
+    /// The configured weight of a Score plugin by upstream name (e.g. `"TaintToleration"`), or
+    /// `None` when there is no key for it: the profile then uses the plugin's
+    /// [`crate::framework::ScorePlugin::default_weight`].
+    pub fn get(&self, plugin: &str) -> Option<i64> {
+        use crate::plugins::{
+            inter_pod_affinity, node_affinity, node_resources, pod_topology_spread, taint_toleration,
+        };
+        Some(match plugin {
+            taint_toleration::NAME => self.taint_toleration,
+            node_affinity::NAME => self.node_affinity,
+            pod_topology_spread::NAME => self.pod_topology_spread,
+            inter_pod_affinity::NAME => self.inter_pod_affinity,
+            node_resources::NAME => self.node_resources_fit,
+            node_resources::BALANCED_NAME => self.node_resources_balanced_allocation,
+            _ => return None,
+        })
+    }
+}
+
 impl Default for PluginWeights {
     fn default() -> Self {
         PluginWeights {
@@ -155,27 +188,22 @@ impl SchedulerConfig {
             })
         };
         let w = &self.plugin_weights;
-        for (key, v) in [
-            ("pluginWeights.taintToleration", w.taint_toleration),
-            ("pluginWeights.nodeAffinity", w.node_affinity),
-            ("pluginWeights.podTopologySpread", w.pod_topology_spread),
-            ("pluginWeights.interPodAffinity", w.inter_pod_affinity),
-            ("pluginWeights.nodeResourcesFit", w.node_resources_fit),
+        let plugin_weights = PluginWeights::KEYS
+            .iter()
+            .map(|(plugin, key)| (format!("pluginWeights.{key}"), w.get(plugin).unwrap_or_default()));
+        let placement_weights = [
             (
-                "pluginWeights.nodeResourcesBalancedAllocation",
-                w.node_resources_balanced_allocation,
-            ),
-            (
-                "placementScoreWeights.nodeResourcesFit",
+                "placementScoreWeights.nodeResourcesFit".to_string(),
                 self.placement_score_weights.node_resources_fit,
             ),
             (
-                "placementScoreWeights.podGroupPodsCount",
+                "placementScoreWeights.podGroupPodsCount".to_string(),
                 self.placement_score_weights.pod_group_pods_count,
             ),
-        ] {
+        ];
+        for (key, v) in plugin_weights.chain(placement_weights) {
             if !(0..=100).contains(&v) {
-                return bad(key, format!("weight {v} must be between 0 and 100"));
+                return bad(&key, format!("weight {v} must be between 0 and 100"));
             }
         }
         if self.scoring_resources.is_empty() {
@@ -287,6 +315,26 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(c.validate().unwrap_err().key, "percentageOfNodesToScore");
+    }
+
+    #[test]
+    fn weights_by_plugin_name_cover_every_key() {
+        let w = PluginWeights {
+            taint_toleration: 1,
+            node_affinity: 2,
+            pod_topology_spread: 3,
+            inter_pod_affinity: 4,
+            node_resources_fit: 5,
+            node_resources_balanced_allocation: 6,
+        };
+        let got: Vec<Option<i64>> = PluginWeights::KEYS.iter().map(|(p, _)| w.get(p)).collect();
+        assert_eq!(got, (1..=6).map(Some).collect::<Vec<_>>());
+        assert_eq!(w.get("NodeName"), None);
+        // The YAML keys of KEYS are the serde field names.
+        let json = serde_json::to_value(&w).unwrap();
+        for (plugin, key) in PluginWeights::KEYS {
+            assert_eq!(json[key].as_i64(), w.get(plugin), "{key}");
+        }
     }
 
     #[test]

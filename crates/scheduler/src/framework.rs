@@ -1,14 +1,22 @@
-//! Extension points of the group cycle, as traits (upstream
+//! Extension points, as traits (upstream
 //! `staging/src/k8s.io/kube-scheduler/framework/interface.go` and
-//! `pkg/scheduler/framework/interface.go`): PlacementGenerate, PlacementFeasible, PlacementScore
-//! and PodGroupPostFilter. The per-pod Filter/Score plugins are a fixed, config-weighted set run
-//! by [`crate::schedule_one`]; the group-level points are open so that CompositePodGroups and
-//! workload-aware preemption slot in without redesign.
+//! `pkg/scheduler/framework/interface.go`).
+//!
+//! - Per pod: [`PreFilterPlugin`] (with [`PreFilterExtensions`]), [`FilterPlugin`] and
+//!   [`ScorePlugin`] (PreScore, Score and NormalizeScore), on the common base [`Plugin`]. They
+//!   are registered by upstream name in a [`crate::plugins::registry::Registry`], assembled with
+//!   their configured weights into a [`crate::plugins::registry::Profile`], and run by
+//!   [`crate::schedule_one`]; their per-pod state lives in a
+//!   [`crate::plugins::registry::CycleState`].
+//! - Per group: PlacementGenerate, PlacementFeasible, PlacementScore and PodGroupPostFilter,
+//!   open so that CompositePodGroups and workload-aware preemption slot in without redesign.
 
+use std::fmt::Debug;
 use std::sync::Arc;
 
 use crate::decision::{Nomination, Victim};
-use crate::model::{CompositeGroupInfo, GroupInfo, GroupKey, PodInfo};
+use crate::model::{CompositeGroupInfo, GroupInfo, GroupKey, NodeInfo, PodInfo};
+use crate::plugins::Rejection;
 use crate::snapshot::Snapshot;
 
 /// Status code (upstream `fwk.Code`).
@@ -216,4 +224,134 @@ pub trait PodGroupPostFilterPlugin: Send + Sync {
         pods: &[Arc<PodInfo>],
         schedule: &mut PodGroupSchedulingFn<'_>,
     ) -> Result<PostFilterResult, Status>;
+}
+
+/// Base of every per-pod plugin (upstream `fwk.Plugin`), plus the declaration the exact
+/// batching cache relies on.
+pub trait Plugin: Send + Sync + 'static {
+    /// Upstream plugin name, e.g. `"NodeResourcesFit"`: the key it is registered under and the
+    /// `plugin` of its rejections.
+    fn name(&self) -> &'static str;
+
+    /// Whether this plugin's Filter outcome and raw Score for `pod` on any node depend only on
+    /// the pod's spec ([`PodInfo::spec`]) and that node's own [`NodeInfo`] — not on other
+    /// nodes, other pods' terms, or the set of feasible nodes.
+    ///
+    /// When every plugin of the profile says so, the pod is batched (upstream
+    /// OpportunisticBatching, KEP-5598, made exact): its Filter results and raw scores are
+    /// cached per node generation and reused by later pods with an equal spec. A score plugin
+    /// that says so is also PreScored before Filter, without nodes (see
+    /// [`ScorePlugin::pre_score`]). Answering `false` is always correct; it only costs speed.
+    fn node_local(&self, pod: &PodInfo, snapshot: &Snapshot) -> bool;
+}
+
+/// PreFilter (upstream `PreFilterPlugin`): computes, once per pod and cycle, the state its
+/// Filter reads.
+pub trait PreFilterPlugin: Plugin {
+    /// What PreFilter computes (upstream: the value the plugin writes to `CycleState`); `()`
+    /// for plugins whose Filter needs only the pod and the node.
+    type PreFilterState: Clone + Debug + Send + Sync + 'static;
+
+    /// PreFilter for `pod` on `snapshot`. `None` is upstream's `Skip`: the plugin's Filter does
+    /// not run for this pod (it passes every node). Upstream's `PreFilterResult` (narrowing the
+    /// candidate nodes by name) is not modelled: every plugin here considers all nodes.
+    fn pre_filter(&self, pod: &PodInfo, snapshot: &Snapshot) -> Option<Self::PreFilterState>;
+
+    /// Upstream `PreFilterExtensions()`: how the state follows pods added to or removed from a
+    /// node. `None` (the default) when the state does not depend on other pods; their usage is
+    /// then read by Filter from the [`NodeInfo`] itself.
+    fn pre_filter_extensions(&self) -> Option<&dyn PreFilterExtensions<Self::PreFilterState>> {
+        None
+    }
+}
+
+/// Upstream `PreFilterExtensions`: updates a PreFilter state in place so that preemption can
+/// evaluate "what if these pods were (not) there" without re-running PreFilter on the whole
+/// snapshot (upstream `SelectVictimsOnNode`, and its nominated-pod dry runs).
+///
+/// Contract: after `add_pod` (resp. `remove_pod`), Filter with the updated state gives, on
+/// every node, the same outcome as Filter with the state PreFilter computes on the snapshot
+/// with `other` added to (resp. removed from) `node`. A skipped state (`None`) may become a
+/// computed one when `other` makes the plugin relevant.
+pub trait PreFilterExtensions<S>: Send + Sync {
+    /// `other` was added to `node` (upstream `AddPod`). `node` is the node `other` runs on; its
+    /// own attributes (labels, taints) are read, not its pod list, so it may be given before or
+    /// after the change. Errors are upstream's error statuses (no in-tree plugin fails).
+    fn add_pod(
+        &self,
+        state: &mut Option<S>,
+        pod: &PodInfo,
+        other: &PodInfo,
+        node: &NodeInfo,
+    ) -> Result<(), Status>;
+
+    /// `other` was removed from `node` (upstream `RemovePod`); as [`PreFilterExtensions::add_pod`].
+    fn remove_pod(
+        &self,
+        state: &mut Option<S>,
+        pod: &PodInfo,
+        other: &PodInfo,
+        node: &NodeInfo,
+    ) -> Result<(), Status>;
+}
+
+/// Filter (upstream `FilterPlugin`): whether the pod fits a node. The state type is the
+/// plugin's [`PreFilterPlugin::PreFilterState`].
+pub trait FilterPlugin: PreFilterPlugin {
+    /// `Ok` when `pod` fits `node` (whose pod list includes pods assumed earlier in the cycle),
+    /// else the rejection with upstream's reason strings and code (Unschedulable, or
+    /// UnschedulableAndUnresolvable when preemption cannot help). Runs only when PreFilter did
+    /// not skip.
+    fn filter(&self, state: &Self::PreFilterState, pod: &PodInfo, node: &NodeInfo) -> Result<(), Rejection>;
+}
+
+/// What a NormalizeScore left in its score column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScoreColumn {
+    /// Normalised scores that may differ between nodes: weighted and added to the totals.
+    Ranked,
+    /// Every node gets the same normalised score, which cannot change the choice (ties go to
+    /// the lowest node index either way): the column is not added and its contents are not
+    /// read. A shortcut, never a change of result.
+    Uniform,
+}
+
+/// PreScore, Score and NormalizeScore of one plugin (upstream `PreScorePlugin`, `ScorePlugin`
+/// and `ScoreExtensions`). The framework multiplies the normalised score (0..=100,
+/// [`crate::plugins::MAX_NODE_SCORE`]) by the plugin's weight and sums over plugins.
+pub trait ScorePlugin: Plugin {
+    /// What PreScore computes for Score and NormalizeScore; `()` when nothing is needed.
+    type PreScoreState: Clone + Debug + Send + Sync + 'static;
+
+    /// Weight in upstream's default profile (`pkg/scheduler/apis/config/v1/default_plugins.go`),
+    /// used when [`crate::config::PluginWeights`] has no key for this plugin.
+    fn default_weight(&self) -> i64;
+
+    /// PreScore. `None` is upstream's `Skip`: the plugin adds nothing for this pod (as when
+    /// every node would get the same score). `nodes` are the feasible nodes (indices into
+    /// `snapshot`), in the order their scores are later given to
+    /// [`ScorePlugin::normalize`] — except when [`Plugin::node_local`] returned true for the
+    /// pod: PreScore then runs before Filter with `nodes` empty, so that raw scores can be
+    /// computed during Filter and cached, and its result must depend on the pod's spec only.
+    fn pre_score(&self, pod: &PodInfo, snapshot: &Snapshot, nodes: &[usize]) -> Option<Self::PreScoreState>;
+
+    /// Raw score of `pod` on a feasible `node` (any range; NormalizeScore scales it).
+    fn score(&self, state: &Self::PreScoreState, pod: &PodInfo, node: &NodeInfo) -> i64;
+
+    /// NormalizeScore over the raw scores of the feasible nodes, in place; `scores[i]` belongs
+    /// to `snapshot.node(nodes[i])`. Returns [`ScoreColumn::Uniform`] when every node ends
+    /// with the same score (the column may then be left as it is). The default leaves the
+    /// scores as they are and returns [`ScoreColumn::Ranked`] (plugins whose raw score is
+    /// already 0..=100).
+    fn normalize(
+        &self,
+        state: &Self::PreScoreState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        nodes: &[usize],
+        scores: &mut [i64],
+    ) -> ScoreColumn {
+        let _ = (state, pod, snapshot, nodes, scores);
+        ScoreColumn::Ranked
+    }
 }

@@ -1,28 +1,33 @@
 //! The per-pod pass (upstream `schedule_one.go` `schedulePod`): PreFilter, Filter over the
 //! nodes of the current placement starting at a rotating index until
-//! `numFeasibleNodesToFind` feasible nodes are found (percentageOfNodesToScore), then Score,
-//! NormalizeScore, weights, and select the best node (ties: lowest node index).
+//! `numFeasibleNodesToFind` feasible nodes are found (percentageOfNodesToScore), then PreScore,
+//! Score, NormalizeScore, weights, and select the best node (ties: lowest node index). The
+//! plugins are those of a [`Profile`] (by default every in-tree plugin, weighted from
+//! [`SchedulerConfig::plugin_weights`]), run through the traits of [`crate::framework`].
 //!
-//! Batching (upstream OpportunisticBatching, KEP-5598, made exact here): for pods without
-//! inter-pod constraints, when no existing pod's affinity term selects the pod, a node's Filter
-//! result and raw scores depend only on the pod's [`PodSpecInfo`] and that node's state. They are
-//! cached per node and reused while the node's generation is unchanged, so the members of a
-//! homogeneous gang, and later gangs with the same spec, only re-evaluate nodes that changed.
-//! Normalisation and selection still run over the same node subset as without the cache, so
-//! results are identical.
+//! Batching (upstream OpportunisticBatching, KEP-5598, made exact here): when every plugin is
+//! node-local for a pod ([`crate::framework::Plugin::node_local`]: no inter-pod constraints, no
+//! existing pod's affinity term selects it), a node's Filter result and raw scores depend only
+//! on the pod's [`PodSpecInfo`] and that node's state. They are cached per node and reused
+//! while the node's generation is unchanged, so the members of a homogeneous gang, and later
+//! gangs with the same spec, only re-evaluate nodes that changed. Normalisation and selection
+//! still run over the same node subset as without the cache, so results are identical.
+//!
+//! Score plugins that are node-local for the pod are PreScored before Filter and scored during
+//! it (that is what the cache stores); the others are PreScored and scored after Filter over
+//! the feasible nodes, as upstream. Raw scores go to one reused column-major buffer (column per
+//! score plugin, `numFeasibleNodesToFind` rows), so the node loop does not allocate.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::config::{PluginWeights, SchedulerConfig, ScoringStrategy};
+use crate::config::SchedulerConfig;
 use crate::decision::CycleStats;
-use crate::framework::Code;
+use crate::framework::{Code, ScoreColumn};
 use crate::model::{NodeInfo, PodInfo, PodSpecInfo};
-use crate::plugins::{
-    Rejection, default_normalize, inter_pod_affinity, node_affinity, node_name, node_ports, node_resources,
-    node_unschedulable, pod_topology_spread, taint_toleration,
-};
+use crate::plugins::Rejection;
+use crate::plugins::registry::{CycleState, Profile};
 use crate::snapshot::Snapshot;
 
 /// Upstream `minFeasibleNodesToFind`.
@@ -64,118 +69,115 @@ pub enum PodResult {
     Error(String),
 }
 
-/// Raw node-local scores: taint count, node affinity sum, fit score, balanced score.
-type Raw = [i64; 4];
-
+/// A node's cached Filter outcome (its raw scores are in [`EvalCache::raw`]).
 #[derive(Debug, Clone)]
-enum Eval {
-    Feasible(Raw),
+enum Cached {
+    Feasible,
     Rejected(Arc<Rejection>),
 }
 
+/// Filter results and raw scores of batched pods, per node, for one pod spec on one snapshot.
 #[derive(Debug, Default)]
 struct EvalCache {
     snapshot_id: u64,
     spec: Option<Arc<PodSpecInfo>>,
-    entries: Vec<(u64, Option<Eval>)>,
+    /// Per node: the generation it was evaluated at and the outcome (`None` = not yet).
+    entries: Vec<(u64, Option<Cached>)>,
+    /// Raw scores of feasible entries: `stride` per node (one per score slot of the profile);
+    /// only the slots whose PreScore did not skip are written, and for one spec these are
+    /// always the same (node-local PreScore depends on the spec only).
+    raw: Vec<i64>,
+    stride: usize,
     /// `copies_fitting` per node, under the same validity rules.
     caps: Vec<(u64, Option<usize>)>,
+    /// Whether [`PodScheduler`]'s `copies_state` holds PreFilter for `spec`.
+    copies_ready: bool,
 }
 
 impl EvalCache {
-    fn prepare(&mut self, snapshot: &Snapshot, spec: &Arc<PodSpecInfo>) {
+    fn prepare(&mut self, snapshot: &Snapshot, spec: &Arc<PodSpecInfo>, stride: usize) {
         let same_spec = self
             .spec
             .as_ref()
             .is_some_and(|s| Arc::ptr_eq(s, spec) || **s == **spec);
-        if self.snapshot_id != snapshot.id() || !same_spec || self.entries.len() != snapshot.len() {
+        if self.snapshot_id != snapshot.id()
+            || !same_spec
+            || self.entries.len() != snapshot.len()
+            || self.stride != stride
+        {
             self.snapshot_id = snapshot.id();
             self.spec = Some(spec.clone());
             self.entries.clear();
             self.entries.resize(snapshot.len(), (0, None));
+            self.stride = stride;
+            self.raw.clear();
+            self.raw.resize(snapshot.len() * stride, 0);
             self.caps.clear();
             self.caps.resize(snapshot.len(), (0, None));
+            self.copies_ready = false;
         }
     }
 }
 
-/// Runs the per-pod plugins; holds the rotating start index and the batching cache across
-/// cycles.
+/// Runs the per-pod plugins of a [`Profile`]; holds the rotating start index, the batching
+/// cache and reused buffers across cycles.
 #[derive(Debug)]
 pub struct PodScheduler {
-    weights: PluginWeights,
-    strategy: ScoringStrategy,
-    resources: Vec<(node_resources::ScoredResource, i64)>,
+    profile: Profile,
     percentage: u32,
     next_start: usize,
     cache: EvalCache,
-    feasible: Vec<(usize, Raw)>,
+    /// PreFilter/PreScore state of the pod being scheduled.
+    state: CycleState,
+    /// PreFilter state of the pod `copies_fitting_at` serves (valid while `cache.copies_ready`).
+    copies_state: CycleState,
+    /// Per plugin of the profile: node-local for the current pod.
+    local: Vec<bool>,
+    /// Score slots scored during Filter (node-local, PreScore not skipped).
+    early: Vec<usize>,
+    /// Score slots scored after Filter (not node-local, PreScore not skipped).
+    late: Vec<usize>,
+    feasible: Vec<usize>,
+    /// Raw scores, column-major: slot `j`, feasible position `p` at `j * rows + p`.
+    cols: Vec<i64>,
     total: Vec<i64>,
-    col: Vec<i64>,
 }
 
 impl PodScheduler {
-    /// A pod scheduler for this configuration.
+    /// A pod scheduler with every in-tree plugin ([`Profile::in_tree`]) for this
+    /// configuration.
     pub fn new(config: &SchedulerConfig) -> PodScheduler {
+        PodScheduler::with_profile(Profile::in_tree(config), config)
+    }
+
+    /// A pod scheduler running `profile`; `config` gives percentageOfNodesToScore.
+    pub fn with_profile(profile: Profile, config: &SchedulerConfig) -> PodScheduler {
         PodScheduler {
-            weights: config.plugin_weights.clone(),
-            strategy: config.scoring_strategy,
-            resources: node_resources::ScoredResource::resolve(&config.scoring_resources),
+            state: profile.cycle_state(),
+            copies_state: profile.cycle_state(),
+            profile,
             percentage: config.percentage_of_nodes_to_score,
             next_start: 0,
             cache: EvalCache::default(),
+            local: Vec::new(),
+            early: Vec::new(),
+            late: Vec::new(),
             feasible: Vec::new(),
+            cols: Vec::new(),
             total: Vec::new(),
-            col: Vec::new(),
         }
     }
 
-    fn filter_node(
-        &self,
-        pod: &PodInfo,
-        node: &NodeInfo,
-        spread: Option<&pod_topology_spread::FilterState>,
-        affinity: Option<&inter_pod_affinity::FilterState>,
-    ) -> Result<(), Rejection> {
-        node_unschedulable::filter(pod, node)?;
-        node_name::filter(pod, node)?;
-        taint_toleration::filter(pod, node)?;
-        node_affinity::filter(pod, node)?;
-        node_ports::filter(pod, node)?;
-        node_resources::filter(pod, node)?;
-        if let Some(s) = spread {
-            pod_topology_spread::filter(s, node)?;
-        }
-        if let Some(a) = affinity {
-            inter_pod_affinity::filter(a, pod, node)?;
-        }
-        Ok(())
+    /// The profile this scheduler runs.
+    pub fn profile(&self) -> &Profile {
+        &self.profile
     }
 
-    fn raw_scores(&self, pod: &PodInfo, node: &NodeInfo) -> Raw {
-        let w = &self.weights;
-        [
-            if w.taint_toleration != 0 {
-                taint_toleration::score(pod, node)
-            } else {
-                0
-            },
-            if w.node_affinity != 0 {
-                node_affinity::score(pod, node)
-            } else {
-                0
-            },
-            if w.node_resources_fit != 0 {
-                node_resources::score(pod, node, self.strategy, &self.resources)
-            } else {
-                0
-            },
-            if w.node_resources_balanced_allocation != 0 && !node_resources::balanced_skips(pod) {
-                node_resources::balanced_score(pod, node)
-            } else {
-                0
-            },
-        ]
+    /// PreFilter of `pod` on `snapshot` with this scheduler's profile, for callers that filter
+    /// nodes themselves (workload-aware preemption: [`CycleState::remove_pod`] simulates
+    /// removing victims without re-running PreFilter).
+    pub fn pre_filter(&self, snapshot: &Snapshot, pod: &PodInfo) -> CycleState {
+        self.profile.pre_filter(pod, snapshot)
     }
 
     /// Schedules one pod onto one of `nodes` (indices into `snapshot`; `None` = every node).
@@ -199,17 +201,22 @@ impl PodScheduler {
             };
         }
         let to_find = num_feasible_nodes_to_find(n, self.percentage);
-        let spread = pod_topology_spread::pre_filter(pod, snapshot);
-        let inter_pod =
-            !pod.spec.affinity.is_empty() || inter_pod_affinity::existing_terms_match(pod, snapshot);
-        let affinity = if inter_pod {
-            inter_pod_affinity::pre_filter(pod, snapshot)
-        } else {
-            None
-        };
-        let cacheable = spread.is_none() && !inter_pod && !pod.spec.has_inter_pod_constraints();
-        if cacheable {
-            self.cache.prepare(snapshot, &pod.spec);
+        self.state.pre_filter(pod, snapshot);
+        let batchable = self.profile.node_local_each(pod, snapshot, &mut self.local);
+        // Score plugins node-local for this pod: PreScore now, Score during Filter.
+        let slots = self.profile.score_count();
+        self.early.clear();
+        for j in 0..slots {
+            if self.local[self.profile.score_owner(j)] && self.state.pre_score(j, pod, snapshot, &[]) {
+                self.early.push(j);
+            }
+        }
+        if batchable {
+            self.cache.prepare(snapshot, &pod.spec, slots);
+        }
+        // At most `to_find` nodes are feasible; only grow, stale contents are overwritten.
+        if self.cols.len() < slots * to_find {
+            self.cols.resize(slots * to_find, 0);
         }
         let mut feasible = std::mem::take(&mut self.feasible);
         feasible.clear();
@@ -220,198 +227,165 @@ impl PodScheduler {
             let pos = if start + k >= n { start + k - n } else { start + k };
             let idx = nodes.map_or(pos, |l| l[pos]);
             processed += 1;
-            let eval = if cacheable {
-                let generation = snapshot.generation(idx);
-                match &self.cache.entries[idx] {
-                    (g, Some(e)) if *g == generation => {
-                        stats.cached_node_evaluations += 1;
-                        e.clone()
-                    }
-                    _ => {
-                        stats.node_evaluations += 1;
-                        let e = self.evaluate(pod, snapshot.node(idx), None, None);
-                        self.cache.entries[idx] = (generation, Some(e.clone()));
-                        e
-                    }
-                }
+            let row = feasible.len();
+            let eval = if batchable {
+                self.evaluate_cached(snapshot, pod, idx, row, to_find, stats)
             } else {
                 stats.node_evaluations += 1;
-                self.evaluate(pod, snapshot.node(idx), spread.as_ref(), affinity.as_ref())
+                self.evaluate(pod, snapshot.node(idx), row, to_find)
             };
             match eval {
-                Eval::Feasible(raw) => {
-                    feasible.push((idx, raw));
+                Ok(()) => {
+                    feasible.push(idx);
                     if feasible.len() >= to_find {
                         break;
                     }
                 }
-                Eval::Rejected(r) => rejections.push(r),
+                Err(r) => rejections.push(r),
             }
         }
         self.next_start = (start + processed) % n;
         let result = if feasible.is_empty() {
             fit_error(n, &rejections)
         } else if feasible.len() == 1 {
-            PodResult::Fit(feasible[0].0)
+            PodResult::Fit(feasible[0])
         } else {
-            PodResult::Fit(self.select(snapshot, pod, &feasible, inter_pod))
+            PodResult::Fit(self.select(snapshot, pod, &feasible, to_find))
         };
         self.feasible = feasible;
         result
     }
 
+    /// Filter, then the early raw scores into row `row` of the columns (`rows` per column).
     fn evaluate(
-        &self,
+        &mut self,
         pod: &PodInfo,
         node: &NodeInfo,
-        spread: Option<&pod_topology_spread::FilterState>,
-        affinity: Option<&inter_pod_affinity::FilterState>,
-    ) -> Eval {
-        match self.filter_node(pod, node, spread, affinity) {
-            Ok(()) => Eval::Feasible(self.raw_scores(pod, node)),
-            Err(r) => Eval::Rejected(Arc::new(r)),
+        row: usize,
+        rows: usize,
+    ) -> Result<(), Arc<Rejection>> {
+        self.state.filter(pod, node).map_err(Arc::new)?;
+        for &j in &self.early {
+            self.cols[j * rows + row] = self.state.score(j, pod, node);
         }
+        Ok(())
     }
 
-    /// Score, normalise, weight and pick the best feasible node.
-    fn select(
+    /// [`PodScheduler::evaluate`] through the batching cache.
+    fn evaluate_cached(
         &mut self,
         snapshot: &Snapshot,
         pod: &PodInfo,
-        feasible: &[(usize, Raw)],
-        inter_pod: bool,
-    ) -> usize {
-        let mut total = std::mem::take(&mut self.total);
-        let mut col = std::mem::take(&mut self.col);
-        let best = self.select_with(snapshot, pod, feasible, inter_pod, &mut total, &mut col);
-        self.total = total;
-        self.col = col;
-        best
-    }
-
-    fn select_with(
-        &self,
-        snapshot: &Snapshot,
-        pod: &PodInfo,
-        feasible: &[(usize, Raw)],
-        inter_pod: bool,
-        total: &mut Vec<i64>,
-        col: &mut Vec<i64>,
-    ) -> usize {
-        let w = &self.weights;
-        let len = feasible.len();
-        total.clear();
-        total.resize(len, 0);
-        col.clear();
-        col.resize(len, 0);
-        // TaintToleration: reverse-normalised. When no feasible node has an untolerated
-        // PreferNoSchedule taint every node gets the same 100, which cannot change the choice.
-        if w.taint_toleration != 0 && feasible.iter().any(|f| f.1[0] != 0) {
-            col.iter_mut().zip(feasible).for_each(|(c, f)| *c = f.1[0]);
-            default_normalize(crate::plugins::MAX_NODE_SCORE, true, col);
-            total
-                .iter_mut()
-                .zip(col.iter())
-                .for_each(|(t, c)| *t += c * w.taint_toleration);
-        }
-        if w.node_affinity != 0 && !pod.spec.preferred_node_affinity.is_empty() {
-            col.iter_mut().zip(feasible).for_each(|(c, f)| *c = f.1[1]);
-            default_normalize(crate::plugins::MAX_NODE_SCORE, false, col);
-            total
-                .iter_mut()
-                .zip(col.iter())
-                .for_each(|(t, c)| *t += c * w.node_affinity);
-        }
-        for (t, f) in total.iter_mut().zip(feasible.iter()) {
-            *t += f.1[2] * w.node_resources_fit + f.1[3] * w.node_resources_balanced_allocation;
-        }
-        if w.pod_topology_spread != 0 {
-            let idx: Vec<usize> = feasible.iter().map(|f| f.0).collect();
-            if let Some(st) = pod_topology_spread::pre_score(pod, snapshot, &idx) {
-                let mut raw: Vec<Option<i64>> = idx
-                    .iter()
-                    .map(|&i| pod_topology_spread::score(&st, snapshot.node(i)))
-                    .collect();
-                let norm = pod_topology_spread::normalize(&mut raw);
-                total
-                    .iter_mut()
-                    .zip(&norm)
-                    .for_each(|(t, c)| *t += c * w.pod_topology_spread);
+        idx: usize,
+        row: usize,
+        rows: usize,
+        stats: &mut CycleStats,
+    ) -> Result<(), Arc<Rejection>> {
+        let generation = snapshot.generation(idx);
+        let stride = self.cache.stride;
+        let cached = &mut self.cache.raw[idx * stride..(idx + 1) * stride];
+        match &self.cache.entries[idx] {
+            (g, Some(c)) if *g == generation => {
+                stats.cached_node_evaluations += 1;
+                match c {
+                    Cached::Feasible => {
+                        for &j in &self.early {
+                            self.cols[j * rows + row] = cached[j];
+                        }
+                        Ok(())
+                    }
+                    Cached::Rejected(r) => Err(r.clone()),
+                }
+            }
+            _ => {
+                stats.node_evaluations += 1;
+                let node = snapshot.node(idx);
+                match self.state.filter(pod, node) {
+                    Ok(()) => {
+                        for &j in &self.early {
+                            let s = self.state.score(j, pod, node);
+                            cached[j] = s;
+                            self.cols[j * rows + row] = s;
+                        }
+                        self.cache.entries[idx] = (generation, Some(Cached::Feasible));
+                        Ok(())
+                    }
+                    Err(r) => {
+                        let r = Arc::new(r);
+                        self.cache.entries[idx] = (generation, Some(Cached::Rejected(r.clone())));
+                        Err(r)
+                    }
+                }
             }
         }
-        if w.inter_pod_affinity != 0
-            && inter_pod
-            && let Some(st) = inter_pod_affinity::pre_score(pod, snapshot)
-        {
-            col.iter_mut()
-                .zip(feasible)
-                .for_each(|(c, f)| *c = inter_pod_affinity::score(&st, snapshot.node(f.0)));
-            inter_pod_affinity::normalize(col);
-            total
-                .iter_mut()
-                .zip(col.iter())
-                .for_each(|(t, c)| *t += c * w.inter_pod_affinity);
+    }
+
+    /// PreScore and Score the late plugins, normalise, weight and pick the best feasible node.
+    /// `rows` is the column length of `cols`.
+    fn select(&mut self, snapshot: &Snapshot, pod: &PodInfo, feasible: &[usize], rows: usize) -> usize {
+        let len = feasible.len();
+        self.late.clear();
+        for j in 0..self.profile.score_count() {
+            if !self.local[self.profile.score_owner(j)] && self.state.pre_score(j, pod, snapshot, feasible) {
+                self.late.push(j);
+                let col = &mut self.cols[j * rows..j * rows + len];
+                for (c, &i) in col.iter_mut().zip(feasible) {
+                    *c = self.state.score(j, pod, snapshot.node(i));
+                }
+            }
+        }
+        let total = &mut self.total;
+        total.clear();
+        total.resize(len, 0);
+        for &j in self.early.iter().chain(&self.late) {
+            let col = &mut self.cols[j * rows..j * rows + len];
+            if self.state.normalize(j, pod, snapshot, feasible, col) == ScoreColumn::Uniform {
+                continue;
+            }
+            let w = self.profile.weight(j);
+            total.iter_mut().zip(col.iter()).for_each(|(t, c)| *t += c * w);
         }
         let mut best = 0;
         for i in 1..len {
-            if total[i] > total[best] || (total[i] == total[best] && feasible[i].0 < feasible[best].0) {
+            if total[i] > total[best] || (total[i] == total[best] && feasible[i] < feasible[best]) {
                 best = i;
             }
         }
-        feasible[best].0
+        feasible[best]
     }
 
-    /// Whether the pod's Filter/Score results on a node depend only on that node (no
-    /// inter-pod constraints on the pod, no existing pod's affinity term selects it).
+    /// Whether the pod's Filter/Score results on a node depend only on that node (every plugin
+    /// is node-local for it: no inter-pod constraints on the pod, no existing pod's affinity
+    /// term selects it).
     pub fn node_local(&self, snapshot: &Snapshot, pod: &PodInfo) -> bool {
-        pod.invalid.is_none()
-            && !pod.spec.has_inter_pod_constraints()
-            && !inter_pod_affinity::existing_terms_match(pod, snapshot)
+        pod.invalid.is_none() && self.profile.node_local(pod, snapshot)
     }
 
     /// How many copies of `pod` fit on `node` one after another (0 when Filter rejects the
     /// first). Exact for node-local pods: the pod count, each requested resource and host
-    /// ports (a pod's own host ports conflict with a copy of itself) bound it.
-    pub fn copies_fitting(&self, pod: &PodInfo, node: &NodeInfo) -> usize {
-        if self.filter_node(pod, node, None, None).is_err() {
-            return 0;
-        }
-        let mut cap = (node.node.allowed_pods - node.pods.len() as i64).max(0);
-        if !pod.spec.host_ports.is_empty() {
-            cap = cap.min(1);
-        }
-        let req = &pod.spec.requests;
-        let alloc = &node.node.allocatable;
-        let used = &node.requested;
-        let mut bound = |want: i64, have: i64, used: i64| {
-            if want > 0 {
-                cap = cap.min(((have - used) / want).max(0));
-            }
-        };
-        bound(req.milli_cpu, alloc.milli_cpu, used.milli_cpu);
-        bound(req.memory, alloc.memory, used.memory);
-        bound(
-            req.ephemeral_storage,
-            alloc.ephemeral_storage,
-            used.ephemeral_storage,
-        );
-        for (name, want) in &req.scalar {
-            bound(*want, alloc.scalar(name), used.scalar(name));
-        }
-        cap as usize
+    /// ports (a pod's own host ports conflict with a copy of itself) bound it. Runs PreFilter
+    /// on `snapshot` each call; [`PodScheduler::copies_fitting_at`] caches.
+    pub fn copies_fitting(&self, snapshot: &Snapshot, pod: &PodInfo, node: &NodeInfo) -> usize {
+        copies_with(&self.profile.pre_filter(pod, snapshot), pod, node)
     }
 
     /// [`PodScheduler::copies_fitting`] on node `idx`, cached per node generation like Filter
     /// results. Only for node-local pods (see [`PodScheduler::node_local`]).
     pub fn copies_fitting_at(&mut self, snapshot: &Snapshot, pod: &PodInfo, idx: usize) -> usize {
-        self.cache.prepare(snapshot, &pod.spec);
+        self.cache
+            .prepare(snapshot, &pod.spec, self.profile.score_count());
         let generation = snapshot.generation(idx);
         if let (g, Some(c)) = self.cache.caps[idx]
             && g == generation
         {
             return c;
         }
-        let c = self.copies_fitting(pod, snapshot.node(idx));
+        // Node-local PreFilter depends on the spec only: computed once per cached spec.
+        if !self.cache.copies_ready {
+            self.copies_state.pre_filter(pod, snapshot);
+            self.cache.copies_ready = true;
+        }
+        let c = copies_with(&self.copies_state, pod, snapshot.node(idx));
         self.cache.caps[idx] = (generation, Some(c));
         c
     }
@@ -419,17 +393,45 @@ impl PodScheduler {
     /// Filter-only count of feasible nodes for a pod (used to order pods by how constrained
     /// they are in the reorder retry).
     pub fn count_feasible(&self, snapshot: &Snapshot, pod: &PodInfo, nodes: Option<&[usize]>) -> usize {
-        let spread = pod_topology_spread::pre_filter(pod, snapshot);
-        let affinity = inter_pod_affinity::pre_filter(pod, snapshot);
+        let state = self.profile.pre_filter(pod, snapshot);
         let n = nodes.map_or(snapshot.len(), <[usize]>::len);
         (0..n)
             .filter(|&k| {
                 let idx = nodes.map_or(k, |l| l[k]);
-                self.filter_node(pod, snapshot.node(idx), spread.as_ref(), affinity.as_ref())
-                    .is_ok()
+                state.filter(pod, snapshot.node(idx)).is_ok()
             })
             .count()
     }
+}
+
+/// [`PodScheduler::copies_fitting`] with PreFilter already run into `state`.
+fn copies_with(state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> usize {
+    if state.filter(pod, node).is_err() {
+        return 0;
+    }
+    let mut cap = (node.node.allowed_pods - node.pods.len() as i64).max(0);
+    if !pod.spec.host_ports.is_empty() {
+        cap = cap.min(1);
+    }
+    let req = &pod.spec.requests;
+    let alloc = &node.node.allocatable;
+    let used = &node.requested;
+    let mut bound = |want: i64, have: i64, used: i64| {
+        if want > 0 {
+            cap = cap.min(((have - used) / want).max(0));
+        }
+    };
+    bound(req.milli_cpu, alloc.milli_cpu, used.milli_cpu);
+    bound(req.memory, alloc.memory, used.memory);
+    bound(
+        req.ephemeral_storage,
+        alloc.ephemeral_storage,
+        used.ephemeral_storage,
+    );
+    for (name, want) in &req.scalar {
+        bound(*want, alloc.scalar(name), used.scalar(name));
+    }
+    cap as usize
 }
 
 /// Upstream `FitError.Error()`: `0/N nodes are available: <count reason, …>.` with the reason

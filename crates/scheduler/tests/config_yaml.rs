@@ -55,3 +55,33 @@ fn unknown_and_bad_keys_are_reported() {
         "invalid scheduler configuration: scoringResources[0].weight: weight 0 must be between 1 and 100"
     );
 }
+
+#[test]
+fn plugin_weights_from_yaml_weight_the_profile() {
+    let yaml =
+        "pluginWeights:\n  taintToleration: 0\n  nodeAffinity: 5\n  nodeResourcesBalancedAllocation: 0\n";
+    let c: SchedulerConfig = serde_saphyr::from_str(yaml).unwrap();
+    c.validate().unwrap();
+    let profile = phalanx_scheduler::plugins::registry::Profile::in_tree(&c);
+    assert_eq!(
+        profile.score_plugins(),
+        [
+            ("NodeAffinity", 5),
+            ("NodeResourcesFit", 1),
+            ("PodTopologySpread", 2),
+            ("InterPodAffinity", 2),
+        ]
+    );
+    // Weight 0 drops TaintToleration's score, not its Filter.
+    assert!(profile.filter_plugins().contains(&"TaintToleration"));
+}
+
+#[test]
+fn shipped_config_file_weights_match_the_upstream_default_profile() {
+    // config/phalanx.yaml (scheduler.pluginWeights) must stay valid and equal to the defaults.
+    let text = include_str!("../../../config/phalanx.yaml");
+    let doc: serde_json::Value = serde_saphyr::from_str(text).unwrap();
+    let weights: phalanx_scheduler::config::PluginWeights =
+        serde_json::from_value(doc["scheduler"]["pluginWeights"].clone()).unwrap();
+    assert_eq!(weights, phalanx_scheduler::config::PluginWeights::default());
+}

@@ -4,13 +4,16 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use phalanx_scheduler::framework::Code;
+use phalanx_scheduler::framework::{FilterPlugin, PreFilterPlugin};
 use phalanx_scheduler::model::{NodeInfo, NodeStatic};
+use phalanx_scheduler::plugins::registry::Profile;
 use phalanx_scheduler::plugins::{
     inter_pod_affinity, node_affinity, node_name, node_ports, node_resources, node_unschedulable,
     pod_topology_spread, taint_toleration,
 };
 use phalanx_scheduler::queue::QueuedEntity;
 use phalanx_scheduler::{EntityKey, PodInfo, Scheduler, SchedulerConfig, Snapshot};
+use proptest::prelude::*;
 use serde_json::{Value, json};
 
 fn pod(spec: Value) -> PodInfo {
@@ -521,4 +524,274 @@ fn unrelated_affinity_pods_do_not_disable_batching() {
         d.failures[0].message,
         "0/4 nodes are available: 4 node(s) didn't satisfy existing pods anti-affinity rules."
     );
+}
+
+#[test]
+fn score_weight_zero_ignores_the_score_but_keeps_the_filter() {
+    // "soft" has a PreferNoSchedule taint and more free cpu; "hard" has a NoSchedule taint.
+    let taint = |effect: &str| json!({"taints": [{"key": "k", "value": "v", "effect": effect}]});
+    let node = |name: &str, spec: Value, cpu: &str| {
+        Arc::new(node_static(json!({
+            "metadata": {"name": name},
+            "spec": spec,
+            "status": {"allocatable": {"cpu": cpu, "memory": "8Gi", "pods": "110"}}
+        })))
+    };
+    let snap = Snapshot::new([
+        node("clean", json!({}), "2"),
+        node("soft", taint("PreferNoSchedule"), "16"),
+        node("hard", taint("NoSchedule"), "64"),
+    ]);
+    let place = |config: SchedulerConfig| {
+        let mut snap = snap.clone();
+        let p = Arc::new(PodInfo::simple("ns", "p", 1000));
+        let entity = QueuedEntity {
+            tree: None,
+            key: EntityKey::Pod(p.key.clone()),
+            group: None,
+            pods: vec![p],
+            attempts: 0,
+            timestamp: std::time::Instant::now(),
+        };
+        let d = Scheduler::new(config).schedule(&mut snap, &entity);
+        d.bindings[0].node.to_string()
+    };
+    // TaintToleration (weight 3, 0 vs 100) outweighs the resource scores.
+    assert_eq!(place(SchedulerConfig::default()), "clean");
+    let mut config = SchedulerConfig::default();
+    config.plugin_weights.taint_toleration = 0;
+    assert!(
+        !Profile::in_tree(&config)
+            .score_plugins()
+            .iter()
+            .any(|(n, _)| *n == taint_toleration::NAME)
+    );
+    // Without it the emptier tolerable node wins; the NoSchedule one is still filtered out.
+    assert_eq!(place(config), "soft");
+}
+
+// PreFilter extensions: AddPod/RemovePod on a PreFilter state must give the Filter outcomes
+// that PreFilter recomputed on the changed snapshot gives.
+
+const ZONES: [&str; 4] = ["a", "b", "c", ""];
+const KEYS: [&str; 3] = ["zone", "rack", "kubernetes.io/hostname"];
+const APPS: [&str; 2] = ["x", "y"];
+
+/// A pod in the generated cluster: (namespace other?, app, anti-affinity (app, key)?,
+/// affinity (app, key)?, deleting).
+type PodGen = (bool, usize, Option<(usize, usize)>, Option<(usize, usize)>, bool);
+
+fn pod_gen() -> impl Strategy<Value = PodGen> {
+    (
+        any::<bool>(),
+        0..APPS.len(),
+        prop::option::of((0..APPS.len(), 0..KEYS.len())),
+        prop::option::weighted(0.3, (0..APPS.len(), 0..KEYS.len())),
+        prop::bool::weighted(0.15),
+    )
+}
+
+fn term(app: usize, key: usize) -> Value {
+    json!({"labelSelector": {"matchLabels": {"app": APPS[app]}}, "topologyKey": KEYS[key]})
+}
+
+fn cluster_pod(name: &str, g: &PodGen, node: &str) -> PodInfo {
+    let (other_ns, app, anti, aff, deleting) = *g;
+    let mut affinity = json!({});
+    if let Some((a, k)) = anti {
+        affinity["podAntiAffinity"] = json!({"requiredDuringSchedulingIgnoredDuringExecution": [term(a, k)]});
+    }
+    if let Some((a, k)) = aff {
+        affinity["podAffinity"] = json!({"requiredDuringSchedulingIgnoredDuringExecution": [term(a, k)]});
+    }
+    let mut p = pod_with(
+        json!({"name": name, "namespace": if other_ns { "other" } else { "ns" }, "labels": {"app": APPS[app]}}),
+        json!({"containers": [{"name": "c"}], "affinity": affinity}),
+    );
+    p.node_name = Some(node.into());
+    p.deleting = deleting;
+    p
+}
+
+/// The incoming pod: app, spread (key, maxSkew, app, minDomains, honor taints)?, required
+/// affinity (app, key)?, required anti-affinity (app, key)?.
+type IncomingGen = (
+    usize,
+    Option<(usize, i32, usize, Option<i32>, bool)>,
+    Option<(usize, usize)>,
+    Option<(usize, usize)>,
+);
+
+fn incoming_gen() -> impl Strategy<Value = IncomingGen> {
+    (
+        0..APPS.len(),
+        prop::option::of((
+            0..2usize,
+            1i32..3,
+            0..APPS.len(),
+            prop::option::of(2i32..5),
+            any::<bool>(),
+        )),
+        prop::option::of((0..APPS.len(), 0..KEYS.len())),
+        prop::option::of((0..APPS.len(), 0..KEYS.len())),
+    )
+}
+
+fn incoming(g: &IncomingGen) -> PodInfo {
+    let (app, spread, aff, anti) = *g;
+    let mut spec = json!({"containers": [{"name": "c"}], "affinity": {}});
+    if let Some((key, skew, sel, min_domains, honor_taints)) = spread {
+        let mut c = json!({"maxSkew": skew, "topologyKey": KEYS[key], "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"app": APPS[sel]}}});
+        if let Some(m) = min_domains {
+            c["minDomains"] = json!(m);
+        }
+        if honor_taints {
+            c["nodeTaintsPolicy"] = json!("Honor");
+        }
+        spec["topologySpreadConstraints"] = json!([c]);
+    }
+    if let Some((a, k)) = aff {
+        spec["affinity"]["podAffinity"] =
+            json!({"requiredDuringSchedulingIgnoredDuringExecution": [term(a, k)]});
+    }
+    if let Some((a, k)) = anti {
+        spec["affinity"]["podAntiAffinity"] =
+            json!({"requiredDuringSchedulingIgnoredDuringExecution": [term(a, k)]});
+    }
+    pod_with(
+        json!({"name": "incoming", "namespace": "ns", "labels": {"app": APPS[app]}}),
+        spec,
+    )
+}
+
+/// Nodes: (zone index into ZONES, "" = no zone label; rack; NoSchedule taint).
+fn ext_nodes(spec: &[(usize, usize, bool)]) -> Vec<Arc<NodeStatic>> {
+    spec.iter()
+        .enumerate()
+        .map(|(i, &(zone, rack, tainted))| {
+            let name = format!("n{i}");
+            let mut labels = json!({"rack": format!("r{rack}"), "kubernetes.io/hostname": name});
+            if !ZONES[zone].is_empty() {
+                labels["zone"] = json!(ZONES[zone]);
+            }
+            let spec = if tainted {
+                json!({"taints": [{"key": "k", "value": "v", "effect": "NoSchedule"}]})
+            } else {
+                json!({})
+            };
+            Arc::new(node_static(json!({
+                "metadata": {"name": name, "labels": labels},
+                "spec": spec,
+                "status": {"allocatable": {"cpu": "64", "memory": "64Gi", "pods": "110"}}
+            })))
+        })
+        .collect()
+}
+
+/// Filter outcome of one plugin: a skipped PreFilter passes every node.
+fn outcome<P: FilterPlugin>(
+    p: &P,
+    st: &Option<P::PreFilterState>,
+    pod: &PodInfo,
+    node: &NodeInfo,
+) -> Result<(), phalanx_scheduler::plugins::Rejection> {
+    st.as_ref().map_or(Ok(()), |s| p.filter(s, pod, node))
+}
+
+/// An operation: add a new pod (spec, node index) or remove an existing one (index).
+#[derive(Debug, Clone)]
+enum Op {
+    Add(PodGen, usize),
+    Remove(usize),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        (pod_gen(), 0usize..8).prop_map(|(g, n)| Op::Add(g, n)),
+        (0usize..16).prop_map(Op::Remove),
+    ]
+}
+
+/// Applies `op` to `snap`; returns the pod and whether it was added, or None when the op does
+/// not apply (no pod to remove).
+fn apply(
+    snap: &mut Snapshot,
+    pods: &mut Vec<Arc<PodInfo>>,
+    op: &Op,
+    step: usize,
+) -> Option<(Arc<PodInfo>, bool)> {
+    match op {
+        Op::Add(g, n) => {
+            let node = format!("n{}", n % snap.len());
+            let p = Arc::new(cluster_pod(&format!("added{step}"), g, &node));
+            assert!(snap.add_pod(p.clone()));
+            pods.push(p.clone());
+            Some((p, true))
+        }
+        Op::Remove(i) => {
+            if pods.is_empty() {
+                return None;
+            }
+            let p = pods.remove(i % pods.len());
+            assert!(snap.remove_pod(&p.key));
+            Some((p, false))
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn prefilter_extensions_match_recomputed_prefilter(
+        nodes in prop::collection::vec((0..ZONES.len(), 0usize..2, prop::bool::weighted(0.2)), 1..7),
+        existing in prop::collection::vec((pod_gen(), 0usize..8), 0..10),
+        pod in incoming_gen(),
+        ops in prop::collection::vec(op(), 1..5),
+    ) {
+        use phalanx_scheduler::plugins::inter_pod_affinity::InterPodAffinity;
+        use phalanx_scheduler::plugins::pod_topology_spread::PodTopologySpread;
+        let mut snap = Snapshot::new(ext_nodes(&nodes));
+        let mut pods = Vec::new();
+        for (i, (g, n)) in existing.iter().enumerate() {
+            let p = Arc::new(cluster_pod(&format!("e{i}"), g, &format!("n{}", n % nodes.len())));
+            snap.add_pod(p.clone());
+            pods.push(p);
+        }
+        let pod = incoming(&pod);
+        let profile = Profile::in_tree(&SchedulerConfig::default());
+        let (spread, affinity) = (PodTopologySpread, InterPodAffinity);
+        let mut spread_st = spread.pre_filter(&pod, &snap);
+        let mut affinity_st = affinity.pre_filter(&pod, &snap);
+        let mut cycle = profile.pre_filter(&pod, &snap);
+        for (step, op) in ops.iter().enumerate() {
+            let Some((other, added)) = apply(&mut snap, &mut pods, op, step) else { continue };
+            let node = snap.node(snap.node_index(other.node_name.as_deref().unwrap()).unwrap());
+            let (s_ext, a_ext) = (spread.pre_filter_extensions().unwrap(), affinity.pre_filter_extensions().unwrap());
+            if added {
+                s_ext.add_pod(&mut spread_st, &pod, &other, node).unwrap();
+                a_ext.add_pod(&mut affinity_st, &pod, &other, node).unwrap();
+                cycle.add_pod(&pod, &other, node).unwrap();
+            } else {
+                s_ext.remove_pod(&mut spread_st, &pod, &other, node).unwrap();
+                a_ext.remove_pod(&mut affinity_st, &pod, &other, node).unwrap();
+                cycle.remove_pod(&pod, &other, node).unwrap();
+            }
+            let spread_fresh = spread.pre_filter(&pod, &snap);
+            let affinity_fresh = affinity.pre_filter(&pod, &snap);
+            let cycle_fresh = profile.pre_filter(&pod, &snap);
+            for n in snap.nodes() {
+                prop_assert_eq!(
+                    outcome(&spread, &spread_st, &pod, n), outcome(&spread, &spread_fresh, &pod, n),
+                    "PodTopologySpread on {} after {:?}", n.name(), op
+                );
+                prop_assert_eq!(
+                    outcome(&affinity, &affinity_st, &pod, n), outcome(&affinity, &affinity_fresh, &pod, n),
+                    "InterPodAffinity on {} after {:?}", n.name(), op
+                );
+                prop_assert_eq!(cycle.filter(&pod, n), cycle_fresh.filter(&pod, n), "profile on {}", n.name());
+            }
+        }
+    }
 }

@@ -1,14 +1,17 @@
 //! Plugins, one module per upstream plugin (`pkg/scheduler/framework/plugins/*`).
 //!
-//! Per-pod Filter plugins return `Err(Rejection)` with upstream's reason string; Score plugins
-//! return a raw score that [`crate::schedule_one`] normalises across the feasible nodes and
-//! weights with [`crate::config::PluginWeights`]. Group plugins implement the traits in
-//! [`crate::framework`].
+//! Each per-pod module has the plugin's logic as free functions (Filter returns
+//! `Err(Rejection)` with upstream's reason string; Score returns a raw score) and a plugin type
+//! implementing [`crate::framework::FilterPlugin`] and/or [`crate::framework::ScorePlugin`].
+//! [`registry`] registers them by upstream name and builds the weighted [`registry::Profile`]
+//! that [`crate::schedule_one`] runs, with per-pod state in a [`registry::CycleState`]. Group
+//! plugins implement the group traits of [`crate::framework`].
 
 use std::borrow::Cow;
 
 use crate::framework::Code;
 
+mod cycle_state;
 pub mod gang_scheduling;
 pub mod inter_pod_affinity;
 pub mod node_affinity;
@@ -18,6 +21,7 @@ pub mod node_resources;
 pub mod node_unschedulable;
 pub mod pod_group_pods_count;
 pub mod pod_topology_spread;
+pub mod registry;
 pub mod taint_toleration;
 pub mod topology_placement;
 

@@ -1,8 +1,9 @@
 //! NodeName (upstream `plugins/nodename`): a pending pod with `spec.nodeName` fits only that node.
 
-use crate::framework::Code;
+use crate::framework::{Code, FilterPlugin, Plugin, PreFilterPlugin};
 use crate::model::{NodeInfo, PodInfo};
 use crate::plugins::Rejection;
+use crate::snapshot::Snapshot;
 
 /// Plugin name.
 pub const NAME: &str = "NodeName";
@@ -18,5 +19,31 @@ pub fn filter(pod: &PodInfo, node: &NodeInfo) -> Result<(), Rejection> {
             ERR_REASON,
         )),
         _ => Ok(()),
+    }
+}
+
+/// The plugin: Filter only, no state.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NodeName;
+
+impl Plugin for NodeName {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+    fn node_local(&self, _: &PodInfo, _: &Snapshot) -> bool {
+        true
+    }
+}
+
+impl PreFilterPlugin for NodeName {
+    type PreFilterState = ();
+    fn pre_filter(&self, _: &PodInfo, _: &Snapshot) -> Option<()> {
+        Some(())
+    }
+}
+
+impl FilterPlugin for NodeName {
+    fn filter(&self, _: &(), pod: &PodInfo, node: &NodeInfo) -> Result<(), Rejection> {
+        filter(pod, node)
     }
 }

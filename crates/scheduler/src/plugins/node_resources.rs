@@ -6,10 +6,11 @@
 use std::borrow::Cow;
 
 use crate::config::{ResourceWeight, ScoringStrategy};
-use crate::framework::Code;
+use crate::framework::{Code, FilterPlugin, Plugin, PreFilterPlugin, ScorePlugin};
 use crate::model::{NodeInfo, PodInfo};
 use crate::plugins::{MAX_NODE_SCORE, Rejection};
 use crate::resources::{CPU, EPHEMERAL_STORAGE, MEMORY};
+use crate::snapshot::Snapshot;
 
 /// Plugin name of NodeResourcesFit.
 pub const NAME: &str = "NodeResourcesFit";
@@ -207,4 +208,90 @@ pub fn balanced_score(pod: &PodInfo, node: &NodeInfo) -> i64 {
         0.0
     };
     ((1.0 - std) * MAX_NODE_SCORE as f64) as i64
+}
+
+/// NodeResourcesFit: Filter ([`filter`]) and Score ([`score`], default weight 1) with the
+/// configured strategy and resources (upstream `NodeResourcesFitArgs.scoringStrategy`).
+/// Upstream's PreFilter and PreScore only sum the pod's requests, which
+/// [`crate::model::PodSpecInfo`] already holds, so there is no state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeResourcesFit {
+    /// LeastAllocated or MostAllocated.
+    pub strategy: ScoringStrategy,
+    /// Scored resources with their weights (1..=100).
+    pub resources: Vec<(ScoredResource, i64)>,
+}
+
+impl NodeResourcesFit {
+    /// The plugin for a strategy and the configured resource weights.
+    pub fn new(strategy: ScoringStrategy, resources: &[ResourceWeight]) -> NodeResourcesFit {
+        NodeResourcesFit {
+            strategy,
+            resources: ScoredResource::resolve(resources),
+        }
+    }
+}
+
+impl Plugin for NodeResourcesFit {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+    fn node_local(&self, _: &PodInfo, _: &Snapshot) -> bool {
+        true
+    }
+}
+
+impl PreFilterPlugin for NodeResourcesFit {
+    type PreFilterState = ();
+    fn pre_filter(&self, _: &PodInfo, _: &Snapshot) -> Option<()> {
+        Some(())
+    }
+}
+
+impl FilterPlugin for NodeResourcesFit {
+    fn filter(&self, _: &(), pod: &PodInfo, node: &NodeInfo) -> Result<(), Rejection> {
+        filter(pod, node)
+    }
+}
+
+impl ScorePlugin for NodeResourcesFit {
+    type PreScoreState = ();
+    fn default_weight(&self) -> i64 {
+        1
+    }
+    fn pre_score(&self, _: &PodInfo, _: &Snapshot, _: &[usize]) -> Option<()> {
+        Some(())
+    }
+    /// Already 0..=100: no NormalizeScore, as upstream.
+    fn score(&self, _: &(), pod: &PodInfo, node: &NodeInfo) -> i64 {
+        score(pod, node, self.strategy, &self.resources)
+    }
+}
+
+/// NodeResourcesBalancedAllocation: Score only ([`balanced_score`], default weight 1).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NodeResourcesBalancedAllocation;
+
+impl Plugin for NodeResourcesBalancedAllocation {
+    fn name(&self) -> &'static str {
+        BALANCED_NAME
+    }
+    fn node_local(&self, _: &PodInfo, _: &Snapshot) -> bool {
+        true
+    }
+}
+
+impl ScorePlugin for NodeResourcesBalancedAllocation {
+    type PreScoreState = ();
+    fn default_weight(&self) -> i64 {
+        1
+    }
+    /// Skip for best-effort pods ([`balanced_skips`]), as upstream's PreScore.
+    fn pre_score(&self, pod: &PodInfo, _: &Snapshot, _: &[usize]) -> Option<()> {
+        (!balanced_skips(pod)).then_some(())
+    }
+    /// Already 0..=100: no NormalizeScore, as upstream.
+    fn score(&self, _: &(), pod: &PodInfo, node: &NodeInfo) -> i64 {
+        balanced_score(pod, node)
+    }
 }

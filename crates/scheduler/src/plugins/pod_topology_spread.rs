@@ -2,11 +2,15 @@
 //! (`matchNum + selfMatch - minMatch > maxSkew`, honouring minDomains and the node
 //! affinity/taints inclusion policies); soft constraints score (fewer matching pods in the
 //! node's domain is better). Upstream's cluster-level default constraints (derived from
-//! Services/ReplicaSets) are not applied: the core has no such listers.
+//! Services/ReplicaSets) are not applied: the core has no such listers. [`PodTopologySpread`]
+//! is the plugin; its PreFilter extensions keep the counts up to date as pods are added or
+//! removed (upstream `filtering.go` `AddPod`/`RemovePod`).
 
 use std::collections::{HashMap, HashSet};
 
-use crate::framework::Code;
+use crate::framework::{
+    Code, FilterPlugin, Plugin, PreFilterExtensions, PreFilterPlugin, ScoreColumn, ScorePlugin, Status,
+};
 use crate::model::{NodeInfo, PodInfo, SpreadConstraint, WhenUnsatisfiable};
 use crate::plugins::{MAX_NODE_SCORE, Rejection};
 use crate::selectors::{TaintEffect, tolerated};
@@ -54,11 +58,24 @@ fn node_eligible(pod: &PodInfo, c: &SpreadConstraint, node: &NodeInfo, keys: &[&
     true
 }
 
+/// Whether `other` counts for `pod`'s constraint `c` (wherever it runs).
+fn is_counted(pod: &PodInfo, c: &SpreadConstraint, other: &PodInfo) -> bool {
+    !other.deleting && other.key.namespace == pod.key.namespace && c.selector.matches(&other.labels)
+}
+
 fn count_matching(pod: &PodInfo, c: &SpreadConstraint, node: &NodeInfo) -> i64 {
-    node.pods
-        .iter()
-        .filter(|p| !p.deleting && p.key.namespace == pod.key.namespace && c.selector.matches(&p.labels))
-        .count() as i64
+    node.pods.iter().filter(|p| is_counted(pod, c, p)).count() as i64
+}
+
+/// The global minimum of matching pods over the domains; 0 while fewer than minDomains
+/// domains exist.
+fn min_match(counts: &HashMap<String, i64>, c: &SpreadConstraint) -> i64 {
+    if let Some(md) = c.min_domains
+        && (counts.len() as i64) < md as i64
+    {
+        return 0;
+    }
+    counts.values().copied().min().unwrap_or(0)
 }
 
 fn build(pod: &PodInfo, snapshot: &Snapshot, when: WhenUnsatisfiable) -> Vec<ConstraintCounts> {
@@ -74,12 +91,7 @@ fn build(pod: &PodInfo, snapshot: &Snapshot, when: WhenUnsatisfiable) -> Vec<Con
             let v = &node.node.labels[&c.topology_key];
             *counts.entry(v.clone()).or_insert(0) += count_matching(pod, c, node);
         }
-        let mut min_match = counts.values().copied().min().unwrap_or(0);
-        if let Some(md) = c.min_domains
-            && (counts.len() as i64) < md as i64
-        {
-            min_match = 0;
-        }
+        let min_match = min_match(&counts, c);
         let self_match = i64::from(c.selector.matches(&pod.labels));
         out.push(ConstraintCounts {
             constraint: c.clone(),
@@ -186,4 +198,127 @@ pub fn normalize(scores: &mut [Option<i64>]) -> Vec<i64> {
             Some(s) => MAX_NODE_SCORE * (max + min - s) / max,
         })
         .collect()
+}
+
+/// Upstream `updateWithPod`: counts `other` (`delta` = +1 added, -1 removed) in `node`'s domain
+/// for every hard constraint that counts it at PreFilter (same eligibility of the node, same
+/// namespace and selector), then recomputes the minimum. Domains never appear or vanish: they
+/// come from the nodes, not the pods.
+fn update_with_pod(state: &mut FilterState, pod: &PodInfo, other: &PodInfo, node: &NodeInfo, delta: i64) {
+    let keys: Vec<&str> = pod
+        .spec
+        .spread
+        .iter()
+        .filter(|c| c.when == WhenUnsatisfiable::DoNotSchedule)
+        .map(|c| c.topology_key.as_str())
+        .collect();
+    for cc in &mut state.constraints {
+        let c = &cc.constraint;
+        if !is_counted(pod, c, other) || !node_eligible(pod, c, node, &keys) {
+            continue;
+        }
+        let v = &node.node.labels[&c.topology_key];
+        *cc.counts.entry(v.clone()).or_insert(0) += delta;
+        cc.min_match = min_match(&cc.counts, c);
+    }
+}
+
+/// The plugin: Filter by hard constraints, Score by soft ones (default weight 2), with
+/// PreFilter extensions.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PodTopologySpread;
+
+impl Plugin for PodTopologySpread {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+    /// Any constraint counts pods on other nodes.
+    fn node_local(&self, pod: &PodInfo, _: &Snapshot) -> bool {
+        pod.spec.spread.is_empty()
+    }
+}
+
+impl PreFilterPlugin for PodTopologySpread {
+    type PreFilterState = FilterState;
+    /// [`pre_filter`]: Skip without hard constraints.
+    fn pre_filter(&self, pod: &PodInfo, snapshot: &Snapshot) -> Option<FilterState> {
+        pre_filter(pod, snapshot)
+    }
+    fn pre_filter_extensions(&self) -> Option<&dyn PreFilterExtensions<FilterState>> {
+        Some(self)
+    }
+}
+
+impl PreFilterExtensions<FilterState> for PodTopologySpread {
+    /// A skipped state stays skipped: it depends on the pod's constraints only.
+    fn add_pod(
+        &self,
+        state: &mut Option<FilterState>,
+        pod: &PodInfo,
+        other: &PodInfo,
+        node: &NodeInfo,
+    ) -> Result<(), Status> {
+        if let Some(st) = state {
+            update_with_pod(st, pod, other, node, 1);
+        }
+        Ok(())
+    }
+    fn remove_pod(
+        &self,
+        state: &mut Option<FilterState>,
+        pod: &PodInfo,
+        other: &PodInfo,
+        node: &NodeInfo,
+    ) -> Result<(), Status> {
+        if let Some(st) = state {
+            update_with_pod(st, pod, other, node, -1);
+        }
+        Ok(())
+    }
+}
+
+impl FilterPlugin for PodTopologySpread {
+    fn filter(&self, state: &FilterState, _: &PodInfo, node: &NodeInfo) -> Result<(), Rejection> {
+        filter(state, node)
+    }
+}
+
+/// Whether `node` lacks a soft constraint's key (upstream `IgnoredNodes`).
+fn ignored(state: &ScoreState, node: &NodeInfo) -> bool {
+    state
+        .constraints
+        .iter()
+        .any(|(cc, _)| !node.node.labels.contains_key(&cc.constraint.topology_key))
+}
+
+impl ScorePlugin for PodTopologySpread {
+    type PreScoreState = ScoreState;
+    fn default_weight(&self) -> i64 {
+        2
+    }
+    /// [`pre_score`]: Skip without soft constraints.
+    fn pre_score(&self, pod: &PodInfo, snapshot: &Snapshot, nodes: &[usize]) -> Option<ScoreState> {
+        pre_score(pod, snapshot, nodes)
+    }
+    /// [`score`], 0 for an ignored node (as upstream; NormalizeScore gives it 0 anyway).
+    fn score(&self, state: &ScoreState, _: &PodInfo, node: &NodeInfo) -> i64 {
+        score(state, node).unwrap_or(0)
+    }
+    /// [`normalize`], with ignored nodes told apart by their labels.
+    fn normalize(
+        &self,
+        state: &ScoreState,
+        _: &PodInfo,
+        snapshot: &Snapshot,
+        nodes: &[usize],
+        scores: &mut [i64],
+    ) -> ScoreColumn {
+        let mut raw: Vec<Option<i64>> = nodes
+            .iter()
+            .zip(scores.iter())
+            .map(|(&i, &s)| (!ignored(state, snapshot.node(i))).then_some(s))
+            .collect();
+        scores.copy_from_slice(&normalize(&mut raw));
+        ScoreColumn::Ranked
+    }
 }
