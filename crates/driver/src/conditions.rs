@@ -226,6 +226,22 @@ impl Driver {
             // The API server already reports `SchedulingGated` for pods with scheduling gates.
             return;
         }
+        // A member of another scheduler is not counted, and that scheduler may bind it outside the gang: say so.
+        let mut message = gate.message.clone();
+        if let Some((foreign, _)) = self.foreign_member(&self.entity_leaves(k)) {
+            let name = foreign
+                .spec
+                .as_ref()
+                .and_then(|s| s.scheduler_name.clone())
+                .unwrap_or_default();
+            message.push_str(&format!(
+                "; pod {}/{} names schedulerName {name:?}, not {:?}: it is not counted, and another scheduler may \
+                 bind it outside the gang",
+                foreign.namespace().unwrap_or_default(),
+                foreign.name_any(),
+                self.opts.scheduler_name
+            ));
+        }
         let pods: Vec<Arc<Pod>> = match k {
             EntityKey::Pod(p) => self.store.pod(&p.clone()).into_iter().collect(),
             EntityKey::Group(g) if g.kind == GroupKind::CompositePodGroup => {
@@ -250,7 +266,7 @@ impl Driver {
                 key,
                 pod.metadata.uid.clone(),
                 names::gate_reason(gate.reason),
-                gate.message.clone(),
+                message.clone(),
                 false,
             );
         }
@@ -267,7 +283,7 @@ impl Driver {
                 type_,
                 false,
                 phalanx_api::conditions::reasons::UNSCHEDULABLE,
-                gate.message.clone(),
+                message,
             );
         }
     }

@@ -145,11 +145,6 @@ impl ModelCache {
         Ok(c)
     }
 
-    /// The previously converted version of a node, if any (to detect real changes).
-    pub fn cached_node(&self, name: &str) -> Option<Arc<NodeStatic>> {
-        self.nodes.get(name).map(|(_, c)| c.clone())
-    }
-
     /// Drops a node from the cache.
     pub fn remove_node(&mut self, name: &str) {
         self.nodes.remove(name);

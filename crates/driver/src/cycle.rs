@@ -15,7 +15,7 @@ use phalanx_api::conditions::reasons;
 use phalanx_scheduler::{Decision, GroupKey, Outcome, PodKey, QueuedEntity, Snapshot, is_terminal};
 use phalanx_store::pod_node;
 
-use crate::{BindOutcome, names, runtime::Driver};
+use crate::{BindOutcome, names, runtime::Driver, snapshot};
 
 /// Pause before a pod whose bind failed goes back to the queue.
 const BIND_RETRY_DELAY: Duration = Duration::from_secs(1);
@@ -44,20 +44,19 @@ impl Driver {
             }
         }
         let mut snap = Snapshot::new(statics);
-        for n in &nodes {
-            for p in self.store.pods_on_node(&n.name_any()) {
-                if !is_terminal(&p) {
-                    snap.add_pod(self.cache.pod(&p));
+        let names: Vec<String> = nodes.iter().map(|n| n.name_any()).collect();
+        for sp in snapshot::pods_for_snapshot(&self.store, &names) {
+            let info = self.cache.pod(&sp.pod);
+            match sp.assumed_on {
+                None => {
+                    snap.add_pod(info);
+                }
+                Some(node) => {
+                    let mut info = (*info).clone();
+                    info.node_name = Some(node.as_str().into());
+                    snap.add_pod(Arc::new(info));
                 }
             }
-        }
-        for (key, a) in self.store.assumed() {
-            if self.store.pod(&key).as_deref().and_then(pod_node).is_some() {
-                continue;
-            }
-            let mut info = (*self.cache.pod(&a.pod)).clone();
-            info.node_name = Some(a.node.as_str().into());
-            snap.add_pod(Arc::new(info));
         }
         // Members bound to nodes outside this instance's partition still count for their group's quorum (for a
         // CompositePodGroup tree: the members of every leaf).
@@ -71,7 +70,7 @@ impl Driver {
         for g in &groups {
             for p in self.store.group_members(g) {
                 let Some(key) = PodKey::of(&p) else { continue };
-                if pod_node(&p).is_some() && !is_terminal(&p) && !snap.contains_pod(&key.clone()) {
+                if pod_node(&p).is_some() && !is_terminal(&p) && !snap.contains_pod(&key) {
                     snap.add_pod(self.cache.pod(&p));
                 }
             }
@@ -81,8 +80,13 @@ impl Driver {
 
     pub(crate) fn cycle(&mut self, entity: QueuedEntity) {
         let started = Instant::now();
-        let mut snap = self.snapshot(&entity);
-        let decision = self.scheduler.schedule(&mut snap, &entity);
+        let decision = match self.foreign_decision(&entity) {
+            Some(d) => d,
+            None => {
+                let mut snap = self.snapshot(&entity);
+                self.scheduler.schedule(&mut snap, &entity)
+            }
+        };
         self.queue.done(&decision, Instant::now());
         let kind = if entity.tree.is_some() {
             "compositepodgroup"

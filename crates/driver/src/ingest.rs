@@ -3,12 +3,18 @@
 //! Each watch event becomes a queue operation or a [`ClusterEvent`] that may wake unschedulable entities. A resync
 //! reconciles the whole queue with the store (at start, after a relist or when events lagged).
 
-use std::{collections::HashSet, sync::Arc, time::Instant};
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+    time::Instant,
+};
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use phalanx_scheduler::{ClusterEvent, GroupKey, GroupKind, PodInfo, PodKey, is_terminal};
-use phalanx_store::StoreEvent;
+use phalanx_scheduler::{
+    ClusterEvent, EntityKey, GroupKey, GroupKind, NodeStatic, PodInfo, PodKey, is_terminal,
+};
+use phalanx_store::{StoreEvent, pod_node};
 
 use crate::{convert, runtime::Driver};
 
@@ -47,8 +53,31 @@ impl Driver {
                     self.queue.add_pod(info, now);
                 }
             }
+            Some(ref p)
+                if !is_terminal(p)
+                    && !self.known.contains_key(&key)
+                    && node.as_deref().is_some_and(|n| self.node_considered(n)) =>
+            {
+                // Someone else's pod landed on one of our nodes: the first sighting may satisfy a waiting pod's
+                // affinity or change spread counts (later updates of the same pod are not new arrivals).
+                if self.foreign_bound.insert(key.clone()) {
+                    self.queue
+                        .on_event(ClusterEvent::AssignedPodAdded { pod: key, group }, now);
+                }
+            }
+            Some(ref p) if !is_terminal(p) && pod_node(p).is_none() && group.is_some() => {
+                // A pending pod of another scheduler names one of our groups: it breaks the gang. Tell the group
+                // now (its gate message names the pod), or let its next cycle fail it with SchedulerError.
+                let Some(g) = group.clone() else { return };
+                let entity = EntityKey::Group(g);
+                match self.queue.gate(&entity).cloned() {
+                    Some(gate) => self.announce_gate(&entity, &gate),
+                    None => self.queue.on_event(ClusterEvent::AssignedPodUpdated, now),
+                }
+            }
             other => {
                 let terminal = other.as_ref().is_some_and(|p| is_terminal(p));
+                self.foreign_bound.remove(&key);
                 if let Some(old) = self.known.remove(&key) {
                     self.queue.delete_pod(&old, now);
                 } else if (other.is_none() || terminal)
@@ -93,21 +122,22 @@ impl Driver {
             .get(&kube::runtime::reflector::ObjectRef::new(name));
         match node {
             Some(n) if self.filter.matches(n.metadata.labels.as_ref()) => {
-                let old = self.cache.cached_node(name);
+                // Compared with what ingest itself saw last, not with the conversion cache: a snapshot built
+                // between the watch event and this call refreshes that cache, and the change would look like no
+                // change, so the waiting groups would sleep until the periodic flush.
                 match self.cache.node(&n) {
-                    Ok(new) if old.as_deref() != Some(&*new) => {
-                        let ev = if old.is_none() {
-                            ClusterEvent::NodeAdded
-                        } else {
-                            ClusterEvent::NodeUpdated
-                        };
-                        self.queue.on_event(ev, now);
+                    Ok(new) => {
+                        if let Some(ev) = node_event(&mut self.nodes_seen, name, new) {
+                            self.queue.on_event(ev, now);
+                        }
                     }
-                    Ok(_) => {}
                     Err(e) => tracing::warn!(node = name, error = %e, "node skipped"),
                 }
             }
-            _ => self.cache.remove_node(name),
+            _ => {
+                self.cache.remove_node(name);
+                self.nodes_seen.remove(name);
+            }
         }
     }
 
@@ -190,5 +220,66 @@ impl Driver {
         }
         self.queue.on_event(ClusterEvent::NodeUpdated, now);
         self.catch_up_conditions();
+    }
+}
+
+/// The queueing event for a node as ingest sees it now: `NodeAdded` the first time, `NodeUpdated` when anything the
+/// scheduler reads changed (labels, taints, allocatable, unschedulable), `None` for a repeat such as a heartbeat.
+/// `seen` is ingest's own record, never the conversion cache that snapshots refresh.
+pub(crate) fn node_event(
+    seen: &mut HashMap<String, Arc<NodeStatic>>,
+    name: &str,
+    new: Arc<NodeStatic>,
+) -> Option<ClusterEvent> {
+    let old = seen.insert(name.to_owned(), new.clone());
+    match old {
+        None => Some(ClusterEvent::NodeAdded),
+        Some(o) if *o != *new => Some(ClusterEvent::NodeUpdated),
+        Some(_) => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::convert::ModelCache;
+    use k8s_openapi::api::core::v1::{Node, NodeSpec};
+    use kube::api::ObjectMeta;
+
+    fn node(rv: &str, unschedulable: bool) -> Node {
+        Node {
+            metadata: ObjectMeta {
+                name: Some("n1".into()),
+                resource_version: Some(rv.into()),
+                ..Default::default()
+            },
+            spec: Some(NodeSpec {
+                unschedulable: Some(unschedulable),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// Before the fix, ingest compared against the conversion cache, which a snapshot had already refreshed, and
+    /// the change was lost.
+    #[test]
+    fn node_change_wakes_even_after_a_snapshot_refreshed_the_cache() {
+        let mut cache = ModelCache::default();
+        let mut seen = HashMap::new();
+        let v1 = cache.node(&node("1", true)).unwrap();
+        assert_eq!(node_event(&mut seen, "n1", v1), Some(ClusterEvent::NodeAdded));
+        // A snapshot converts the new version first...
+        let v2 = cache.node(&node("2", false)).unwrap();
+        // ...and ingest still sees a change.
+        let again = cache.node(&node("2", false)).unwrap();
+        assert!(Arc::ptr_eq(&v2, &again));
+        assert_eq!(
+            node_event(&mut seen, "n1", again),
+            Some(ClusterEvent::NodeUpdated)
+        );
+        // A heartbeat (new resourceVersion, same content) is no change.
+        let v3 = cache.node(&node("3", false)).unwrap();
+        assert_eq!(node_event(&mut seen, "n1", v3), None);
     }
 }

@@ -24,10 +24,12 @@ pub mod convert;
 mod cycle;
 pub mod evict;
 mod ingest;
+mod members;
 pub mod metrics;
 pub mod names;
 pub mod node_filter;
 pub mod runtime;
+mod snapshot;
 pub mod status;
 mod writes;
 

@@ -48,6 +48,10 @@ pub(crate) struct Driver {
     pub(crate) cache: ModelCache,
     /// Our pods fed to the queue, as last converted (needed to delete them from the queue).
     pub(crate) known: HashMap<PodKey, Arc<PodInfo>>,
+    /// Each considered node as ingest last saw it, to tell a real change from a repeat (see `on_node`).
+    pub(crate) nodes_seen: HashMap<String, Arc<phalanx_scheduler::NodeStatic>>,
+    /// Bound pods of other schedulers seen on considered nodes (to report each arrival once).
+    pub(crate) foreign_bound: HashSet<PodKey>,
     /// PodGroups and CompositePodGroups fed to the queue.
     pub(crate) known_groups: HashSet<GroupKey>,
     pub(crate) binder: Binder,
@@ -94,6 +98,8 @@ impl Driver {
             metrics,
             cache: ModelCache::default(),
             known: HashMap::new(),
+            nodes_seen: HashMap::new(),
+            foreign_bound: HashSet::new(),
             known_groups: HashSet::new(),
             tasks: JoinSet::new(),
             bind_tx,

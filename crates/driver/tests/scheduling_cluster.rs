@@ -958,3 +958,44 @@ async fn bound_gang_without_condition_is_caught_up_after_restart() -> anyhow::Re
     );
     s.stop().await
 }
+
+/// A member that names another scheduler breaks the gang (the other scheduler may bind it alone). While the group
+/// waits for quorum its message names that pod; once our members could be placed, the group fails with upstream's
+/// SchedulerError message (`validatePodGroup`, `pkg/scheduler/schedule_one_podgroup.go`) and nothing binds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn member_of_another_scheduler_is_reported_and_fails_the_group() -> anyhow::Result<()> {
+    let cx = setup("foreign").await?;
+    cx.node("n", "4").await?;
+    cx.group("waiting", Some(3)).await?;
+    cx.group("mixed", Some(1)).await?;
+    let s = cx.start(|_| {});
+    cx.pod("w1", "1", Some("waiting")).await?;
+    cx.pod_with("w2", "1", Some("waiting"), "default-scheduler", None)
+        .await?;
+    let api = cx.groups();
+    let msg = wait_for("waiting names the foreign pod", SETTLE, || {
+        let api = api.clone();
+        async move {
+            let g = api.get("waiting").await?;
+            Ok(group_condition(&g)
+                .map(|c| c.message)
+                .filter(|m| m.contains("w2") && m.contains("default-scheduler")))
+        }
+    })
+    .await?;
+    ensure!(msg.contains("not counted"), "quorum message explains: {msg}");
+    // The foreign member first, so it is there when our member's cycle runs.
+    cx.pod_with("m2", "1", Some("mixed"), "default-scheduler", None)
+        .await?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    cx.pod("m1", "1", Some("mixed")).await?;
+    let msg = cx.wait_group("mixed", "False", "SchedulerError").await?;
+    ensure!(
+        msg.contains("same .spec.schedulerName") && msg.contains("m2"),
+        "upstream's message naming the pod: {msg}"
+    );
+    let pod_msg = cx.wait_pod_reason("m1", "SchedulerError").await?;
+    ensure!(pod_msg == msg, "the pod says the same: {pod_msg}");
+    cx.stays_unbound(&["m1", "w1"], Duration::from_secs(2)).await?;
+    s.stop().await
+}

@@ -275,3 +275,69 @@ fn updating_a_known_member_does_not_wake_the_gang() {
         "an update of a known pod is not a new member"
     );
 }
+
+/// Upstream's InterPodAffinity / PodTopologySpread queueing hints (`pkg/scheduler/framework/plugins/
+/// interpodaffinity/plugin.go` `isSchedulableAfterPodChange`): a pod that lands anywhere may satisfy a waiting pod's
+/// affinity. Before the fix only group members' arrivals woke anyone, and such a pod slept until the flush.
+#[test]
+fn landed_pod_wakes_a_pod_waiting_on_inter_pod_constraints() {
+    let mut q = SchedulingQueue::new(&SchedulerConfig::default());
+    let t = Instant::now();
+    let mut p = PodInfo::simple("ns", "spread", 100);
+    Arc::make_mut(&mut p.spec)
+        .spread
+        .push(phalanx_scheduler::model::SpreadConstraint {
+            max_skew: 1,
+            topology_key: "zone".into(),
+            when: phalanx_scheduler::model::WhenUnsatisfiable::DoNotSchedule,
+            selector: Default::default(),
+            min_domains: None,
+            honor_node_affinity: true,
+            honor_node_taints: false,
+        });
+    let plain = pod("plain", None, 0);
+    q.add_pod(Arc::new(p), t);
+    q.add_pod(plain.clone(), t);
+    for _ in 0..2 {
+        let e = q.pop(t).unwrap();
+        let names: Vec<&str> = e.pods.iter().map(|p| &*p.key.name).collect();
+        q.done(&unschedulable(e.key.clone(), &names), t);
+    }
+    assert_eq!(q.counts().unschedulable, 2);
+    q.on_event(
+        ClusterEvent::AssignedPodAdded {
+            pod: PodKey::new("other", "landed"),
+            group: None,
+        },
+        t,
+    );
+    assert_eq!(
+        q.counts().unschedulable,
+        1,
+        "only the pod with a spread constraint wakes"
+    );
+    let woken = q.pop(t + Duration::from_secs(20)).map(|e| e.key);
+    assert_eq!(woken, Some(EntityKey::Pod(PodKey::new("ns", "spread"))));
+}
+
+/// Upstream's GangScheduling hint wakes a group when a member is added, not on every update of a member that was
+/// already bound (a status or label change would otherwise retry the whole gang).
+#[test]
+fn update_of_a_bound_member_does_not_wake_its_group() {
+    let mut q = SchedulingQueue::new(&SchedulerConfig::default());
+    let t = Instant::now();
+    q.add_group(gang("g", 2), t);
+    q.add_pod(pod("a", Some("g"), 0), t);
+    let mut b = PodInfo::simple("ns", "b", 100);
+    b.group_name = Some("g".into());
+    b.node_name = Some("n1".into());
+    let b = Arc::new(b);
+    q.update_pod(b.clone(), t);
+    let e = q.pop(t).unwrap();
+    q.done(&unschedulable(e.key.clone(), &["a"]), t);
+    assert_eq!(q.counts().unschedulable, 1);
+    let mut b2 = (*b).clone();
+    b2.labels.insert("touched".into(), "yes".into());
+    q.update_pod(Arc::new(b2), t);
+    assert_eq!(q.counts().unschedulable, 1, "the group stays asleep");
+}

@@ -246,8 +246,17 @@ impl SchedulingQueue {
     pub fn update_pod(&mut self, pod: Arc<PodInfo>, now: Instant) {
         if pod.node_name.is_some() {
             let key = self.entity_of(&pod);
+            let already_assigned = self
+                .entries
+                .get(&key)
+                .is_some_and(|e| e.assigned.contains_key(&pod.key));
             if let Some(e) = self.entries.get_mut(&key) {
                 e.pods.remove(&pod.key);
+            }
+            if already_assigned {
+                // An update of a member that was already bound (status, labels) is not a new member: upstream's
+                // GangScheduling hint wakes the group on Add only.
+                return;
             }
             self.on_event(
                 ClusterEvent::AssignedPodAdded {
@@ -299,6 +308,9 @@ impl SchedulingQueue {
                     self.reevaluate(&key, now);
                     self.cleanup(&key);
                 }
+                // A pod that lands can satisfy pod affinity or change topology spread counts (upstream's
+                // InterPodAffinity and PodTopologySpread queueing hints on Pod/Add): wake whoever waits on those.
+                self.wake_inter_pod(now);
             }
             ClusterEvent::AssignedPodDeleted { pod, group } => {
                 if let Some(g) = group {
@@ -314,6 +326,25 @@ impl SchedulingQueue {
             ClusterEvent::NodeAdded | ClusterEvent::NodeUpdated | ClusterEvent::AssignedPodUpdated => {
                 self.wake_all(now)
             }
+        }
+    }
+
+    /// Wakes the unschedulable entities with a pod that has inter-pod constraints (pod affinity, anti-affinity,
+    /// topology spread). Coarser than upstream's hints, which also check that the landed pod matches a term: a wasted
+    /// retry costs one cycle, a missed one costs the flush interval.
+    fn wake_inter_pod(&mut self, now: Instant) {
+        let keys: Vec<EntityKey> = self
+            .pool
+            .iter()
+            .map(|(_, _, k)| k.clone())
+            .filter(|k| {
+                self.entries
+                    .get(k)
+                    .is_some_and(|e| e.pods.values().any(|(p, _)| p.spec.has_inter_pod_constraints()))
+            })
+            .collect();
+        for k in keys {
+            self.wake(&k, now);
         }
     }
 

@@ -1,0 +1,112 @@
+//! Members that would break a gang: pods that name one of our groups but another `spec.schedulerName`.
+//!
+//! The queue holds only pods of this scheduler, so such a pod is invisible to quorum, and the other scheduler may
+//! bind it outside the gang. Upstream's `validatePodGroup` (`pkg/scheduler/schedule_one_podgroup.go`) fails a group
+//! whose members name different schedulers with SchedulerError; the driver does the same before the core runs, with
+//! upstream's message ([`ValidationError::SchedulerNameMismatch`]), and names the pod in the quorum message of a group
+//! still waiting for its pods.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use phalanx_scheduler::validation::ValidationError;
+use phalanx_scheduler::{
+    ConditionReason, ConditionType, Decision, EntityKey, FailureReason, GroupCondition, GroupKey, GroupKind,
+    Outcome, PodFailure, QueuedEntity, Requeue, RequeueMode, is_terminal,
+};
+use phalanx_store::pod_node;
+
+use crate::runtime::Driver;
+
+impl Driver {
+    /// The leaf PodGroups an entity schedules (its group, or every leaf of its tree).
+    pub(crate) fn entity_leaves(&self, entity: &EntityKey) -> Vec<GroupKey> {
+        match entity {
+            EntityKey::Pod(_) => vec![],
+            EntityKey::Group(g) if g.kind == GroupKind::CompositePodGroup => self
+                .store
+                .hierarchy()
+                .subtree(g)
+                .into_iter()
+                .filter(|k| k.kind == GroupKind::PodGroup)
+                .collect(),
+            EntityKey::Group(g) => vec![g.clone()],
+        }
+    }
+
+    /// Pending members of `leaves` that name another scheduler, with one pod of ours to compare against.
+    pub(crate) fn foreign_member(&self, leaves: &[GroupKey]) -> Option<(Arc<Pod>, Option<Arc<Pod>>)> {
+        let mut ours = None;
+        let mut foreign = None;
+        for l in leaves {
+            for p in self.store.group_members(l) {
+                if is_terminal(&p) {
+                    continue;
+                }
+                if self.ours(&p) {
+                    ours.get_or_insert(p);
+                } else if pod_node(&p).is_none() {
+                    foreign.get_or_insert(p);
+                }
+            }
+        }
+        foreign.map(|f| (f, ours))
+    }
+
+    /// Upstream's message for a group whose members name different schedulers.
+    pub(crate) fn foreign_message(&self, foreign: &Pod, ours: Option<&Pod>) -> String {
+        let key = |p: &Pod| format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any());
+        ValidationError::SchedulerNameMismatch {
+            first_name: self.opts.scheduler_name.clone(),
+            first_pod: ours.map(key).unwrap_or_default(),
+            name: foreign
+                .spec
+                .as_ref()
+                .and_then(|s| s.scheduler_name.clone())
+                .unwrap_or_else(|| "default-scheduler".into()),
+            pod: key(foreign),
+        }
+        .to_string()
+    }
+
+    /// When the entity has a member of another scheduler: the SchedulerError decision for it (nothing binds, every
+    /// pending pod and the group say why, the entity backs off). `None` when every member is ours.
+    pub(crate) fn foreign_decision(&self, entity: &QueuedEntity) -> Option<Decision> {
+        let leaves = self.entity_leaves(&entity.key);
+        let (foreign, ours) = self.foreign_member(&leaves)?;
+        let message = self.foreign_message(&foreign, ours.as_deref());
+        let mut d = Decision::empty(entity.key.clone(), Outcome::Error);
+        for p in &entity.pods {
+            d.failures.push(PodFailure {
+                pod: p.key.clone(),
+                uid: p.uid.clone(),
+                reason: FailureReason::SchedulerError,
+                message: message.clone(),
+            });
+        }
+        if let EntityKey::Group(g) = &entity.key {
+            let (type_, generation) = match (&entity.group, &entity.tree) {
+                (Some(gi), _) => (ConditionType::PodGroupInitiallyScheduled, gi.generation),
+                (None, Some(t)) => (
+                    ConditionType::CompositePodGroupInitiallyScheduled,
+                    t.root().generation,
+                ),
+                (None, None) => (ConditionType::PodGroupInitiallyScheduled, 0),
+            };
+            d.conditions.push(GroupCondition {
+                group: g.clone(),
+                type_,
+                status: false,
+                reason: ConditionReason::SchedulerError,
+                message,
+                observed_generation: generation,
+            });
+        }
+        d.requeue = Some(Requeue {
+            pods: entity.pods.iter().map(|p| p.key.clone()).collect(),
+            mode: RequeueMode::Backoff,
+        });
+        Some(d)
+    }
+}
