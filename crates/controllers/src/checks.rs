@@ -13,9 +13,9 @@ use kube::runtime::reflector::ObjectRef;
 use phalanx_api::v1beta1::{PolicyKind, Workload, WorkloadReference};
 use phalanx_store::{GroupKey, GroupKind, HierarchyError, Store, validate_ancestry, validate_tree};
 
-use crate::priority::{self, Resolved};
 use crate::status::Problem;
 use crate::template_tree::{self, template_nodes};
+use phalanx_store::priority::{self, Resolved};
 
 /// Reason for a hierarchy error.
 pub fn hierarchy_reason(e: &HierarchyError) -> &'static str {

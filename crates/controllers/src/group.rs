@@ -16,9 +16,9 @@ use serde_json::{Map, Value, json};
 use crate::checks;
 use crate::context::Context;
 use crate::error::Result;
-use crate::priority::{Resolved, Source};
 use crate::status;
 use crate::status::Problem;
+use phalanx_store::priority::{Resolved, Source};
 
 /// The priority-related spec fields of a group.
 #[derive(Clone, Debug)]

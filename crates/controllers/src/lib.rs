@@ -15,7 +15,6 @@ pub mod context;
 pub mod error;
 pub mod group;
 pub mod pod_group;
-pub mod priority;
 pub mod status;
 pub mod template_tree;
 pub mod triggers;

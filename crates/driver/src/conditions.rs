@@ -56,7 +56,7 @@ impl Driver {
                 .iter()
                 .filter(|p| pod_node(p).is_some() && !is_terminal(p))
                 .count();
-            let quorum = match convert::group_info(&pg).policy {
+            let quorum = match convert::group_info(&pg, &self.store.priority_classes().state()).policy {
                 GroupPolicy::Gang { min_count } => min_count as usize,
                 GroupPolicy::Basic => 1,
             };
@@ -278,13 +278,7 @@ impl Driver {
                     phalanx_api::conditions::COMPOSITE_POD_GROUP_INITIALLY_SCHEDULED
                 }
             };
-            self.spawn_group_condition(
-                sg,
-                type_,
-                false,
-                phalanx_api::conditions::reasons::UNSCHEDULABLE,
-                message,
-            );
+            self.spawn_group_condition(sg, type_, false, names::gate_group_reason(gate.reason), message);
         }
     }
 }

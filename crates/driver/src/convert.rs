@@ -5,6 +5,7 @@
 use std::{collections::HashMap, sync::Arc};
 
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::ResourceExt;
 use phalanx_api::{v1alpha3::CompositePodGroup, v1beta1::PodGroup};
 use phalanx_scheduler::model::{DisruptionMode, GroupPolicy, PreemptionPolicy};
@@ -12,8 +13,35 @@ use phalanx_scheduler::{
     CompositeGroupInfo, CompositePolicy, ConvertError, GroupInfo, NodeStatic, PodInfo, PodKey,
 };
 
-/// A PodGroup as the core sees it. `parent` is set from `spec.parentCompositePodGroupName`.
-pub fn group_info(g: &PodGroup) -> GroupInfo {
+/// Priority and preemption policy of a group from its PriorityClass (`phalanx_store::priority::resolve`), never from
+/// `spec.priority`: a tenant can write that field before the controller fills it, and would jump the queue. A class
+/// that does not exist gives priority 0 (the controller reports the group `Valid=False`).
+///
+/// `None` while nothing is resolved yet (no class named and `spec.priority` not filled): the pods are then compared
+/// among themselves, as upstream does for a group without a priority.
+fn resolved(
+    class_name: Option<&str>,
+    filled: bool,
+    classes: &[Arc<PriorityClass>],
+) -> (Option<i32>, Option<PreemptionPolicy>) {
+    if class_name.is_none_or(str::is_empty) && !filled {
+        return (None, None);
+    }
+    match phalanx_store::priority::resolve(class_name, classes.iter().map(AsRef::as_ref)) {
+        Ok(r) if r.preemption_policy == "Never" => (Some(r.priority), Some(PreemptionPolicy::Never)),
+        Ok(r) => (Some(r.priority), Some(PreemptionPolicy::PreemptLowerPriority)),
+        Err(_) => (Some(0), Some(PreemptionPolicy::PreemptLowerPriority)),
+    }
+}
+
+/// A PodGroup as the core sees it. `parent` is set from `spec.parentCompositePodGroupName`; priority and preemption
+/// policy come from the PriorityClass (`classes`, see [`resolved`]).
+pub fn group_info(g: &PodGroup, classes: &[Arc<PriorityClass>]) -> GroupInfo {
+    let (priority, preemption_policy) = resolved(
+        g.spec.priority_class_name.as_deref(),
+        g.spec.priority.is_some(),
+        classes,
+    );
     let ns = g.namespace().unwrap_or_default();
     let name = g.name_any();
     let policy = match &g.spec.scheduling_policy.gang {
@@ -33,13 +61,8 @@ pub fn group_info(g: &PodGroup) -> GroupInfo {
             .as_ref()
             .and_then(|c| c.topology.first())
             .map(|t| t.key.clone()),
-        priority: g.spec.priority,
-        preemption_policy: g.spec.preemption_policy.map(|p| match p {
-            phalanx_api::v1beta1::PreemptionPolicy::Never => PreemptionPolicy::Never,
-            phalanx_api::v1beta1::PreemptionPolicy::PreemptLowerPriority => {
-                PreemptionPolicy::PreemptLowerPriority
-            }
-        }),
+        priority,
+        preemption_policy,
         parent: g
             .spec
             .parent_composite_pod_group_name
@@ -55,21 +78,23 @@ pub fn group_info(g: &PodGroup) -> GroupInfo {
         } else {
             DisruptionMode::Single
         },
-    }
-}
-
-fn preemption_policy(p: phalanx_api::v1beta1::PreemptionPolicy) -> PreemptionPolicy {
-    match p {
-        phalanx_api::v1beta1::PreemptionPolicy::Never => PreemptionPolicy::Never,
-        phalanx_api::v1beta1::PreemptionPolicy::PreemptLowerPriority => {
-            PreemptionPolicy::PreemptLowerPriority
-        }
+        workload: g
+            .spec
+            .workload_ref
+            .as_ref()
+            .map(|w| w.workload_name.as_str().into()),
     }
 }
 
 /// A CompositePodGroup as the core sees it (KEP-6012): `parent` from `spec.parentCompositePodGroupName`,
-/// `minGroupCount` from the gang policy (values below 1 are read as 1; the CRD schema already rejects them).
-pub fn composite_info(g: &CompositePodGroup) -> CompositeGroupInfo {
+/// `minGroupCount` from the gang policy (values below 1 are read as 1; the CRD schema already rejects them), priority
+/// and preemption policy from the PriorityClass as for a PodGroup.
+pub fn composite_info(g: &CompositePodGroup, classes: &[Arc<PriorityClass>]) -> CompositeGroupInfo {
+    let (priority, preemption_policy) = resolved(
+        g.spec.priority_class_name.as_deref(),
+        g.spec.priority.is_some(),
+        classes,
+    );
     let ns = g.namespace().unwrap_or_default();
     let name = g.name_any();
     let policy = match &g.spec.scheduling_policy.gang {
@@ -89,8 +114,8 @@ pub fn composite_info(g: &CompositePodGroup) -> CompositeGroupInfo {
             .as_ref()
             .and_then(|c| c.topology.first())
             .map(|t| t.key.clone()),
-        priority: g.spec.priority,
-        preemption_policy: g.spec.preemption_policy.map(preemption_policy),
+        priority,
+        preemption_policy,
         parent: g
             .spec
             .parent_composite_pod_group_name
@@ -102,6 +127,7 @@ pub fn composite_info(g: &CompositePodGroup) -> CompositeGroupInfo {
         } else {
             DisruptionMode::Single
         },
+        workload: Some(g.spec.workload_ref.workload_name.as_str().into()),
     }
 }
 
@@ -169,5 +195,55 @@ impl ModelCache {
     /// Drops a pod from the cache.
     pub fn remove_pod(&mut self, key: &PodKey) {
         self.pods.remove(key);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    use super::*;
+
+    fn pg(class: Option<&str>, priority: Option<i32>) -> PodGroup {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "scheduling.phalanx.dev/v1beta1",
+            "kind": "PodGroup",
+            "metadata": { "name": "g", "namespace": "ns" },
+            "spec": {
+                "schedulingPolicy": { "gang": { "minCount": 1 } },
+                "priorityClassName": class,
+                "priority": priority,
+            }
+        }))
+        .expect("valid PodGroup")
+    }
+
+    fn class(name: &str, value: i32) -> Arc<PriorityClass> {
+        Arc::new(PriorityClass {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            value: Some(value),
+            preemption_policy: Some("Never".into()),
+            ..Default::default()
+        })
+    }
+
+    /// A tenant who writes `spec.priority` before the controller does must not jump the queue: the value comes
+    /// from the PriorityClass.
+    #[test]
+    fn user_set_priority_is_ignored_for_the_class_value() {
+        let classes = [class("low", 10)];
+        let g = group_info(&pg(Some("low"), Some(1_000_000_000)), &classes);
+        assert_eq!(g.priority, Some(10));
+        assert_eq!(g.preemption_policy, Some(PreemptionPolicy::Never));
+        // Filled without a class: the global default, else 0, never the written number.
+        let g = group_info(&pg(None, Some(1_000_000_000)), &classes);
+        assert_eq!(g.priority, Some(0));
+        // Nothing named, nothing filled: not resolved yet.
+        assert_eq!(group_info(&pg(None, None), &classes).priority, None);
+        // A class that does not exist: the lowest priority, not the written one.
+        assert_eq!(group_info(&pg(Some("gone"), Some(5)), &classes).priority, Some(0));
     }
 }

@@ -10,7 +10,9 @@ use std::{
 };
 
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
+use phalanx_api::{v1alpha3::CompositePodGroup, v1beta1::PodGroup};
 use phalanx_scheduler::{
     ClusterEvent, EntityKey, GroupKey, GroupKind, NodeStatic, PodInfo, PodKey, is_terminal,
 };
@@ -146,15 +148,23 @@ impl Driver {
             GroupKind::PodGroup => match self.store.pod_group(&g.namespace, &g.name) {
                 Some(pg) => {
                     self.known_groups.insert(g.clone());
-                    self.queue.add_group(Arc::new(convert::group_info(&pg)), now);
+                    self.queue.add_group(
+                        Arc::new(convert::group_info(&pg, &self.store.priority_classes().state())),
+                        now,
+                    );
                 }
                 None => self.forget_group(g, now),
             },
             GroupKind::CompositePodGroup => match self.store.composite_pod_group(&g.namespace, &g.name) {
                 Some(cpg) => {
                     self.known_groups.insert(g.clone());
-                    self.queue
-                        .add_composite_group(Arc::new(convert::composite_info(&cpg)), now);
+                    self.queue.add_composite_group(
+                        Arc::new(convert::composite_info(
+                            &cpg,
+                            &self.store.priority_classes().state(),
+                        )),
+                        now,
+                    );
                 }
                 None => self.forget_group(g, now),
             },
@@ -174,27 +184,67 @@ impl Driver {
     /// Reconciles the queue with the whole store (start, relist, lagged events).
     pub(crate) fn resync(&mut self) {
         let now = Instant::now();
-        let groups = self.store.pod_groups().state();
-        let mut seen_groups = HashSet::new();
-        for g in &groups {
-            let key = GroupKey::pod_group(&g.namespace().unwrap_or_default(), &g.name_any());
-            seen_groups.insert(key.clone());
-            self.known_groups.insert(key);
-            self.queue.add_group(Arc::new(convert::group_info(g)), now);
+        let classes = self.store.priority_classes().state();
+        // Both kinds in creation order (then namespace and name), as upstream orders siblings: the queue's
+        // first-seen order is a tree's sibling order and decides who wins under contention, so it must not depend
+        // on the hash order of the caches.
+        enum Obj {
+            Pg(Arc<PodGroup>),
+            Cpg(Arc<CompositePodGroup>),
         }
-        for c in &self.store.composite_pod_groups().state() {
-            let key = GroupKey::composite(&c.namespace().unwrap_or_default(), &c.name_any());
-            seen_groups.insert(key.clone());
-            self.known_groups.insert(key);
-            self.queue
-                .add_composite_group(Arc::new(convert::composite_info(c)), now);
+        let mut objs: Vec<(Option<Timestamp>, String, String, Obj)> = Vec::new();
+        for g in self.store.pod_groups().state() {
+            let created = g.metadata.creation_timestamp.as_ref().map(|t| t.0);
+            objs.push((
+                created,
+                g.namespace().unwrap_or_default(),
+                g.name_any(),
+                Obj::Pg(g),
+            ));
+        }
+        for c in self.store.composite_pod_groups().state() {
+            let created = c.metadata.creation_timestamp.as_ref().map(|t| t.0);
+            objs.push((
+                created,
+                c.namespace().unwrap_or_default(),
+                c.name_any(),
+                Obj::Cpg(c),
+            ));
+        }
+        objs.sort_by(|a, b| (a.0, &a.1, &a.2).cmp(&(b.0, &b.1, &b.2)));
+        let mut seen_groups = HashSet::new();
+        for (_, ns, name, obj) in &objs {
+            match obj {
+                Obj::Pg(g) => {
+                    let key = GroupKey::pod_group(ns, name);
+                    seen_groups.insert(key.clone());
+                    self.known_groups.insert(key);
+                    self.queue
+                        .add_group(Arc::new(convert::group_info(g, &classes)), now);
+                }
+                Obj::Cpg(c) => {
+                    let key = GroupKey::composite(ns, name);
+                    seen_groups.insert(key.clone());
+                    self.known_groups.insert(key);
+                    self.queue
+                        .add_composite_group(Arc::new(convert::composite_info(c, &classes)), now);
+                }
+            }
         }
         let gone: Vec<_> = self.known_groups.difference(&seen_groups).cloned().collect();
         for g in gone {
             self.forget_group(&g, now);
         }
         let mut seen = HashSet::new();
-        for p in self.store.pods().state() {
+        let mut pods = self.store.pods().state();
+        pods.sort_by_cached_key(|p| {
+            (
+                p.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                p.namespace().unwrap_or_default(),
+                p.name_any(),
+            )
+        });
+        for p in pods {
             if is_terminal(&p) || !self.ours(&p) {
                 continue;
             }

@@ -38,5 +38,17 @@ pub fn gate_reason(r: GateReason) -> &'static str {
         GateReason::WaitingForPodGroup => reasons::WAITING_FOR_POD_GROUP,
         GateReason::WaitingForQuorum => reasons::WAITING_FOR_QUORUM,
         GateReason::SchedulingGated => reasons::SCHEDULING_GATED,
+        GateReason::InvalidHierarchy => reasons::SCHEDULER_ERROR,
+    }
+}
+
+/// Group condition reason of a group held by a PreEnqueue gate: a wait is `Unschedulable` (upstream's GangScheduling
+/// reports a group below quorum so), an invalid hierarchy is `SchedulerError`.
+pub fn gate_group_reason(r: GateReason) -> &'static str {
+    match r {
+        GateReason::InvalidHierarchy => reasons::SCHEDULER_ERROR,
+        GateReason::WaitingForPodGroup | GateReason::WaitingForQuorum | GateReason::SchedulingGated => {
+            reasons::UNSCHEDULABLE
+        }
     }
 }

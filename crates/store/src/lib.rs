@@ -9,6 +9,7 @@
 
 pub mod assumed;
 pub mod index;
+pub mod priority;
 mod reflectors;
 
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};

@@ -169,7 +169,8 @@ impl GroupTree {
     /// sharing the root's priority and preemption policy when both are set.
     ///
     /// Errors: [`HierarchyError::TooDeep`], [`HierarchyError::GangOverBasic`],
-    /// [`HierarchyError::AllOverSingle`], [`HierarchyError::PriorityMismatch`],
+    /// [`HierarchyError::AllOverSingle`], [`HierarchyError::WorkloadMismatch`] (a group naming another Workload than
+    /// the root's), [`HierarchyError::PriorityMismatch`],
     /// [`HierarchyError::PreemptionPolicyMismatch`]; the cycle reports them as SchedulerError.
     pub fn validate(&self) -> Result<(), HierarchyError> {
         let depth = self.depth();
@@ -194,11 +195,21 @@ impl GroupTree {
             }
         }
         for k in self.groups() {
-            let (prio, policy) = match (self.composites.get(&k), self.leaves.get(&k)) {
-                (Some(c), _) => (c.priority, c.preemption_policy),
-                (None, Some(l)) => (l.priority, l.preemption_policy),
+            let (prio, policy, workload) = match (self.composites.get(&k), self.leaves.get(&k)) {
+                (Some(c), _) => (c.priority, c.preemption_policy, &c.workload),
+                (None, Some(l)) => (l.priority, l.preemption_policy, &l.workload),
                 (None, None) => continue,
             };
+            if let (Some(rw), Some(w)) = (&self.root.workload, workload)
+                && rw != w
+            {
+                return Err(HierarchyError::WorkloadMismatch {
+                    child: k.to_string(),
+                    child_workload: w.to_string(),
+                    parent: self.root.key.to_string(),
+                    parent_workload: rw.to_string(),
+                });
+            }
             if let (Some(rp), Some(p)) = (self.root.priority, prio)
                 && rp != p
             {
@@ -286,6 +297,25 @@ mod tests {
         assert_eq!(names(t.leaves_under(&t.root().key)), ["pg2", "pg1", "pg0"]);
         assert_eq!(t.depth(), 3);
         assert_eq!(t.leaf_count(), 3);
+        assert!(t.validate().is_ok());
+    }
+
+    /// Upstream fails every group of a tree whose groups name different Workloads; before this check such a tree
+    /// was scheduled.
+    #[test]
+    fn workload_mismatch_is_an_error() {
+        let mut root = CompositeGroupInfo::new("ns", "root", CompositePolicy::Basic);
+        root.workload = Some("w1".into());
+        let mut g = GroupInfo::new("ns", "pg", GroupPolicy::Gang { min_count: 1 });
+        g.parent = Some(root.key.clone());
+        g.workload = Some("w2".into());
+        let t = GroupTree::new(Arc::new(root.clone()), [TreeNode::Leaf(Arc::new(g.clone()))]);
+        assert!(matches!(
+            t.validate().unwrap_err(),
+            HierarchyError::WorkloadMismatch { ref child_workload, .. } if child_workload == "w2"
+        ));
+        g.workload = Some("w1".into());
+        let t = GroupTree::new(Arc::new(root), [TreeNode::Leaf(Arc::new(g))]);
         assert!(t.validate().is_ok());
     }
 

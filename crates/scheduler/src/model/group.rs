@@ -83,6 +83,8 @@ pub struct GroupInfo {
     pub parent: Option<GroupKey>,
     /// spec.disruptionMode.
     pub disruption_mode: DisruptionMode,
+    /// `spec.workloadRef.workloadName`, if any: every group of a tree must name the root's Workload.
+    pub workload: Option<Arc<str>>,
 }
 
 impl GroupInfo {
@@ -98,6 +100,7 @@ impl GroupInfo {
             preemption_policy: None,
             parent: None,
             disruption_mode: DisruptionMode::Single,
+            workload: None,
         }
     }
 }
@@ -148,6 +151,8 @@ pub struct CompositeGroupInfo {
     pub parent: Option<GroupKey>,
     /// spec.disruptionMode.
     pub disruption_mode: DisruptionMode,
+    /// `spec.workloadRef.workloadName`, if any.
+    pub workload: Option<Arc<str>>,
 }
 
 impl CompositeGroupInfo {
@@ -163,6 +168,7 @@ impl CompositeGroupInfo {
             preemption_policy: None,
             parent: None,
             disruption_mode: DisruptionMode::Single,
+            workload: None,
         }
     }
 
@@ -184,6 +190,7 @@ impl CompositeGroupInfo {
             preemption_policy: self.preemption_policy,
             parent: self.parent.clone(),
             disruption_mode: self.disruption_mode,
+            workload: self.workload.clone(),
         }
     }
 }

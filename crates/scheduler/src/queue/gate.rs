@@ -18,6 +18,9 @@ pub enum GateReason {
     WaitingForQuorum,
     /// A pod still has `spec.schedulingGates`.
     SchedulingGated,
+    /// The group's parent chain is a cycle or too long: the hierarchy is invalid, a SchedulerError (upstream's
+    /// `validatePodGroup`), not a wait.
+    InvalidHierarchy,
 }
 
 /// A PreEnqueue gate with a user-facing message.
@@ -55,7 +58,7 @@ impl SchedulingQueue {
         };
         if group.parent.is_some() && self.forest.root_of(g) == *key {
             return Some(Gate {
-                reason: GateReason::WaitingForPodGroup,
+                reason: GateReason::InvalidHierarchy,
                 message: format!(
                     "composite pod group hierarchy of pod group {:?} is invalid: its parent chain is a cycle or deeper than {MAX_CHAIN}",
                     &*g.name

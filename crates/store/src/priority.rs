@@ -1,4 +1,6 @@
-//! PriorityClass resolution for PodGroups and CompositePodGroups (pure; no client).
+//! PriorityClass resolution for PodGroups and CompositePodGroups (pure; no client). One definition for the
+//! controllers, which write the result into `spec`, and the scheduler, which trusts the class and not `spec.priority`
+//! (a tenant could set that field before the controller does).
 //!
 //! Upstream the Priority admission plugin (`plugin/pkg/admission/priority/admission.go`) fills `priority` and
 //! `preemptionPolicy` of pods and, since 1.36/1.37, of PodGroups and CompositePodGroups. A CRD gets no
