@@ -1,4 +1,4 @@
-//! The hierarchical algorithm for a root CompositePodGroup (KEP-6012, spec §3.8; upstream
+//! The hierarchical algorithm for a root CompositePodGroup (KEP-6012; upstream
 //! `podGroupSchedulingRecursiveAlgorithm`, `compositePodGroupSchedulingPlacementAlgorithm` and
 //! `compositePodGroupSchedulingDefaultAlgorithm`).
 //!
