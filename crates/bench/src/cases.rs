@@ -4,7 +4,7 @@
 //!    concurrency, admin identity);
 //! 2. the timing watch lists the namespace (0 pods bound);
 //! 3. `start` = now; the scheduler (or the bind-rate binder) is started: kube-scheduler as a new process, Phalanx
-//!    as a new in-process `Store` + `scheduling::run`, both cold;
+//!    as a new in-process `Store` + `phalanx_driver::run`, both cold;
 //! 4. wait until every pod is bound (or the timeout); then, for group cases, until every PodGroup reports
 //!    `PodGroupInitiallyScheduled=True` (proof that the scheduler gang-scheduled them);
 //! 5. clean up (pods deleted with grace 0, namespace deleted and gone) while the scheduler still runs, then stop

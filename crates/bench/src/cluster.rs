@@ -94,7 +94,7 @@ impl Cluster {
     }
 
     /// A client for `kubeconfig`. kube's default retry policy is off (as in Phalanx's
-    /// `scheduling::scheduler_client`): it would replay POSTs on 429 for minutes and hide throttling.
+    /// `phalanx_driver::scheduler_client`): it would replay POSTs on 429 for minutes and hide throttling.
     ///
     /// # Errors
     /// When the kubeconfig cannot be read or the client built.

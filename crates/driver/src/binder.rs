@@ -4,8 +4,8 @@
 //! (`pkg/scheduler/backend/api_calls/pod_binding.go`): the Binding carries `metadata.uid` so a pod recreated under the
 //! same name is never bound by mistake. kube-rs has no client-side rate limiter, so a semaphore bounds the number of
 //! binds in flight, and every call has a timeout because kube's default retry policy can replay a POST for minutes
-//! (`kube::client::retry`, off through `scheduler_client`). A 409 that names the node we chose means an earlier attempt (or a replay) already bound the
-//! pod there and counts as success.
+//! (`kube::client::retry`, off through `scheduler_client`). A 409 that names the node we chose means an earlier
+//! attempt (or a replay) already bound the pod there and counts as success.
 
 use std::{sync::Arc, time::Duration};
 

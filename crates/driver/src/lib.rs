@@ -11,12 +11,13 @@
 //! a considered node only counts as usage. [`SchedulerOptions::node_selector`] restricts the nodes considered.
 //! Nothing is written unless `leader` is true.
 //!
-//! [`Decision`]: phalanx_scheduler::Decision
-
-//!
 //! Modules by role (docs/architecture.md): [`runtime`] (the loop), `ingest` (watch events into the queue),
 //! `cycle` (snapshot, core, decision, binds), `conditions` (pod and group conditions and events), [`binder`]
-//! (`pods/binding` calls), [`evict`] (preemption victims and nominations), [`status`] (the status writer), [`names`] (the core's enums as API strings).
+//! (`pods/binding` calls), [`evict`] (preemption victims and nominations), [`status`] (the status writer), `writes` (per-object write serialisation), [`names`]
+//! (the core's enums as API strings), [`convert`] (PodGroups and CompositePodGroups into the core's model),
+//! [`metrics`], [`node_filter`].
+//!
+//! [`Decision`]: phalanx_scheduler::Decision
 
 pub mod binder;
 mod conditions;

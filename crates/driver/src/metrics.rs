@@ -1,7 +1,8 @@
 //! Scheduler metrics, registered into the process registry (prefix given by the caller, `phalanx` in the binary).
 //!
 //! Names follow kube-scheduler's (`pkg/scheduler/metrics/metrics.go`): `scheduler_schedule_attempts_total{result}`,
-//! `scheduler_scheduling_attempt_duration_seconds`, `scheduler_pending_pods{queue}`, and
+//! `scheduler_scheduling_attempt_duration_seconds`, `scheduler_pending_entities{queue}` (upstream
+//! `scheduler_pending_pods{queue}`, but Phalanx queues entities: pods and groups), `scheduler_binds_total{result}` and
 //! `scheduler_binding_duration_seconds`, with `scheduler_` kept so dashboards read alike.
 
 use prometheus_client::{

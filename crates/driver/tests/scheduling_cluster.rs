@@ -1,9 +1,10 @@
 //! The scheduling driver on a real control plane (phalanx-testenv: kube-apiserver, etcd, KCM v1.37.2 and kwok).
 //!
 //! Every test creates its own namespace, its own kwok nodes labelled `phalanx.dev/test-ns=<ns>`, and its own
-//! in-process scheduler (`scheduling::run`) with a unique scheduler name and `node_selector` over those nodes, so
+//! in-process scheduler (`phalanx_driver::run`) with a unique scheduler name and `node_selector` over those nodes, so
 //! tests share the control plane without seeing each other's pods or nodes. Scenario numbers are those of
-//! kubernetes `test/integration/scheduler/podgroup/podgroup_test.go` (`TestPodGroupScheduling`); the S-numbers are listed in docs/testing.md.
+//! kubernetes `test/integration/scheduler/podgroup/podgroup_test.go` (`TestPodGroupScheduling`); docs/testing.md
+//! ("Scenario index") lists every S-number with its upstream case, and each test names its case.
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -344,6 +345,9 @@ fn count_in(b: &HashMap<String, String>, names: &[String]) -> usize {
 // ---------------------------------------------------------------------------------------------------------------
 
 /// S1: gang(3), three 1-CPU pods on a 4-CPU node: all bound, condition True/Scheduled; events recorded.
+///
+/// Upstream: kubernetes `test/integration/scheduler/podgroup/podgroup_test.go`, `TestPodGroupScheduling`, case
+/// "gang schedules when pod group and resources are available".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s1_gang_all_fit() -> anyhow::Result<()> {
     let cx = setup("s1").await?;
@@ -384,6 +388,9 @@ async fn s1_gang_all_fit() -> anyhow::Result<()> {
 }
 
 /// S2: only 2 of 3 gang pods: both wait with WaitingForQuorum, and the PodGroup says the same. The third binds all.
+///
+/// Upstream: kubernetes `test/integration/scheduler/podgroup/podgroup_test.go`, `TestPodGroupScheduling`, case
+/// "gang waits for quorum to start, then schedules".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s2_quorum_wait() -> anyhow::Result<()> {
     let cx = setup("s2").await?;
@@ -418,6 +425,9 @@ async fn s2_quorum_wait() -> anyhow::Result<()> {
 
 /// S3: pods before their PodGroup wait with WaitingForPodGroup; then the gang does not fit (blocker) and is
 /// Unschedulable with nothing bound; deleting the blocker binds all three.
+///
+/// Upstream: kubernetes `test/integration/scheduler/podgroup/podgroup_test.go`, `TestPodGroupScheduling`, case
+/// "gang waits for pod group, then for resources, then schedules".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s3_group_missing_then_capacity() -> anyhow::Result<()> {
     let cx = setup("s3").await?;
@@ -467,6 +477,9 @@ async fn s3_group_missing_then_capacity() -> anyhow::Result<()> {
 }
 
 /// S4: minCount 3 with 4 pods and room for 3: exactly 3 bind; the 4th binds once the small blocker goes.
+///
+/// Upstream: kubernetes `test/integration/scheduler/podgroup/podgroup_test.go`, `TestPodGroupScheduling`, case
+/// "minCount is scheduled, but one pod from a gang remain unschedulable until the blocked resources are released".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s4_min_count_below_pod_count() -> anyhow::Result<()> {
     let cx = setup("s4").await?;
@@ -549,6 +562,9 @@ async fn two_gangs(
 }
 
 /// S5: interleaved creation, pg1's quorum first: pg1 bound entirely, pg2 entirely unschedulable. Never 2+2.
+///
+/// Upstream: kubernetes `test/integration/scheduler/podgroup/podgroup_test.go`, `TestPodGroupScheduling`, case "two
+/// gangs competing for the same resources shouldn't deadlock".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s5_two_gangs_no_deadlock() -> anyhow::Result<()> {
     let cx = setup("s5").await?;
@@ -565,6 +581,9 @@ async fn s5_two_gangs_no_deadlock() -> anyhow::Result<()> {
 }
 
 /// S6: the same with reversed creation order: pg2 (its pods reach quorum first) wins.
+///
+/// Upstream: kubernetes `test/integration/scheduler/podgroup/podgroup_test.go`, `TestPodGroupScheduling`, case "two
+/// gangs competing for the same resources shouldn't deadlock, reversed order".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s6_two_gangs_reversed() -> anyhow::Result<()> {
     let cx = setup("s6").await?;
@@ -581,6 +600,10 @@ async fn s6_two_gangs_reversed() -> anyhow::Result<()> {
 }
 
 /// Two gangs competing for one node, 20 repetitions in random creation order with no pause: never 2+2.
+///
+/// A stress form of S5 and S6. Upstream: kubernetes `test/integration/scheduler/podgroup/podgroup_test.go`,
+/// `TestPodGroupScheduling`, cases "two gangs competing for the same resources shouldn't deadlock" and "…, reversed
+/// order".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_gangs_random_order_20x() -> anyhow::Result<()> {
     let cx = setup("race").await?;
@@ -631,8 +654,11 @@ async fn two_gangs_random_order_20x() -> anyhow::Result<()> {
 }
 
 /// S8: a basic group schedules each arrival on its own; no quorum.
+///
+/// Upstream: kubernetes `test/integration/scheduler/podgroup/podgroup_test.go`, `TestPodGroupScheduling`, case
+/// "basic group schedules when pod group and resources are available, without gang enforcement".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn s8_basic_group() -> anyhow::Result<()> {
+async fn s8_basic_group_each_arrival_binds() -> anyhow::Result<()> {
     let cx = setup("s8").await?;
     cx.node("n", "4").await?;
     let s = cx.start(|_| {});
@@ -647,6 +673,9 @@ async fn s8_basic_group() -> anyhow::Result<()> {
 }
 
 /// S9: basic group with room for 2 of 3: two bind, one Unschedulable; the third binds once the blocker goes.
+///
+/// Upstream: kubernetes `test/integration/scheduler/podgroup/podgroup_test.go`, `TestPodGroupScheduling`, case
+/// "basic group waits for pod group, part of it waits for resources, then schedules".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s9_basic_partial_capacity() -> anyhow::Result<()> {
     let cx = setup("s9").await?;
@@ -772,7 +801,7 @@ async fn other_schedulers_pods_left_alone() -> anyhow::Result<()> {
 
 /// A pod whose PodGroup appears 10 s later shows WaitingForPodGroup meanwhile and is scheduled after it appears.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn late_pod_group() -> anyhow::Result<()> {
+async fn pod_waits_for_a_pod_group_created_later() -> anyhow::Result<()> {
     let cx = setup("late").await?;
     cx.node("n", "4").await?;
     let s = cx.start(|_| {});

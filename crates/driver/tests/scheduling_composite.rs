@@ -1,6 +1,6 @@
 //! CompositePodGroup hierarchies through the scheduling driver on a real control plane (phalanx-testenv:
-//! kube-apiserver, etcd, KCM v1.37.2 and kwok). Scenario numbers are those of docs/testing.md (from kubernetes
-//! `test/integration/scheduler/podgroup/cpg_test.go`, `TestCPGScheduling`).
+//! kube-apiserver, etcd, KCM v1.37.2 and kwok). Scenario numbers are those of docs/testing.md ("Scenario index"),
+//! from kubernetes `test/integration/scheduler/podgroup/cpg_test.go`, `TestCPGScheduling`.
 //!
 //! Each test gets its own namespace, kwok nodes labelled `phalanx.dev/test-ns=<ns>` and an in-process scheduler with
 //! a unique name restricted to those nodes (`node_selector`), as in `scheduling_cluster.rs`. No controllers run, so
@@ -272,6 +272,9 @@ impl Ctx {
 
 /// S42: root gang(minGroupCount 2) over pg1, pg2, pg3 (gang 3 each); one pg3 pod needs 100 CPU. pg1 and pg2 bind,
 /// all of pg3 stays pending, root True/Scheduled, pg3 False/Unschedulable.
+///
+/// Upstream: kubernetes `test/integration/scheduler/podgroup/cpg_test.go`, `TestCPGScheduling`, case
+/// "TestCPGMinGroupCount".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s42_min_group_count_below_children() -> anyhow::Result<()> {
     let ctx = setup("cpg-s42").await?;
@@ -317,6 +320,9 @@ async fn s42_min_group_count_below_children() -> anyhow::Result<()> {
 /// S41-lite: a two-level tree where one subtree fails. root gang(2) → sub1 gang(2) → {a1, a2}; sub2 gang(2) →
 /// {b1, b2 (does not fit)}; plus pg c directly under root. sub2 fails, so b1 stays pending although it fits; the
 /// root still succeeds with sub1 and c.
+///
+/// A two-level form of upstream kubernetes `test/integration/scheduler/podgroup/cpg_test.go`, `TestCPGScheduling`,
+/// case "TestCPGHierarchicalScheduling" (S41, whose pg6 stays pending for the same reason).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s41_lite_failing_subtree_binds_nothing() -> anyhow::Result<()> {
     let ctx = setup("cpg-s41").await?;

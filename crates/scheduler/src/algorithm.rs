@@ -1,5 +1,5 @@
 //! PodGroup algorithms for one leaf group (upstream `podGroupSchedulingDefaultAlgorithm` and
-//! `podGroupSchedulingPlacementAlgorithm`), plus Phalanx's reorder retry.
+//! `podGroupSchedulingPlacementAlgorithm` in kube-scheduler's `pkg/scheduler`), plus Phalanx's reorder retry.
 //!
 //! Every function leaves the snapshot as follows: on success the chosen assignments are
 //! assumed; on any other status nothing of this group is assumed.
@@ -280,7 +280,7 @@ impl PlacementResult for GroupResult {
     }
 }
 
-/// Upstream `podGroupSchedulingPlacementAlgorithm` steps 3–4 (KEP-4671; KEP-6012 for composite groups): runs
+/// Upstream `podGroupSchedulingPlacementAlgorithm` steps 3–4 (also used for composite groups): runs
 /// `run` once per placement on the snapshot, reverting its assumptions after each.
 ///
 /// Returns the feasible results with their placement index (in placement order), or the result to report:

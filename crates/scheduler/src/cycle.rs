@@ -224,7 +224,7 @@ impl Scheduler {
 }
 
 impl Scheduler {
-    /// The cycle of a root CompositePodGroup (upstream `scheduleOnePodGroup`, KEP-6012): skip, validate the hierarchy
+    /// The cycle of a root CompositePodGroup (upstream `scheduleOnePodGroup` with KEP-6012's recursion): skip, validate the hierarchy
     /// and its members (invalid → SchedulerError on every pod and every group of the tree),
     /// run the recursive algorithm, and build the decision (bindings only when the root
     /// succeeds; a leaf counts only when every ancestor succeeded). PodGroupPostFilter does not

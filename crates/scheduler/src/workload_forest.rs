@@ -4,8 +4,8 @@
 //!
 //! A leaf PodGroup under a CompositePodGroup is scheduled with the whole tree of its root
 //! (KEP-6012), so its pods live in the root's entity. Parent links arrive in any order and may
-//! form cycles or chains that are too long; every walk here is bounded by [`MAX_CHAIN`], and such
-//! a leaf stays its own entity (its cycle reports the invalid hierarchy).
+//! form cycles or chains that are too long; every walk here is bounded by `MAX_CHAIN` (16),
+//! and such a leaf stays its own entity (its cycle reports the invalid hierarchy).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;

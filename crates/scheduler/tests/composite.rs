@@ -1,5 +1,5 @@
-//! CompositePodGroup hierarchies (KEP-6012): upstream scenarios E (S41–S43, `cpg_test.go`
-//! `TestCPGScheduling`) on snapshots through the queue and the scheduler, the tree quorum gate,
+//! CompositePodGroup hierarchies (KEP-6012): upstream scenarios S41–S43 (kubernetes
+//! `test/integration/scheduler/podgroup/cpg_test.go`, `TestCPGScheduling`) on snapshots through the queue and the scheduler, the tree quorum gate,
 //! validation, placement inside the parent's placement, and the property that a composite
 //! decision never binds a pod whose ancestor failed.
 
@@ -36,6 +36,13 @@ fn cond(s: &Sim, g: &str) -> (bool, ConditionReason) {
     (st, reason)
 }
 
+/// S41: a three-level tree (root gang(2) over sub1 gang(2), sub2 basic and sub3 gang(2), seven
+/// leaves) on one 20-CPU node, pg3 and pg7 too big: pg1, pg2, pg4 and pg5 bind; pg6 fits but stays
+/// unbound because its parent sub3 fails, and its pods carry sub3's message; every group of the
+/// tree gets a condition of its kind.
+///
+/// Upstream: kubernetes `test/integration/scheduler/podgroup/cpg_test.go`, `TestCPGScheduling`,
+/// case "TestCPGHierarchicalScheduling".
 #[test]
 fn s41_three_level_mixed_tree() {
     let mut s = Sim::new(one_node(20));
@@ -110,6 +117,12 @@ fn s41_three_level_mixed_tree() {
     s.assert_no_overcommit();
 }
 
+/// S42: root gang(minGroupCount 2) over three gang(3) leaves, one pg3 pod too big: pg1 and pg2
+/// bind, all of pg3 stays unbound (False/Unschedulable with the shortfall), and the root is
+/// True/Scheduled.
+///
+/// Upstream: kubernetes `test/integration/scheduler/podgroup/cpg_test.go`, `TestCPGScheduling`,
+/// case "TestCPGMinGroupCount".
 #[test]
 fn s42_min_group_count_below_children() {
     let mut s = Sim::new(one_node(20));
@@ -135,8 +148,13 @@ fn s42_min_group_count_below_children() {
     s.assert_no_overcommit();
 }
 
+/// S43: under a basic root the gang children are scheduled independently: pg1 fits and binds, pg2
+/// does not; the root is True/Scheduled.
+///
+/// Upstream: kubernetes `test/integration/scheduler/podgroup/cpg_test.go`, `TestCPGScheduling`,
+/// case "TestCPGBasicWithGangChildren".
 #[test]
-fn s43_basic_root() {
+fn s43_basic_root_schedules_children_independently() {
     let mut s = Sim::new(one_node(20));
     s.add_composite(Sim::cpg("root", None, None));
     s.add_group(Sim::child(Sim::gang("pg1", 2), "root"));

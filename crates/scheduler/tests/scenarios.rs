@@ -1,6 +1,8 @@
-//! Upstream scenarios A (basic gang, `podgroup_test.go`) and B (topology-aware gang,
-//! `tas_test.go`) (S-numbers as listed in docs/testing.md), expressed on snapshots through the queue and the
-//! scheduler, as a driver would run them.
+//! Upstream's basic gang scenarios (S1–S9, kubernetes `test/integration/scheduler/podgroup/podgroup_test.go`,
+//! `TestPodGroupScheduling`) and topology-aware gang scenarios (S13–S24,
+//! `test/integration/scheduler/podgroup/topology_aware_scheduling/tas_test.go`,
+//! `TestTopologyAwareSchedulingWithGangPolicy`), expressed on snapshots through the queue and the scheduler, as a
+//! driver would run them. docs/testing.md ("Scenario index") lists the S-numbers; each test names its upstream case.
 
 mod common;
 
@@ -29,6 +31,11 @@ fn racks(spec: &[(&str, usize)]) -> Vec<phalanx_scheduler::model::NodeStatic> {
     v
 }
 
+/// S1: gang(3) with three 1-CPU pods on one 4-CPU node: all three bind and the PodGroup is
+/// True/Scheduled.
+///
+/// Upstream: kubernetes `test/integration/scheduler/podgroup/podgroup_test.go`,
+/// `TestPodGroupScheduling`, case "gang schedules when pod group and resources are available".
 #[test]
 fn s1_gang_all_fit() {
     let mut s = Sim::new(zone_node());
@@ -45,6 +52,12 @@ fn s1_gang_all_fit() {
     s.assert_no_overcommit();
 }
 
+/// S2: with 2 of 3 pods the gang is held before the queue (WaitingForQuorum,
+/// `2 of 3 pods present (minCount 3)`) and no cycle runs; the third pod lifts the gate and all
+/// three bind.
+///
+/// Upstream: kubernetes `test/integration/scheduler/podgroup/podgroup_test.go`,
+/// `TestPodGroupScheduling`, case "gang waits for quorum to start, then schedules".
 #[test]
 fn s2_quorum_wait_then_all_bind() {
     let mut s = Sim::new(zone_node());
@@ -63,6 +76,13 @@ fn s2_quorum_wait_then_all_bind() {
     assert!(s.bound(&["p1", "p2", "p3"]));
 }
 
+/// S3: pods created before their PodGroup wait (WaitingForPodGroup); once it exists the gang does
+/// not fit beside a 2-CPU blocker: nothing binds, the condition is False/Unschedulable with the
+/// shortfall, and every member carries a message; deleting the blocker binds all three
+/// (True/Scheduled).
+///
+/// Upstream: kubernetes `test/integration/scheduler/podgroup/podgroup_test.go`,
+/// `TestPodGroupScheduling`, case "gang waits for pod group, then for resources, then schedules".
 #[test]
 fn s3_group_missing_then_capacity() {
     let mut s = Sim::new(zone_node());
@@ -108,6 +128,12 @@ fn s3_group_missing_then_capacity() {
     );
 }
 
+/// S4: gang(3) with 4 pods and room for 3: exactly 3 bind and the group is Scheduled; the leftover
+/// binds as a late joiner once the small blocker is deleted.
+///
+/// Upstream: kubernetes `test/integration/scheduler/podgroup/podgroup_test.go`,
+/// `TestPodGroupScheduling`, case "minCount is scheduled, but one pod from a gang remain
+/// unschedulable until the blocked resources are released".
 #[test]
 fn s4_min_count_below_pod_count_leftover_binds_later() {
     let mut s = Sim::new(zone_node());
@@ -142,6 +168,11 @@ fn two_gangs(order: &[&str]) -> Sim {
     s
 }
 
+/// S5: two gang(3)s on one 4-CPU node, pods created interleaved: pg1 binds whole and pg2 is
+/// Unschedulable whole, never 2+2.
+///
+/// Upstream: kubernetes `test/integration/scheduler/podgroup/podgroup_test.go`,
+/// `TestPodGroupScheduling`, case "two gangs competing for the same resources shouldn't deadlock".
 #[test]
 fn s5_two_gangs_compete_no_deadlock() {
     let s = two_gangs(&["p1", "other-p1", "p2", "other-p2", "p3", "other-p3"]);
@@ -153,6 +184,12 @@ fn s5_two_gangs_compete_no_deadlock() {
     );
 }
 
+/// S6: the same with reversed creation order: pg2, whose first pod came first, binds whole and pg1
+/// binds nothing.
+///
+/// Upstream: kubernetes `test/integration/scheduler/podgroup/podgroup_test.go`,
+/// `TestPodGroupScheduling`, case "two gangs competing for the same resources shouldn't deadlock,
+/// reversed order".
 #[test]
 fn s6_two_gangs_reversed_order() {
     let s = two_gangs(&["other-p3", "p3", "other-p2", "p2", "other-p1", "p1"]);
@@ -160,6 +197,12 @@ fn s6_two_gangs_reversed_order() {
     assert!(s.unbound(&["p1", "p2", "p3"]));
 }
 
+/// S8: a basic group has no quorum: the first pod binds alone, later arrivals bind in their own
+/// cycles.
+///
+/// Upstream: kubernetes `test/integration/scheduler/podgroup/podgroup_test.go`,
+/// `TestPodGroupScheduling`, case "basic group schedules when pod group and resources are
+/// available, without gang enforcement".
 #[test]
 fn s8_basic_group_each_arrival_binds() {
     let mut s = Sim::new(zone_node());
@@ -173,6 +216,12 @@ fn s8_basic_group_each_arrival_binds() {
     assert!(s.bound(&["p2", "p3"]));
 }
 
+/// S9: pods of a basic group wait for their PodGroup (WaitingForPodGroup); with room for 2 of 3,
+/// two bind and one stays unbound, and it binds once the blocker is deleted.
+///
+/// Upstream: kubernetes `test/integration/scheduler/podgroup/podgroup_test.go`,
+/// `TestPodGroupScheduling`, case "basic group waits for pod group, part of it waits for resources,
+/// then schedules".
 #[test]
 fn s9_basic_group_partial_capacity() {
     let mut s = Sim::new(zone_node());
@@ -202,6 +251,13 @@ fn tas_gang(s: &mut Sim, group: &str, min: u32, key: &str, pods: &[(&str, i64)])
     s.run();
 }
 
+/// S13: racks of 3, 2 and 1 two-CPU nodes, one rack-2 node full: the gang(3) with a rack constraint
+/// lands in rack-1, the only rack that fits it.
+///
+/// Upstream: kubernetes
+/// `test/integration/scheduler/podgroup/topology_aware_scheduling/tas_test.go`,
+/// `TestTopologyAwareSchedulingWithGangPolicy`, case "gang schedules on a single rack, when only
+/// one feasible rack is available".
 #[test]
 fn s13_only_one_feasible_rack() {
     let mut s = Sim::new(racks(&[("rack-1", 3), ("rack-2", 2), ("rack-3", 1)]));
@@ -218,6 +274,13 @@ fn s13_only_one_feasible_rack() {
     }
 }
 
+/// S14: three 2-CPU pods and no rack with three free nodes: nothing binds, the condition is
+/// False/Unschedulable with `0/3 placements are available: …`.
+///
+/// Upstream: kubernetes
+/// `test/integration/scheduler/podgroup/topology_aware_scheduling/tas_test.go`,
+/// `TestTopologyAwareSchedulingWithGangPolicy`, case "gang remains pending when no feasible
+/// resources are found".
 #[test]
 fn s14_no_rack_big_enough() {
     let mut s = Sim::new(racks(&[("rack-1", 2), ("rack-2", 1), ("rack-3", 1)]));
@@ -234,6 +297,13 @@ fn s14_no_rack_big_enough() {
     assert!(msg.starts_with("0/3 placements are available: "), "{msg}");
 }
 
+/// S15: the only rack has two of its three nodes full: the gang is unschedulable; deleting one
+/// filler binds all three.
+///
+/// Upstream: kubernetes
+/// `test/integration/scheduler/podgroup/topology_aware_scheduling/tas_test.go`,
+/// `TestTopologyAwareSchedulingWithGangPolicy`, case "gang remains pending when resources are
+/// consumed by existing pods".
 #[test]
 fn s15_wait_for_capacity() {
     let mut s = Sim::new(racks(&[("rack-1", 3)]));
@@ -252,6 +322,13 @@ fn s15_wait_for_capacity() {
     assert!(s.bound(&["p1", "p2", "p3"]));
 }
 
+/// S16: rack-1 (2 nodes) and rack-2 (3 nodes) both fit the gang; PodGroupPodsCount ties and
+/// NodeResourcesFit MostAllocated prefers the fuller rack-1 (3/4 over 3/6).
+///
+/// Upstream: kubernetes
+/// `test/integration/scheduler/podgroup/topology_aware_scheduling/tas_test.go`,
+/// `TestTopologyAwareSchedulingWithGangPolicy`, case "gang schedules on a single rack, choosing
+/// placement with the highest score in default placement scoring algorithm".
 #[test]
 fn s16_placement_scoring_bin_packing() {
     let mut s = Sim::new(racks(&[("rack-1", 2), ("rack-2", 3), ("rack-3", 1)]));
@@ -267,6 +344,14 @@ fn s16_placement_scoring_bin_packing() {
     }
 }
 
+/// S17: with existing load the placement score picks rack-2 ((2+3)/6) over rack-1 (3/4) and rack-3
+/// ((1+3)/6); rack-4 cannot fit the gang.
+///
+/// Upstream: kubernetes
+/// `test/integration/scheduler/podgroup/topology_aware_scheduling/tas_test.go`,
+/// `TestTopologyAwareSchedulingWithGangPolicy`, case "gang schedules on a single rack, choosing
+/// placement with highest allocation percentage (default placement scoring algorithm) with
+/// pre-existing pods in cluster".
 #[test]
 fn s17_scoring_with_existing_load() {
     let mut s = Sim::new(racks(&[
@@ -289,6 +374,13 @@ fn s17_scoring_with_existing_load() {
     }
 }
 
+/// S18: a gang of three 2-CPU pods fills rack-1, the only rack that fits it; the next gang(2) lands
+/// in rack-2.
+///
+/// Upstream: kubernetes
+/// `test/integration/scheduler/podgroup/topology_aware_scheduling/tas_test.go`,
+/// `TestTopologyAwareSchedulingWithGangPolicy`, case "two gangs schedule consecutively, each on a
+/// separate rack".
 #[test]
 fn s18_two_gangs_different_racks() {
     let mut s = Sim::new(racks(&[("rack-1", 3), ("rack-2", 2)]));
@@ -308,6 +400,12 @@ fn s18_two_gangs_different_racks() {
     }
 }
 
+/// S19: two gangs scheduled one after the other both fit in rack-1 and both land there.
+///
+/// Upstream: kubernetes
+/// `test/integration/scheduler/podgroup/topology_aware_scheduling/tas_test.go`,
+/// `TestTopologyAwareSchedulingWithGangPolicy`, case "two gangs schedule consecutively, both on the
+/// same rack".
 #[test]
 fn s19_two_gangs_same_rack() {
     let mut s = Sim::new(racks(&[("rack-1", 3), ("rack-2", 1)]));
@@ -324,6 +422,13 @@ fn s19_two_gangs_same_rack() {
     }
 }
 
+/// S20: a rack-constrained gang lands in rack-3 (the only rack with three nodes); a
+/// zone-constrained gang then takes the three nodes of zone-1.
+///
+/// Upstream: kubernetes
+/// `test/integration/scheduler/podgroup/topology_aware_scheduling/tas_test.go`,
+/// `TestTopologyAwareSchedulingWithGangPolicy`, case "two gangs schedule consecutively, different
+/// topology keys".
 #[test]
 fn s20_different_topology_keys() {
     let nodes = vec![
@@ -357,6 +462,13 @@ fn s20_different_topology_keys() {
     assert_eq!(nodes, ["node1", "node2", "node3"]);
 }
 
+/// S21: one rack of two nodes: the first gang(3) binds, the second gang(2) cannot fit and binds
+/// nothing (False/Unschedulable).
+///
+/// Upstream: kubernetes
+/// `test/integration/scheduler/podgroup/topology_aware_scheduling/tas_test.go`,
+/// `TestTopologyAwareSchedulingWithGangPolicy`, case "two gangs schedule consecutively, only one
+/// fits in the cluster".
 #[test]
 fn s21_second_gang_does_not_fit() {
     let mut s = Sim::new(racks(&[("rack-1", 2)]));
@@ -373,6 +485,12 @@ fn s21_second_gang_does_not_fit() {
     assert_eq!(s.condition("pg2").map(|c| c.0), Some(false));
 }
 
+/// S22: gang(2) with three pods and a rack constraint: all three bind, inside one rack.
+///
+/// Upstream: kubernetes
+/// `test/integration/scheduler/podgroup/topology_aware_scheduling/tas_test.go`,
+/// `TestTopologyAwareSchedulingWithGangPolicy`, case "gang with minCount < pod count schedules on a
+/// single rack".
 #[test]
 fn s22_min_count_below_count_with_topology() {
     let mut s = Sim::new(racks(&[("rack-1", 2), ("rack-2", 2)]));
@@ -389,6 +507,14 @@ fn s22_min_count_below_count_with_topology() {
     assert_eq!(s.label_of("p3", "rack"), r);
 }
 
+/// S23: the gang lands in rack-2 (MostAllocated); a late joiner p4 binds there too, and p5 stays
+/// unbound because pods may not leave the domain already chosen (only rack-2's two nodes are
+/// considered).
+///
+/// Upstream: kubernetes
+/// `test/integration/scheduler/podgroup/topology_aware_scheduling/tas_test.go`,
+/// `TestTopologyAwareSchedulingWithGangPolicy`, case "gang with minCount < pod count schedules on a
+/// single rack, choosing smaller rack".
 #[test]
 fn s23_late_joiners_locked_to_domain() {
     let mut s = Sim::new(racks(&[("rack-1", 3), ("rack-2", 2), ("rack-3", 1)]));
@@ -415,6 +541,13 @@ fn s23_late_joiners_locked_to_domain() {
     );
 }
 
+/// S24: the only rack has one node full of an equal-priority pod: the gang stays unschedulable and
+/// no victim is chosen.
+///
+/// Upstream: kubernetes
+/// `test/integration/scheduler/podgroup/topology_aware_scheduling/tas_test.go`,
+/// `TestTopologyAwareSchedulingWithGangPolicy`, case "gang does not schedule on a single rack when
+/// preemption could free up enough resources".
 #[test]
 fn s24_equal_priority_no_preemption() {
     let mut s = Sim::new(racks(&[("rack-1", 2)]));

@@ -3,7 +3,8 @@
 //! Each kind runs `watcher(..).default_backoff().modify(clear managedFields).reflect(writer)` in its own task. The
 //! stream is polled by that task before anyone awaits readiness (awaiting first deadlocks: `kube::runtime::reflector::Store::wait_until_ready` is fed only by the stream). The
 //! per-event hook runs after the reflector applied the event, so at `InitDone` the reader already holds the full
-//! relisted state and the indexes are rebuilt from it (a `Delete` may be missed across a relist: `kube::runtime::watcher::Event::Init`).
+//! relisted state and the indexes are rebuilt from it (a `Delete` may be missed across a relist: kube-rs's watcher
+//! reports a relist as `Init`/`InitApply`/`InitDone`, not as deletes).
 
 use std::{
     fmt::Debug,
@@ -166,7 +167,7 @@ where
                         tracing::debug!(kind, objects = r.len(), "cache synced");
                     }
                 }
-                // Errors are stream items; the watcher retries with backoff and the stream continues (`kube::runtime::watcher` docs).
+                // Errors are stream items; the watcher retries with backoff and the stream continues.
                 Err(e) => tracing::warn!(kind, error = %e, "watch error, retrying"),
             }
         }

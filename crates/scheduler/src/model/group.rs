@@ -78,8 +78,9 @@ pub struct GroupInfo {
     /// spec.preemptionPolicy (`None` when unset: pods are compared among themselves).
     pub preemption_policy: Option<PreemptionPolicy>,
     /// Parent CompositePodGroup (`spec.parentCompositePodGroupName`, kind
-    /// [`GroupKind::CompositePodGroup`]); `None` for a standalone/root PodGroup. Pods of a group
-    /// with a parent are scheduled with the whole tree of its root (see [`CompositeGroupInfo`]).
+    /// [`GroupKind::CompositePodGroup`](super::GroupKind::CompositePodGroup)); `None` for a
+    /// standalone/root PodGroup. Pods of a group with a parent are scheduled with the whole tree
+    /// of its root (see [`CompositeGroupInfo`]).
     pub parent: Option<GroupKey>,
     /// spec.disruptionMode.
     pub disruption_mode: DisruptionMode,
@@ -133,7 +134,7 @@ impl CompositePolicy {
 /// `parent`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CompositeGroupInfo {
-    /// Identity (kind [`GroupKind::CompositePodGroup`]).
+    /// Identity (kind [`GroupKind::CompositePodGroup`](super::GroupKind::CompositePodGroup)).
     pub key: GroupKey,
     /// metadata.uid.
     pub uid: Arc<str>,
