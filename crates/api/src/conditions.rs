@@ -38,9 +38,6 @@ pub mod reasons {
     /// Pod `PodScheduled=False`: the pod has `spec.schedulingGates` (core `PodReasonSchedulingGated`, written by the
     /// API server itself).
     pub const SCHEDULING_GATED: &str = "SchedulingGated";
-    /// `CompositePodGroupInitiallyScheduled`: the group layout is invalid at runtime (cycle, depth above 4,
-    /// several Workloads); the message gives the violation.
-    pub const INVALID: &str = "Invalid";
 }
 
 /// Condition status values.

@@ -12,24 +12,10 @@ use phalanx_api::{conditions::reasons, v1alpha3::CompositePodGroup, v1beta1::Pod
 use phalanx_scheduler::{EntityKey, Gate, GateReason, GroupKey, GroupKind, GroupPolicy, PodKey, is_terminal};
 use phalanx_store::pod_node;
 
-use crate::{convert, names, runtime::Driver};
-
-/// A group condition the driver wants written, for the group object with `uid`.
-#[derive(Clone, Debug)]
-pub(crate) struct WantedCondition {
-    uid: String,
-    type_: &'static str,
-    status: bool,
-    reason: &'static str,
-    message: String,
-}
-
-/// What a serialised status write is about.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub(crate) enum WriteKey {
-    Pod(PodKey),
-    Group(GroupKey),
-}
+use crate::{
+    convert, names,
+    state::{Driver, WantedCondition, WriteKey},
+};
 
 impl Driver {
     /// Writes `PodGroupInitiallyScheduled=True` for standalone PodGroups of ours whose bound members already

@@ -15,16 +15,13 @@ use phalanx_api::conditions::reasons;
 use phalanx_scheduler::{Decision, GroupKey, Outcome, PodKey, QueuedEntity, Snapshot, is_terminal};
 use phalanx_store::pod_node;
 
-use crate::{BindOutcome, names, runtime::Driver, snapshot};
+use crate::{
+    BindOutcome, names, snapshot,
+    state::{BindResult, Driver},
+};
 
 /// Pause before a pod whose bind failed goes back to the queue.
 const BIND_RETRY_DELAY: Duration = Duration::from_secs(1);
-
-/// Result of one background bind, sent back to the loop.
-pub(crate) struct BindResult {
-    pub(crate) key: PodKey,
-    pub(crate) outcome: BindOutcome,
-}
 
 impl Driver {
     /// Builds the cycle's snapshot: considered nodes, the pods bound to them, and assumed pods.

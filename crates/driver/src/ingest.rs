@@ -18,7 +18,7 @@ use phalanx_scheduler::{
 };
 use phalanx_store::{StoreEvent, pod_node};
 
-use crate::{convert, runtime::Driver};
+use crate::{convert, state::Driver};
 
 impl Driver {
     pub(crate) fn on_event(&mut self, ev: StoreEvent) {

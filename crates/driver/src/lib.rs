@@ -31,6 +31,7 @@ pub mod names;
 pub mod node_filter;
 pub mod runtime;
 mod snapshot;
+mod state;
 pub mod status;
 mod writes;
 
@@ -113,7 +114,7 @@ pub fn run(
         opts.config
             .validate()
             .map_err(|e| SchedulingError::Config(e.to_string()))?;
-        runtime::Driver::new(client, store, opts, filter, leader, metrics)
+        state::Driver::new(client, store, opts, filter, leader, metrics)
             .run(shutdown)
             .await
     }

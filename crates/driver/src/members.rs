@@ -17,7 +17,7 @@ use phalanx_scheduler::{
 };
 use phalanx_store::pod_node;
 
-use crate::runtime::Driver;
+use crate::state::Driver;
 
 impl Driver {
     /// The leaf PodGroups an entity schedules (its group, or every leaf of its tree).

@@ -39,7 +39,7 @@ impl Metrics {
         };
         registry.register(
             "scheduler_schedule_attempts",
-            "Scheduling attempts of entities (pods or pod groups) by result: scheduled, unschedulable, error, waiting",
+            "Scheduling attempts of entities (pods or pod groups) by result: scheduled, unschedulable, error, skipped",
             m.attempts.clone(),
         );
         registry.register(
@@ -61,7 +61,7 @@ impl Metrics {
         m
     }
 
-    /// Counts one attempt with `result` (`scheduled`, `unschedulable`, `error`, `waiting`) and its duration.
+    /// Counts one attempt with `result` (`scheduled`, `unschedulable`, `error`, `skipped`) and its duration.
     pub fn attempt(&self, kind: &'static str, result: &'static str, seconds: f64) {
         self.attempts
             .get_or_create(&vec![("result", result.to_owned())])

@@ -1,0 +1,133 @@
+//! The driver's state: what the loop owns (queue, core, caches, writers, tasks) and the small types its parts share.
+//! The parts (`runtime`, `ingest`, `cycle`, `conditions`, `members`) each add methods to [`Driver`] and import only
+//! this module, so no two of them import each other.
+
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+};
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::events::Reporter;
+use phalanx_scheduler::{GroupKey, PodInfo, PodKey, Scheduler, SchedulingQueue};
+use phalanx_store::Store;
+use tokio::{
+    sync::{Semaphore, mpsc, watch},
+    task::JoinSet,
+};
+
+use crate::{
+    BindOutcome, Binder, Metrics, NodeFilter, SchedulerOptions, StatusWriter, convert::ModelCache,
+    writes::Serializer,
+};
+
+/// A group condition the driver wants written, for the group object with `uid`.
+#[derive(Clone, Debug)]
+pub(crate) struct WantedCondition {
+    pub(crate) uid: String,
+    pub(crate) type_: &'static str,
+    pub(crate) status: bool,
+    pub(crate) reason: &'static str,
+    pub(crate) message: String,
+}
+
+/// What a serialised status write is about.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum WriteKey {
+    Pod(PodKey),
+    Group(GroupKey),
+}
+
+/// Result of one background bind, sent back to the loop.
+pub(crate) struct BindResult {
+    pub(crate) key: PodKey,
+    pub(crate) outcome: BindOutcome,
+}
+
+pub(crate) struct Driver {
+    pub(crate) store: Store,
+    pub(crate) opts: SchedulerOptions,
+    pub(crate) filter: NodeFilter,
+    pub(crate) leader: watch::Receiver<bool>,
+    pub(crate) leader_open: bool,
+    pub(crate) metrics: Metrics,
+    pub(crate) queue: SchedulingQueue,
+    pub(crate) scheduler: Scheduler,
+    pub(crate) cache: ModelCache,
+    /// Our pods fed to the queue, as last converted (needed to delete them from the queue).
+    pub(crate) known: HashMap<PodKey, Arc<PodInfo>>,
+    /// Each considered node as ingest last saw it, to tell a real change from a repeat (see `on_node`).
+    pub(crate) nodes_seen: HashMap<String, Arc<phalanx_scheduler::NodeStatic>>,
+    /// Bound pods of other schedulers seen on considered nodes (to report each arrival once).
+    pub(crate) foreign_bound: HashSet<PodKey>,
+    /// PodGroups and CompositePodGroups fed to the queue.
+    pub(crate) known_groups: HashSet<GroupKey>,
+    pub(crate) binder: Binder,
+    pub(crate) writer: StatusWriter,
+    pub(crate) write_permits: Arc<Semaphore>,
+    pub(crate) writes: Serializer<WriteKey>,
+    /// The condition each group should have, as last decided (see `spawn_group_condition`).
+    pub(crate) group_wanted: Arc<std::sync::Mutex<HashMap<GroupKey, WantedCondition>>>,
+    pub(crate) tasks: JoinSet<()>,
+    pub(crate) bind_tx: mpsc::UnboundedSender<BindResult>,
+    pub(crate) bind_rx: mpsc::UnboundedReceiver<BindResult>,
+}
+
+impl Driver {
+    pub(crate) fn new(
+        client: kube::Client,
+        store: Store,
+        opts: SchedulerOptions,
+        filter: NodeFilter,
+        leader: watch::Receiver<bool>,
+        metrics: Metrics,
+    ) -> Self {
+        let reporter = Reporter {
+            controller: opts.scheduler_name.clone(),
+            instance: Some(
+                opts.instance
+                    .clone()
+                    .unwrap_or_else(|| opts.scheduler_name.clone()),
+            ),
+        };
+        let (bind_tx, bind_rx) = mpsc::unbounded_channel();
+        Self {
+            queue: SchedulingQueue::new(&opts.config),
+            scheduler: Scheduler::new(opts.config.clone()),
+            binder: Binder::new(client.clone(), opts.bind_concurrency, opts.bind_timeout),
+            writer: StatusWriter::new(client, reporter, leader.clone()),
+            write_permits: Arc::new(Semaphore::new(opts.status_concurrency.max(1))),
+            writes: Serializer::new(),
+            group_wanted: Arc::default(),
+            store,
+            filter,
+            leader,
+            leader_open: true,
+            metrics,
+            cache: ModelCache::default(),
+            known: HashMap::new(),
+            nodes_seen: HashMap::new(),
+            foreign_bound: HashSet::new(),
+            known_groups: HashSet::new(),
+            tasks: JoinSet::new(),
+            bind_tx,
+            bind_rx,
+            opts,
+        }
+    }
+
+    pub(crate) fn is_leader(&self) -> bool {
+        *self.leader.borrow()
+    }
+
+    pub(crate) fn ours(&self, p: &Pod) -> bool {
+        p.spec.as_ref().and_then(|s| s.scheduler_name.as_deref()) == Some(self.opts.scheduler_name.as_str())
+    }
+
+    pub(crate) fn node_considered(&self, name: &str) -> bool {
+        self.store
+            .nodes()
+            .get(&kube::runtime::reflector::ObjectRef::new(name))
+            .is_some_and(|n| self.filter.matches(n.metadata.labels.as_ref()))
+    }
+}
