@@ -82,11 +82,37 @@ impl Binder {
         let pp = PostParams::default();
         let call = api.create_subresource::<_, serde_json::Value>("binding", name, &pp, &binding);
         match tokio::time::timeout(self.timeout, call).await {
-            Err(_) => BindOutcome::Failed(format!("binding timed out after {:?}", self.timeout)),
+            // The call may have reached the API server: read the pod before calling it a failure.
+            Err(_) => {
+                self.after_timeout(&api, name, pod.metadata.uid.as_deref(), node)
+                    .await
+            }
             Ok(Ok(_)) => BindOutcome::Bound,
             Ok(Err(kube::Error::Api(s))) if s.is_conflict() => classify_conflict(&s.message, node),
             Ok(Err(kube::Error::Api(s))) if s.is_not_found() => BindOutcome::NotFound,
             Ok(Err(e)) => BindOutcome::Failed(e.to_string()),
+        }
+    }
+}
+
+impl Binder {
+    /// What a timed-out bind did: the pod bound to `node` is a success, bound elsewhere (or recreated) a conflict,
+    /// still unbound (or unreadable) a failure.
+    async fn after_timeout(&self, api: &Api<Pod>, name: &str, uid: Option<&str>, node: &str) -> BindOutcome {
+        let timed_out = || BindOutcome::Failed(format!("binding timed out after {:?}", self.timeout));
+        match tokio::time::timeout(self.timeout, api.get_opt(name)).await {
+            Ok(Ok(None)) => BindOutcome::NotFound,
+            Ok(Ok(Some(p))) if p.metadata.uid.as_deref() != uid => {
+                BindOutcome::Conflict(format!("pod {name} was recreated while binding"))
+            }
+            Ok(Ok(Some(p))) => match p.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
+                Some(n) if n == node => BindOutcome::AlreadyBound,
+                Some(n) if !n.is_empty() => {
+                    BindOutcome::Conflict(format!("pod {name} is bound to node {n:?}"))
+                }
+                _ => timed_out(),
+            },
+            _ => timed_out(),
         }
     }
 }

@@ -2,13 +2,10 @@
 //! `pkg/scheduler/schedule_one*.go`): build the snapshot, run the pure core, then act on its
 //! decision: assume and bind in the background, write conditions and events.
 //!
-//! A failed bind was already forgotten in the store, and its pod is requeued after a short pause (upstream
-//! `handleBindingCycleError`: `ForgetPod`, then requeue with backoff).
+//! A failed bind was already forgotten in the store, and its pod goes back to its place in the queue with backoff
+//! (upstream `handleBindingCycleError`: `ForgetPod`, then requeue with backoff).
 
-use std::{
-    sync::Arc,
-    time::{Duration, Instant},
-};
+use std::{sync::Arc, time::Instant};
 
 use kube::ResourceExt;
 use phalanx_api::conditions::reasons;
@@ -19,9 +16,6 @@ use crate::{
     BindOutcome, names, snapshot,
     state::{BindResult, Driver},
 };
-
-/// Pause before a pod whose bind failed goes back to the queue.
-const BIND_RETRY_DELAY: Duration = Duration::from_secs(1);
 
 impl Driver {
     /// Builds the cycle's snapshot: considered nodes, the pods bound to them, and assumed pods.
@@ -148,7 +142,6 @@ impl Driver {
                             .pod_unschedulable(&pod, reasons::SCHEDULER_ERROR, &msg)
                             .await;
                         writer.event_failed(&pod, reasons::SCHEDULER_ERROR, &msg).await;
-                        tokio::time::sleep(BIND_RETRY_DELAY).await;
                     }
                 }
                 let _ = tx.send(BindResult { key, outcome });
@@ -187,6 +180,7 @@ impl Driver {
         }
         let info = self.cache.pod(&p);
         self.known.insert(r.key, info.clone());
-        self.queue.add_pod(info, Instant::now());
+        // Back to its place, with backoff (upstream `handleBindingCycleError`).
+        self.queue.bind_failed(info, Instant::now());
     }
 }

@@ -1028,3 +1028,78 @@ async fn member_of_another_scheduler_is_reported_and_fails_the_group() -> anyhow
     cx.stays_unbound(&["m1", "w1"], Duration::from_secs(2)).await?;
     s.stop().await
 }
+
+/// Sum of the counter samples of `metric` whose labels contain `label` (e.g. `result="error"`).
+fn counter(text: &str, metric: &str, label: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(metric) && l.contains(label))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// A ValidatingAdmissionPolicy that denies `pods/binding` for one pod: the pod reports the rejection, and its
+/// retries back off (upstream `handleBindingCycleError` requeues with backoff: 1 s, 2 s, 4 s, ...). Before the fix
+/// it was retried every second, forever, with an API call and an event each time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn denied_bind_is_reported_and_retried_with_backoff() -> anyhow::Result<()> {
+    use k8s_openapi::api::admissionregistration::v1::{
+        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    };
+    let cx = setup("denybind").await?;
+    cx.node("n", "4").await?;
+    let name = format!("deny-bind-{}", cx.ns);
+    let vap: ValidatingAdmissionPolicy = serde_json::from_value(json!({
+        "metadata": { "name": name },
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": { "resourceRules": [{
+                "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods/binding"]
+            }]},
+            "validations": [{
+                "expression": format!("!(request.namespace == '{}' && object.metadata.name == 'denied')", cx.ns),
+                "message": "binding denied by test policy"
+            }]
+        }
+    }))?;
+    let vapb: ValidatingAdmissionPolicyBinding = serde_json::from_value(json!({
+        "metadata": { "name": name },
+        "spec": { "policyName": name, "validationActions": ["Deny"] }
+    }))?;
+    let vaps: Api<ValidatingAdmissionPolicy> = Api::all(cx.client.clone());
+    let vapbs: Api<ValidatingAdmissionPolicyBinding> = Api::all(cx.client.clone());
+    vaps.create(&PostParams::default(), &vap).await?;
+    vapbs.create(&PostParams::default(), &vapb).await?;
+    // The API server loads policies asynchronously (an informer): give it time before the pod exists.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let s = cx.start(|_| {});
+    let result = async {
+        cx.pod("denied", "1", None).await?;
+        let msg = match cx.wait_pod_reason("denied", "SchedulerError").await {
+            Ok(m) => m,
+            Err(e) => bail!("{e}; bindings: {:?}", cx.bindings().await?),
+        };
+        ensure!(
+            msg.contains("binding denied by test policy"),
+            "the rejection is reported: {msg}"
+        );
+        let start = counter(&s.metrics(), "phalanx_scheduler_binds_total", "result=\"error\"");
+        tokio::time::sleep(Duration::from_secs(7)).await;
+        let end = counter(&s.metrics(), "phalanx_scheduler_binds_total", "result=\"error\"");
+        // Backoff 1+2+4 s fits at most 3-4 attempts in 7 s; one per second would be 7.
+        ensure!(
+            end - start <= 4.0,
+            "bind retried {} times in 7 s: no backoff",
+            end - start
+        );
+        ensure!(end > start || start >= 1.0, "the bind was attempted");
+        // Other pods are unaffected.
+        cx.pod("fine", "1", None).await?;
+        cx.wait_bound(&["fine"]).await?;
+        Ok(())
+    }
+    .await;
+    let _ = vapbs.delete(&name, &DeleteParams::default()).await;
+    let _ = vaps.delete(&name, &DeleteParams::default()).await;
+    result?;
+    s.stop().await
+}

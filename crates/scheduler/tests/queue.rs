@@ -341,3 +341,50 @@ fn update_of_a_bound_member_does_not_wake_its_group() {
     q.update_pod(Arc::new(b2), t);
     assert_eq!(q.counts().unschedulable, 1, "the group stays asleep");
 }
+
+/// A failed bind (upstream `handleBindingCycleError`) backs off exponentially and keeps the pod's place: before
+/// the fix the pod came back at once with a new sequence number, behind pods that arrived after it.
+#[test]
+fn failed_bind_backs_off_and_keeps_its_place() {
+    let mut q = SchedulingQueue::new(&SchedulerConfig::default());
+    let t = Instant::now();
+    let first = pod("first", None, 0);
+    q.add_pod(first.clone(), t);
+    let e = q.pop(t).unwrap();
+    let mut d = Decision::empty(e.key.clone(), Outcome::Scheduled);
+    d.bindings.push(phalanx_scheduler::Binding {
+        pod: first.key.clone(),
+        uid: first.uid.clone(),
+        node: "n1".into(),
+    });
+    q.done(&d, t);
+    assert!(q.pop(t).is_none());
+    let later = t + Duration::from_millis(10);
+    q.add_pod(pod("second", None, 0), later);
+    // The bind of `first` fails: it waits out its backoff (1 s), then comes before `second`.
+    q.bind_failed(first.clone(), later);
+    assert_eq!(q.counts().backoff, 1);
+    let e = q.pop(later).unwrap();
+    assert_eq!(e.key, EntityKey::Pod(PodKey::new("ns", "second")));
+    q.done(&unschedulable(e.key.clone(), &["second"]), later);
+    let e = q.pop(later + Duration::from_secs(1)).unwrap();
+    assert_eq!(e.key, EntityKey::Pod(first.key.clone()));
+    // The second failure in a row doubles the backoff.
+    let mut d = Decision::empty(e.key.clone(), Outcome::Scheduled);
+    d.bindings.push(phalanx_scheduler::Binding {
+        pod: first.key.clone(),
+        uid: first.uid.clone(),
+        node: "n1".into(),
+    });
+    let t2 = later + Duration::from_secs(1);
+    q.done(&d, t2);
+    q.bind_failed(first.clone(), t2);
+    assert!(
+        q.pop(t2 + Duration::from_millis(1900)).is_none(),
+        "still backing off after 1.9 s"
+    );
+    assert!(
+        q.pop(t2 + Duration::from_secs(2)).is_some(),
+        "2 s after the second failure"
+    );
+}

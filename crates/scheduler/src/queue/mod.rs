@@ -114,6 +114,18 @@ struct Entry {
 
 type ActiveKey = (Reverse<i32>, Instant, u64, EntityKey);
 
+/// Where a pod stood when its bind was decided.
+#[derive(Debug, Clone, Copy)]
+struct Sent {
+    /// The entity's queue timestamp and sequence number (its place in the active heap).
+    timestamp: Instant,
+    entity_seq: u64,
+    /// The pod's first-seen sequence number within its entity.
+    pod_seq: u64,
+    /// Consecutive failed binds of this pod (drives the backoff).
+    failures: u32,
+}
+
 /// The queue. Not thread-safe by itself: the driver owns it (or wraps it in a mutex).
 #[derive(Debug)]
 pub struct SchedulingQueue {
@@ -129,6 +141,9 @@ pub struct SchedulingQueue {
     gate_changes: Vec<(EntityKey, Option<Gate>)>,
     /// CompositePodGroups, hierarchy leaves, parent links and where each leaf's pods live.
     forest: WorkloadForest,
+    /// Pods whose bind was decided and not yet confirmed by the watch: where they stood, so that a failed bind puts
+    /// them back in place (see [`SchedulingQueue::bind_failed`]).
+    sent: HashMap<PodKey, Sent>,
     /// Leaves to move once the in-flight entity holding or receiving them is done.
     deferred: Vec<GroupKey>,
 }
@@ -148,6 +163,7 @@ impl SchedulingQueue {
             seq: 0,
             gate_changes: Vec::new(),
             forest: WorkloadForest::default(),
+            sent: HashMap::new(),
             deferred: Vec::new(),
         }
     }
@@ -245,6 +261,8 @@ impl SchedulingQueue {
     /// assigned).
     pub fn update_pod(&mut self, pod: Arc<PodInfo>, now: Instant) {
         if pod.node_name.is_some() {
+            // The watch shows it bound: its bind is confirmed.
+            self.sent.remove(&pod.key);
             let key = self.entity_of(&pod);
             let already_assigned = self
                 .entries
@@ -274,6 +292,7 @@ impl SchedulingQueue {
     /// Deletes a pod (pending or assigned). Deleting an assigned pod frees capacity and wakes
     /// unschedulable entities.
     pub fn delete_pod(&mut self, pod: &PodInfo, now: Instant) {
+        self.sent.remove(&pod.key);
         let key = self.entity_of(pod);
         let mut was_assigned = pod.node_name.is_some();
         if let Some(e) = self.entries.get_mut(&key) {
@@ -299,6 +318,7 @@ impl SchedulingQueue {
     pub fn on_event(&mut self, event: ClusterEvent, now: Instant) {
         match event {
             ClusterEvent::AssignedPodAdded { pod, group } => {
+                self.sent.remove(&pod);
                 if let Some(g) = group {
                     let key = self.forest.home_of(&g);
                     let e = self.entry_mut(&key, now);
@@ -538,6 +558,18 @@ impl SchedulingQueue {
         };
         for b in &decision.bindings {
             let removed = e.pods.remove(&b.pod);
+            let failures = self.sent.get(&b.pod).map_or(0, |s| s.failures);
+            if let Some((_, pod_seq)) = &removed {
+                self.sent.insert(
+                    b.pod.clone(),
+                    Sent {
+                        timestamp: e.timestamp,
+                        entity_seq: e.seq,
+                        pod_seq: *pod_seq,
+                        failures,
+                    },
+                );
+            }
             if e.is_group {
                 let g = removed.and_then(|(p, _)| p.group_key());
                 e.assigned.insert(b.pod.clone(), g);
@@ -592,6 +624,55 @@ impl SchedulingQueue {
             self.place(&key, now);
         }
         self.cleanup(&key);
+    }
+
+    /// A bind decided by a cycle failed (upstream `handleBindingCycleError`: the pod is forgotten, then requeued
+    /// with backoff). The pod goes back to its entity at the place it held: its first-seen order among the members,
+    /// and, for an entity that had nothing else pending, the entity's old queue timestamp. It backs off
+    /// `min(initial * 2^(n-1), max * sqrt(size))` after its n-th consecutive failure, so a webhook that denies
+    /// `pods/binding` costs one attempt per backoff step, not one per second.
+    pub fn bind_failed(&mut self, pod: Arc<PodInfo>, now: Instant) {
+        let sent = self.sent.remove(&pod.key);
+        let failures = sent.map_or(1, |s| s.failures + 1);
+        let key = self.entity_of(&pod);
+        let fresh_seq = self.next_seq();
+        let in_flight = self
+            .entries
+            .get(&key)
+            .is_some_and(|e| matches!(e.loc, Loc::InFlight { .. }));
+        if !in_flight {
+            // Out of the heaps before its keys change.
+            self.detach(&key);
+        }
+        let e = self.entry_mut(&key, now);
+        if let Some(s) = sent
+            && e.pods.is_empty()
+            && !in_flight
+        {
+            e.timestamp = s.timestamp;
+            e.seq = s.entity_seq;
+        }
+        e.assigned.remove(&pod.key);
+        let pod_seq = sent.map_or(fresh_seq, |s| s.pod_seq);
+        e.pods.insert(pod.key.clone(), (pod.clone(), pod_seq));
+        let size = e.pods.len();
+        let until = now + self.backoff_duration(failures, size);
+        let e = self.entries.get_mut(&key).expect("present");
+        e.backoff_until = Some(e.backoff_until.map_or(until, |t| t.max(until)));
+        let (timestamp, entity_seq) = (e.timestamp, e.seq);
+        // Remember the count until the next successful bind.
+        self.sent.insert(
+            pod.key.clone(),
+            Sent {
+                timestamp,
+                entity_seq,
+                pod_seq,
+                failures,
+            },
+        );
+        if !in_flight {
+            self.reevaluate(&key, now);
+        }
     }
 
     /// When the next backoff expires or the next flush is due; the driver sleeps until then
