@@ -12,7 +12,6 @@ use phalanx_store::Store;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
-use tokio::sync::watch;
 
 use crate::ControllerOptions;
 
@@ -99,7 +98,7 @@ pub struct Context {
     /// Metrics handles.
     pub metrics: Metrics,
     /// True while this replica holds the Lease.
-    pub leader: watch::Receiver<bool>,
+    pub leader: phalanx_store::Leader,
     /// Options.
     pub opts: ControllerOptions,
     book: Mutex<Bookkeeping>,
@@ -111,7 +110,7 @@ impl Context {
         client: Client,
         store: Store,
         opts: ControllerOptions,
-        leader: watch::Receiver<bool>,
+        leader: phalanx_store::Leader,
         metrics: Metrics,
     ) -> Self {
         let reporter = Reporter {
@@ -132,7 +131,7 @@ impl Context {
 
     /// True while writes are allowed.
     pub fn is_leader(&self) -> bool {
-        *self.leader.borrow()
+        self.leader.is_leader()
     }
 
     fn book(&self) -> MutexGuard<'_, Bookkeeping> {

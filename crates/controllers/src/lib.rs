@@ -31,7 +31,6 @@ use kube::Client;
 use kube::runtime::controller::{self, Action, applier};
 use phalanx_store::Store;
 use prometheus_client::registry::Registry;
-use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::context::{Context, Ctx, Metrics};
@@ -144,17 +143,18 @@ async fn collect_garbage(ctx: Ctx, shutdown: CancellationToken) {
 /// `opts.concurrency` reconciles at once and never two for the same object.
 ///
 /// Errors: none in normal operation; reconcile failures are retried with backoff and logged, not returned.
-pub fn run_controllers(
+pub fn run_controllers<L: Into<phalanx_store::Leader>>(
     client: Client,
     store: Store,
     opts: ControllerOptions,
-    leader: watch::Receiver<bool>,
+    leader: L,
     shutdown: CancellationToken,
     registry: &mut Registry,
-) -> impl Future<Output = anyhow::Result<()>> + Send + use<> {
+) -> impl Future<Output = anyhow::Result<()>> + Send + use<L> {
     let metrics = Metrics::register(registry);
+    let leader: phalanx_store::Leader = leader.into();
     async move {
-        let mut waiting = leader.clone();
+        let mut waiting = leader.receiver();
         tokio::select! {
             () = shutdown.cancelled() => return Ok(()),
             r = waiting.wait_for(|l| *l) => if r.is_err() { return Ok(()) },

@@ -14,6 +14,7 @@ use kube::{
     Api, Client,
     api::{ObjectMeta, PostParams},
 };
+use phalanx_store::Leader;
 use tokio::sync::Semaphore;
 
 /// What happened to one bind call.
@@ -44,15 +45,18 @@ pub struct Binder {
     client: Client,
     permits: Arc<Semaphore>,
     timeout: Duration,
+    leader: Leader,
 }
 
 impl Binder {
-    /// A binder over `client` with `concurrency` parallel calls (minimum 1) and a per-call `timeout`.
-    pub fn new(client: Client, concurrency: usize, timeout: Duration) -> Self {
+    /// A binder over `client` with `concurrency` parallel calls (minimum 1) and a per-call `timeout`; it sends only
+    /// while `leader` holds.
+    pub fn new(client: Client, concurrency: usize, timeout: Duration, leader: Leader) -> Self {
         Self {
             client,
             permits: Arc::new(Semaphore::new(concurrency.max(1))),
             timeout,
+            leader,
         }
     }
 
@@ -64,6 +68,11 @@ impl Binder {
         let Ok(_permit) = self.permits.acquire().await else {
             return BindOutcome::Failed("binder closed".into());
         };
+        // Leadership is checked here, after the wait for a permit, at the moment the call is sent: a replica that
+        // was paused or lost the Lease while queued must not bind beside the new leader.
+        if !self.leader.is_leader() {
+            return BindOutcome::Failed("not the leader: the Lease is not confirmed".into());
+        }
         let binding = Binding {
             metadata: ObjectMeta {
                 name: Some(name.to_owned()),

@@ -29,6 +29,7 @@ mod members;
 pub mod metrics;
 pub mod names;
 pub mod node_filter;
+pub mod progress;
 pub mod runtime;
 mod snapshot;
 mod state;
@@ -39,13 +40,13 @@ use std::{future::Future, time::Duration};
 
 use phalanx_scheduler::SchedulerConfig;
 use prometheus_client::registry::Registry;
-use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 pub use binder::{BindOutcome, Binder};
 pub use evict::{EvictOutcome, Evictor};
 pub use metrics::Metrics;
 pub use node_filter::{NodeFilter, NodeFilterError};
+pub use progress::Progress;
 pub use status::{FIELD_MANAGER, StatusWriter};
 
 /// Options of one scheduler instance.
@@ -66,6 +67,8 @@ pub struct SchedulerOptions {
     pub instance: Option<String>,
     /// Core configuration (plugin weights, backoff, flush interval, ...).
     pub config: SchedulerConfig,
+    /// Beaten by the scheduling loop on every iteration (the liveness probe reads it).
+    pub progress: Progress,
 }
 
 impl Default for SchedulerOptions {
@@ -78,6 +81,7 @@ impl Default for SchedulerOptions {
             node_selector: None,
             instance: None,
             config: SchedulerConfig::default(),
+            progress: Progress::default(),
         }
     }
 }
@@ -99,15 +103,16 @@ pub enum SchedulingError {
 /// `Send + 'static` and does not borrow the registry. The future waits for `store` to be ready, then keeps the queue
 /// warm at all times but pops, binds and writes only while `leader` reads true. Errors: an invalid
 /// `node_selector` or configuration (returned at once by the future).
-pub fn run(
+pub fn run<L: Into<phalanx_store::Leader>>(
     client: kube::Client,
     store: phalanx_store::Store,
     opts: SchedulerOptions,
-    leader: watch::Receiver<bool>,
+    leader: L,
     shutdown: CancellationToken,
     registry: &mut Registry,
-) -> impl Future<Output = anyhow::Result<()>> + Send + use<> {
+) -> impl Future<Output = anyhow::Result<()>> + Send + use<L> {
     let metrics = Metrics::register(registry);
+    let leader = leader.into();
     async move {
         let filter = NodeFilter::parse(opts.node_selector.as_deref().unwrap_or_default())
             .map_err(SchedulingError::from)?;

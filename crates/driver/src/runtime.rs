@@ -32,6 +32,7 @@ impl Driver {
         self.resync();
         let mut was_leader = false;
         loop {
+            self.opts.progress.beat();
             // Drain everything that is already there, coalescing resyncs.
             let mut resync = false;
             loop {
@@ -79,7 +80,7 @@ impl Driver {
                 () = shutdown.cancelled() => Wake::Shutdown,
                 ev = events.recv() => Wake::Event(ev),
                 r = self.bind_rx.recv() => Wake::Bind(r),
-                r = self.leader.changed(), if leader_open => {
+                r = self.leader_rx.changed(), if leader_open => {
                     if r.is_err() {
                         self.leader_open = false;
                     }

@@ -10,7 +10,7 @@ use std::{
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::events::Reporter;
 use phalanx_scheduler::{GroupKey, PodInfo, PodKey, Scheduler, SchedulingQueue};
-use phalanx_store::Store;
+use phalanx_store::{Leader, Store};
 use tokio::{
     sync::{Semaphore, mpsc, watch},
     task::JoinSet,
@@ -48,7 +48,10 @@ pub(crate) struct Driver {
     pub(crate) store: Store,
     pub(crate) opts: SchedulerOptions,
     pub(crate) filter: NodeFilter,
-    pub(crate) leader: watch::Receiver<bool>,
+    /// Leadership with its fencing deadline: asked at the moment of every write.
+    pub(crate) leader: Leader,
+    /// The flag's receiver, to wake the loop when it changes.
+    pub(crate) leader_rx: watch::Receiver<bool>,
     pub(crate) leader_open: bool,
     pub(crate) metrics: Metrics,
     pub(crate) queue: SchedulingQueue,
@@ -79,7 +82,7 @@ impl Driver {
         store: Store,
         opts: SchedulerOptions,
         filter: NodeFilter,
-        leader: watch::Receiver<bool>,
+        leader: Leader,
         metrics: Metrics,
     ) -> Self {
         let reporter = Reporter {
@@ -94,13 +97,19 @@ impl Driver {
         Self {
             queue: SchedulingQueue::new(&opts.config),
             scheduler: Scheduler::new(opts.config.clone()),
-            binder: Binder::new(client.clone(), opts.bind_concurrency, opts.bind_timeout),
+            binder: Binder::new(
+                client.clone(),
+                opts.bind_concurrency,
+                opts.bind_timeout,
+                leader.clone(),
+            ),
             writer: StatusWriter::new(client, reporter, leader.clone()),
             write_permits: Arc::new(Semaphore::new(opts.status_concurrency.max(1))),
             writes: Serializer::new(),
             group_wanted: Arc::default(),
             store,
             filter,
+            leader_rx: leader.receiver(),
             leader,
             leader_open: true,
             metrics,
@@ -117,7 +126,7 @@ impl Driver {
     }
 
     pub(crate) fn is_leader(&self) -> bool {
-        *self.leader.borrow()
+        self.leader.is_leader()
     }
 
     pub(crate) fn ours(&self, p: &Pod) -> bool {

@@ -22,9 +22,9 @@ use kube::{
     runtime::events::{Event, EventType, Recorder, Reporter},
 };
 use phalanx_api::conditions::reasons;
+use phalanx_store::Leader;
 use serde::de::DeserializeOwned;
 use serde_json::json;
-use tokio::sync::watch;
 
 /// Field manager of every write the scheduler makes.
 pub use phalanx_api::field_managers::SCHEDULER as FIELD_MANAGER;
@@ -64,12 +64,12 @@ impl Recorders {
 pub struct StatusWriter {
     client: Client,
     recorders: Arc<Recorders>,
-    leader: watch::Receiver<bool>,
+    leader: Leader,
 }
 
 impl StatusWriter {
     /// A writer that publishes events as `reporter` and writes only while `leader` is true.
-    pub fn new(client: Client, reporter: Reporter, leader: watch::Receiver<bool>) -> Self {
+    pub fn new(client: Client, reporter: Reporter, leader: Leader) -> Self {
         Self {
             recorders: Arc::new(Recorders {
                 client: client.clone(),
@@ -81,9 +81,9 @@ impl StatusWriter {
         }
     }
 
-    /// True while this replica holds the lease.
+    /// True while this replica holds the Lease and its fencing deadline has not passed (see `phalanx_store::Leader`).
     pub fn is_leader(&self) -> bool {
-        *self.leader.borrow()
+        self.leader.is_leader()
     }
 
     /// Sets `PodScheduled=False` with `reason`/`message` on the pod unless it already says exactly that.

@@ -18,6 +18,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::jiff::Timestamp;
 use kube::{Api, Client};
 use kube_lease_manager::LeaseManagerBuilder;
+use phalanx_store::{Leader, LeaderFence};
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -62,10 +63,12 @@ pub enum OnLeaseLost {
     Cancel,
 }
 
-/// A running election: the receiver handed to the components, and the background tasks.
+/// A running election: the leadership handed to the components, and the background tasks.
 pub struct Leadership {
-    /// `true` while this replica may write.
+    /// `true` while this replica holds the Lease (the flag; components should use [`Leadership::leader`]).
     pub receiver: watch::Receiver<bool>,
+    /// The flag with its fencing deadline, for the components: writes are allowed only while it holds.
+    pub leader: Leader,
     sender: Option<watch::Sender<bool>>,
     lost: watch::Receiver<bool>,
     lease_task: Option<JoinHandle<()>>,
@@ -132,6 +135,7 @@ pub async fn start(
         gauge.set(1);
         // The sender stays in `Leadership` until `release`, so receivers never see a closed channel.
         return Ok(Leadership {
+            leader: Leader::from(rx.clone()),
             receiver: rx,
             sender: Some(tx),
             lost: lost_rx,
@@ -187,6 +191,7 @@ pub async fn start(
     // Components read our own channel, not the lease manager's: the guard below can then force it to `false`
     // before the process stops, even when the lease manager still believes it holds the Lease.
     let (tx, receiver) = watch::channel(false);
+    let (leader, fence) = Leader::fenced(receiver.clone());
     // Kept until `release`, so components never see a closed channel while they drain.
     let keep_sender = tx.clone();
     let guard = LeaseGuard {
@@ -197,6 +202,11 @@ pub async fn start(
         // already have taken over, so this one must not write any more.
         deadline: Duration::from_secs(config.lease_duration_secs - config.grace_secs),
         interval: Duration::from_secs((config.grace_secs / 2).max(1)),
+        // Writes stay allowed until the confirmed renewTime plus this, kept short of the term (renewTime +
+        // leaseDurationSeconds, when another replica may take the Lease) by half the grace, for clock skew and
+        // request latency. Renewals come every `duration - grace`, so consecutive windows overlap.
+        valid_for: Duration::from_millis(config.lease_duration_secs * 1000 - config.grace_secs * 500),
+        fence,
     };
     let monitor = tokio::spawn(async move {
         // Wait to become leader.
@@ -209,16 +219,34 @@ pub async fn start(
                 changed = rx.changed() => if changed.is_err() { return },
             }
         }
+        // Grant writes only once the Lease is read back as ours: the fence starts at its confirmed renewTime.
+        let mut confirmed = Instant::now();
+        loop {
+            match guard.check().await {
+                Ok(()) => break,
+                Err(GuardError::Lost(why)) => {
+                    tracing::warn!(reason = %why, "Lease not yet confirmed after acquiring it")
+                }
+                Err(GuardError::Unconfirmed(e)) => tracing::warn!(error = %e, "cannot confirm the Lease"),
+            }
+            if confirmed.elapsed() > guard.deadline {
+                break;
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(guard.interval) => {}
+            }
+        }
+        confirmed = Instant::now();
         gauge.set(1);
         let _ = tx.send(true);
         tracing::info!("acquired the Lease: this replica now schedules and writes");
         // Wait to lose it: the lease manager says so at its next renewal, or the guard sees another holder, an
         // expired Lease, or no confirmation within the deadline.
-        let mut confirmed = Instant::now();
         let mut tick = tokio::time::interval(guard.interval);
         let why = loop {
             tokio::select! {
-                _ = shutdown.cancelled() => { let _ = tx.send(false); gauge.set(0); return; }
+                _ = shutdown.cancelled() => { guard.fence.revoke(); let _ = tx.send(false); gauge.set(0); return; }
                 changed = rx.changed() => {
                     if changed.is_err() || !*rx.borrow_and_update() {
                         break "the lease manager reports it lost".to_owned();
@@ -236,6 +264,7 @@ pub async fn start(
                 },
             }
         };
+        guard.fence.revoke();
         let _ = tx.send(false);
         gauge.set(0);
         manager_abort.abort();
@@ -252,6 +281,7 @@ pub async fn start(
 
     Ok(Leadership {
         receiver,
+        leader,
         sender: Some(keep_sender),
         lost: lost_rx,
         lease_task: Some(lease_task),
@@ -267,6 +297,8 @@ struct LeaseGuard {
     identity: String,
     deadline: Duration,
     interval: Duration,
+    valid_for: Duration,
+    fence: LeaderFence,
 }
 
 enum GuardError {
@@ -277,13 +309,31 @@ enum GuardError {
 }
 
 impl LeaseGuard {
+    /// Reads the Lease (bounded by the check interval, so a hung API server cannot stall the guard) and, when it is
+    /// still ours, moves the fence to its renewTime + `valid_for`, in this process's monotonic clock.
     async fn check(&self) -> Result<(), GuardError> {
-        let lease = self
-            .leases
-            .get(&self.name)
-            .await
-            .map_err(|e| GuardError::Unconfirmed(e.to_string()))?;
-        held_by(&lease, &self.identity, Timestamp::now()).map_err(GuardError::Lost)
+        let lease = match tokio::time::timeout(self.interval, self.leases.get(&self.name)).await {
+            Err(_) => {
+                return Err(GuardError::Unconfirmed(format!(
+                    "reading the Lease took over {:?}",
+                    self.interval
+                )));
+            }
+            Ok(r) => r.map_err(|e| GuardError::Unconfirmed(e.to_string()))?,
+        };
+        let now = Timestamp::now();
+        held_by(&lease, &self.identity, now).map_err(GuardError::Lost)?;
+        if let Some(renewed) = lease.spec.as_ref().and_then(|s| s.renew_time.as_ref()) {
+            // Time left from now until renewTime + valid_for, by the wall clock that wrote renewTime (ours).
+            let end_ms = renewed
+                .0
+                .as_millisecond()
+                .saturating_add(self.valid_for.as_millis() as i64);
+            let left_ms = end_ms.saturating_sub(now.as_millisecond()).max(0) as u64;
+            self.fence
+                .extend_until(Instant::now() + Duration::from_millis(left_ms));
+        }
+        Ok(())
     }
 }
 

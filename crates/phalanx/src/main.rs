@@ -13,8 +13,20 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Crds => {
-            print!("{}", phalanx_api::crds::to_yaml());
-            ExitCode::SUCCESS
+            // `phalanx crds | head` closes the pipe early: that is the reader's choice, not an error (print! would
+            // panic on the broken pipe).
+            use std::io::Write as _;
+            match std::io::stdout()
+                .lock()
+                .write_all(phalanx_api::crds::to_yaml().as_bytes())
+            {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("phalanx: writing the CRDs failed: {e}");
+                    ExitCode::FAILURE
+                }
+            }
         }
         Command::Version => {
             println!("phalanx {}", phalanx::VERSION);

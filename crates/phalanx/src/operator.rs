@@ -92,11 +92,13 @@ pub async fn run(client: Client, mut opts: RunOptions, shutdown: CancellationTok
     )
     .await?;
 
+    let progress = phalanx_driver::Progress::default();
     let scheduler = wiring::scheduler(
         &client,
         &store,
         &opts,
-        leadership.receiver.clone(),
+        leadership.leader.clone(),
+        progress.clone(),
         shutdown.clone(),
         &mut registry,
     )?;
@@ -104,12 +106,13 @@ pub async fn run(client: Client, mut opts: RunOptions, shutdown: CancellationTok
         &client,
         &store,
         &opts,
-        leadership.receiver.clone(),
+        leadership.leader.clone(),
         shutdown.clone(),
         &mut registry,
     )?;
 
     let health = Arc::new(Health::default());
+    health.watch_progress(progress);
     let app = server::router(health.clone(), Arc::new(registry));
     let mut tasks: JoinSet<(&'static str, anyhow::Result<()>)> = JoinSet::new();
     {

@@ -21,10 +21,18 @@ use tokio_util::sync::CancellationToken;
 /// Content type of `/metrics` (OpenMetrics 1.0 text, what `prometheus_client::encoding::text` writes).
 pub const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
+/// How long the scheduling loop may go without a beat before `/healthz` fails. The loop beats at least once a
+/// second when idle; a single cycle of a 1,000-pod gang on 5,000 nodes takes milliseconds.
+pub const STUCK_AFTER: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Shared health flags, set by the operator and read by the probes.
 #[derive(Debug, Default)]
 pub struct Health {
     ready: AtomicBool,
+    /// The scheduling loop's heartbeat, once the loop runs.
+    progress: std::sync::OnceLock<phalanx_driver::Progress>,
+    /// Overrides [`STUCK_AFTER`] (tests).
+    stuck_after: Option<std::time::Duration>,
 }
 
 impl Health {
@@ -37,6 +45,22 @@ impl Health {
     pub fn is_ready(&self) -> bool {
         self.ready.load(Ordering::Acquire)
     }
+
+    /// Ties `/healthz` to the scheduling loop's heartbeat.
+    pub fn watch_progress(&self, progress: phalanx_driver::Progress) {
+        let _ = self.progress.set(progress);
+    }
+
+    /// `Err(why)` when the scheduling loop has not beaten for [`STUCK_AFTER`] (only once it has started: the caches
+    /// sync first).
+    pub fn is_live(&self) -> Result<(), String> {
+        match self.progress.get() {
+            Some(p) if self.is_ready() && p.age() > self.stuck_after.unwrap_or(STUCK_AFTER) => {
+                Err(format!("scheduling loop stuck: no progress for {:?}", p.age()))
+            }
+            _ => Ok(()),
+        }
+    }
 }
 
 #[derive(Clone)]
@@ -48,11 +72,18 @@ struct AppState {
 /// Builds the router. `registry` must be complete (every component registered) before it is frozen in the `Arc`.
 pub fn router(health: Arc<Health>, registry: Arc<Registry>) -> Router {
     Router::new()
-        .route("/healthz", get(|| async { "ok" }))
-        .route("/livez", get(|| async { "ok" }))
+        .route("/healthz", get(livez))
+        .route("/livez", get(livez))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .with_state(AppState { health, registry })
+}
+
+async fn livez(State(state): State<AppState>) -> Response {
+    match state.health.is_live() {
+        Ok(()) => (StatusCode::OK, "ok").into_response(),
+        Err(why) => (StatusCode::INTERNAL_SERVER_ERROR, why).into_response(),
+    }
 }
 
 async fn readyz(State(state): State<AppState>) -> Response {
@@ -128,6 +159,26 @@ mod tests {
             .map(str::to_owned);
         let body = to_bytes(resp.into_body(), 1 << 20).await.expect("body");
         (status, String::from_utf8_lossy(&body).into_owned(), ct)
+    }
+
+    #[tokio::test]
+    async fn healthz_fails_when_the_loop_stops_beating() {
+        let health = Arc::new(Health {
+            stuck_after: Some(std::time::Duration::from_millis(50)),
+            ..Health::default()
+        });
+        let progress = phalanx_driver::Progress::default();
+        health.watch_progress(progress.clone());
+        health.set_ready(true);
+        let app = router(health.clone(), Arc::new(Registry::default()));
+        progress.beat();
+        assert_eq!(get_path(app.clone(), "/healthz").await.0, StatusCode::OK);
+        tokio::time::sleep(std::time::Duration::from_millis(80)).await;
+        let (code, body, _) = get_path(app.clone(), "/healthz").await;
+        assert_eq!(code, StatusCode::INTERNAL_SERVER_ERROR, "{body}");
+        assert!(body.contains("scheduling loop stuck"), "{body}");
+        progress.beat();
+        assert_eq!(get_path(app, "/healthz").await.0, StatusCode::OK);
     }
 
     #[tokio::test]

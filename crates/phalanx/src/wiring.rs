@@ -10,7 +10,6 @@ use std::time::Duration;
 use kube::Client;
 use phalanx_store::{Store, StoreConfig};
 use prometheus_client::registry::Registry;
-use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::options::RunOptions;
@@ -45,7 +44,8 @@ pub fn scheduler(
     client: &Client,
     store: &Store,
     opts: &RunOptions,
-    leader: watch::Receiver<bool>,
+    leader: phalanx_store::Leader,
+    progress: phalanx_driver::Progress,
     shutdown: CancellationToken,
     registry: &mut Registry,
 ) -> anyhow::Result<Task> {
@@ -58,6 +58,7 @@ pub fn scheduler(
         node_selector: (!opts.node_selector.trim().is_empty()).then(|| opts.node_selector.clone()),
         instance: opts.instance.clone(),
         config: opts.config.scheduler.clone(),
+        progress,
     };
     let fut = phalanx_driver::run(
         client.clone(),
@@ -75,7 +76,7 @@ pub fn controllers(
     client: &Client,
     store: &Store,
     opts: &RunOptions,
-    leader: watch::Receiver<bool>,
+    leader: phalanx_store::Leader,
     shutdown: CancellationToken,
     registry: &mut Registry,
 ) -> anyhow::Result<Task> {

@@ -9,6 +9,7 @@
 
 pub mod assumed;
 pub mod index;
+pub mod leader;
 pub mod priority;
 mod reflectors;
 
@@ -28,6 +29,7 @@ use tokio::{sync::broadcast, time::Instant};
 
 pub use assumed::{AssumeCache, AssumedPod};
 pub use index::{ClusterIndex, pod_group_key, pod_group_name, pod_node};
+pub use leader::{Leader, LeaderFence};
 // Keys and hierarchy rules are defined once, in the pure core, and shared with the driver and the controllers.
 pub use phalanx_scheduler::hierarchy::{
     Ancestry, GroupNode, HierarchyError, MAX_TREE_DEPTH, check_edge, validate_ancestry, validate_tree,
