@@ -56,6 +56,84 @@ impl Driver {
                 );
             }
         }
+        self.catch_up_trees();
+    }
+
+    /// The same catch-up for CompositePodGroup trees: a root whose tree is placed by its bound pods (every level
+    /// meets `minGroupCount` with children that are placed, a leaf meets `minCount` with bound members) gets True,
+    /// and so does every group of it that is placed, leaves and inner groups alike (a root's cycle would have
+    /// written the same). Walks at most [`phalanx_scheduler::hierarchy::MAX_TREE_DEPTH`] levels.
+    fn catch_up_trees(&mut self) {
+        use phalanx_api::conditions::{
+            COMPOSITE_POD_GROUP_INITIALLY_SCHEDULED, POD_GROUP_INITIALLY_SCHEDULED,
+        };
+        let classes = self.store.priority_classes().state();
+        for root in self.store.composite_pod_groups().state() {
+            if root.spec.parent_composite_pod_group_name.is_some() {
+                continue;
+            }
+            let root_done = phalanx_api::conditions::is_condition_true(
+                convert::composite_conditions(&root),
+                COMPOSITE_POD_GROUP_INITIALLY_SCHEDULED,
+            );
+            let key = GroupKey::composite(&root.namespace().unwrap_or_default(), &root.name_any());
+            let mut placed = Vec::new();
+            let mut ours = false;
+            if !self.tree_placed(&key, 1, &classes, &mut placed, &mut ours) || !ours || root_done {
+                continue;
+            }
+            for g in placed {
+                let type_ = match g.kind {
+                    GroupKind::PodGroup => POD_GROUP_INITIALLY_SCHEDULED,
+                    GroupKind::CompositePodGroup => COMPOSITE_POD_GROUP_INITIALLY_SCHEDULED,
+                };
+                self.spawn_group_condition(g, type_, true, reasons::SCHEDULED, String::new());
+            }
+        }
+    }
+
+    /// Whether the group `key` is placed by its bound pods; pushes every placed group of its subtree to `placed`
+    /// and sets `ours` when a member is this scheduler's.
+    fn tree_placed(
+        &self,
+        key: &GroupKey,
+        depth: usize,
+        classes: &[Arc<k8s_openapi::api::scheduling::v1::PriorityClass>],
+        placed: &mut Vec<GroupKey>,
+        ours: &mut bool,
+    ) -> bool {
+        if depth > phalanx_scheduler::hierarchy::MAX_TREE_DEPTH {
+            return false;
+        }
+        let ok = match key.kind {
+            GroupKind::PodGroup => {
+                let Some(pg) = self.store.pod_group(&key.namespace, &key.name) else {
+                    return false;
+                };
+                let members = self.store.group_members(key);
+                *ours |= members.iter().any(|p| self.ours(p));
+                let bound = members
+                    .iter()
+                    .filter(|p| pod_node(p).is_some() && !is_terminal(p))
+                    .count();
+                bound >= convert::group_info(&pg, classes).policy.min_count().max(1) as usize
+            }
+            GroupKind::CompositePodGroup => {
+                let Some(cpg) = self.store.composite_pod_group(&key.namespace, &key.name) else {
+                    return false;
+                };
+                let children = self.store.hierarchy().children(key);
+                let ready = children
+                    .iter()
+                    .filter(|c| self.tree_placed(c, depth + 1, classes, placed, ours))
+                    .count();
+                ready >= convert::composite_info(&cpg, classes).policy.min_group_count() as usize
+            }
+        };
+        if ok {
+            placed.push(key.clone());
+        }
+        ok
     }
 
     /// Queues `PodScheduled=False` for a pod, checked when it runs: skipped if the pod is gone, recreated, bound

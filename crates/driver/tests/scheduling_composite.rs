@@ -376,3 +376,26 @@ async fn s41_lite_failing_subtree_binds_nothing() -> anyhow::Result<()> {
     ctx.stays_unbound(&pending, Duration::from_secs(2)).await?;
     sched.stop().await
 }
+
+/// The crash window between binds and condition writes, for a CompositePodGroup tree: a tree whose pods were all
+/// bound by a scheduler that died before writing conditions gets `CompositePodGroupInitiallyScheduled=True` on the
+/// root and `PodGroupInitiallyScheduled=True` on its leaves from the next scheduler, though no cycle runs for it.
+/// Before the fix only standalone PodGroups were caught up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bound_tree_without_conditions_is_caught_up_after_restart() -> anyhow::Result<()> {
+    let cx = setup("treecatchup").await?;
+    let node = cx.node("n", "8").await?;
+    cx.cpg("root", Some(2), None).await?;
+    cx.pod_group("a", 2, "root").await?;
+    cx.pod_group("b", 1, "root").await?;
+    let mut pods = cx.pods_of("a", 2, "1").await?;
+    pods.extend(cx.pods_of("b", 1, "1").await?);
+    for p in &pods {
+        phalanx_testenv::bind_pod(&cx.client, &cx.ns, p, &node).await?;
+    }
+    let s = cx.start();
+    cx.wait_cpg("root", "True", "Scheduled").await?;
+    cx.wait_pg("a", "True", "Scheduled").await?;
+    cx.wait_pg("b", "True", "Scheduled").await?;
+    s.stop().await
+}

@@ -25,6 +25,11 @@ pub const DEFAULT_MILLI_CPU_REQUEST: i64 = 100;
 /// (upstream `DefaultMemoryRequest`, 200 MiB).
 pub const DEFAULT_MEMORY_REQUEST: i64 = 200 * 1024 * 1024;
 
+/// The largest quantity the core computes with, per resource: 2^50 (1 PiB of memory, about 10^12 millicores). A pod
+/// requesting more is unschedulable with a SchedulerError that says so; a node offering more counts as offering
+/// this. The bound keeps every sum over the pods of a node, and every score product, inside `i64`.
+pub const MAX_QUANTITY: i64 = 1 << 50;
+
 /// Error parsing a Kubernetes quantity string.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid quantity {0:?}")]
@@ -94,26 +99,52 @@ impl Resources {
         }
     }
 
-    /// Adds `other` to `self` (element-wise).
+    /// Adds `other` to `self` (element-wise), saturating: tenant quantities can be as large as `9E`, and two of
+    /// them must not wrap into a negative request that fits anywhere.
     pub fn add(&mut self, other: &Resources) {
-        self.milli_cpu += other.milli_cpu;
-        self.memory += other.memory;
-        self.ephemeral_storage += other.ephemeral_storage;
+        self.milli_cpu = self.milli_cpu.saturating_add(other.milli_cpu);
+        self.memory = self.memory.saturating_add(other.memory);
+        self.ephemeral_storage = self.ephemeral_storage.saturating_add(other.ephemeral_storage);
         for (n, v) in &other.scalar {
             let cur = self.scalar(n);
-            self.set(n, cur + v);
+            self.set(n, cur.saturating_add(*v));
         }
     }
 
-    /// Subtracts `other` from `self` (element-wise); exact inverse of [`Resources::add`].
+    /// Subtracts `other` from `self` (element-wise), saturating; the exact inverse of [`Resources::add`] whenever
+    /// that did not saturate, which values bounded by [`MAX_QUANTITY`] guarantee for any realistic pod count.
     pub fn sub(&mut self, other: &Resources) {
-        self.milli_cpu -= other.milli_cpu;
-        self.memory -= other.memory;
-        self.ephemeral_storage -= other.ephemeral_storage;
+        self.milli_cpu = self.milli_cpu.saturating_sub(other.milli_cpu);
+        self.memory = self.memory.saturating_sub(other.memory);
+        self.ephemeral_storage = self.ephemeral_storage.saturating_sub(other.ephemeral_storage);
         for (n, v) in &other.scalar {
             let cur = self.scalar(n);
-            self.set(n, cur - v);
+            self.set(n, cur.saturating_sub(*v));
         }
+    }
+
+    /// The first resource above [`MAX_QUANTITY`], as `(name, value)`.
+    pub fn first_above_limit(&self) -> Option<(String, i64)> {
+        [
+            (CPU, self.milli_cpu),
+            (MEMORY, self.memory),
+            ("ephemeral-storage", self.ephemeral_storage),
+        ]
+        .into_iter()
+        .map(|(n, v)| (n.to_string(), v))
+        .chain(self.scalar.iter().map(|(n, v)| (n.to_string(), *v)))
+        .find(|(_, v)| *v > MAX_QUANTITY)
+    }
+
+    /// Every resource capped at [`MAX_QUANTITY`] (node allocatable: larger capacities cannot be used anyway).
+    pub fn capped(mut self) -> Resources {
+        self.milli_cpu = self.milli_cpu.min(MAX_QUANTITY);
+        self.memory = self.memory.min(MAX_QUANTITY);
+        self.ephemeral_storage = self.ephemeral_storage.min(MAX_QUANTITY);
+        for (_, v) in self.scalar.iter_mut() {
+            *v = (*v).min(MAX_QUANTITY);
+        }
+        self
     }
 
     /// Element-wise maximum (upstream `maxResourceList`).
@@ -233,7 +264,11 @@ fn parse(s: &str) -> Result<Parsed, QuantityError> {
 
 /// Value scaled by `10^scale`, rounded up (upstream `Quantity.ScaledValue` rounds up).
 fn scaled(p: &Parsed, scale: i32) -> i64 {
-    let mut v = p.mantissa << p.exp2;
+    // A shift can push bits out silently (a huge mantissa with `Ei`); saturate instead.
+    let mut v = p
+        .mantissa
+        .checked_mul(1i128 << p.exp2)
+        .unwrap_or(if p.mantissa < 0 { i128::MIN } else { i128::MAX });
     let e = p.exp10 + scale;
     if e >= 0 {
         for _ in 0..e {
@@ -279,6 +314,26 @@ mod tests {
         assert!(parse_value("abc").is_err());
         assert!(parse_value("1Qi").is_err());
         assert!(parse_value("").is_err());
+    }
+
+    #[test]
+    fn huge_quantities_saturate_instead_of_wrapping() {
+        let nine_e = Resources {
+            memory: parse_value("9E").unwrap(),
+            ..Default::default()
+        };
+        let mut sum = nine_e.clone();
+        sum.add(&nine_e);
+        assert_eq!(sum.memory, i64::MAX, "two 9E containers do not wrap negative");
+        assert_eq!(
+            sum.first_above_limit().map(|(n, _)| n),
+            Some("memory".to_string())
+        );
+        assert_eq!(
+            parse_value("99999999999999999999999999999999999Ei").unwrap(),
+            i64::MAX
+        );
+        assert_eq!(nine_e.capped().memory, MAX_QUANTITY);
     }
 
     #[test]

@@ -418,7 +418,7 @@ fn copies_with(state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> usize {
     let used = &node.requested;
     let mut bound = |want: i64, have: i64, used: i64| {
         if want > 0 {
-            cap = cap.min(((have - used) / want).max(0));
+            cap = cap.min((have.saturating_sub(used) / want).max(0));
         }
     };
     bound(req.milli_cpu, alloc.milli_cpu, used.milli_cpu);

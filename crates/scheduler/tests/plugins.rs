@@ -795,3 +795,36 @@ proptest! {
         }
     }
 }
+
+/// Tenant quantities as large as `9E` must neither panic nor wrap: two containers of 9E memory made a negative
+/// request that fitted on any node before saturating arithmetic; now the pod is invalid and says why.
+#[test]
+fn huge_requests_are_rejected_not_wrapped() {
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": "huge", "namespace": "ns" },
+        "spec": { "containers": [
+            { "name": "a", "image": "x", "resources": { "requests": { "memory": "9E" } } },
+            { "name": "b", "image": "x", "resources": { "requests": { "memory": "9E" } } },
+        ]}
+    }))
+    .expect("valid pod");
+    let info = PodInfo::from_pod(&pod, None);
+    let msg = info.invalid.clone().expect("invalid");
+    assert!(msg.contains("memory") && msg.contains("can represent"), "{msg}");
+    let snap = Snapshot::new(vec![Arc::new(NodeStatic::simple("n", 4000, 1 << 30, &[]))]);
+    let mut ps =
+        phalanx_scheduler::schedule_one::PodScheduler::new(&phalanx_scheduler::SchedulerConfig::default());
+    let r = ps.schedule_pod(&snap, &info, None, &mut Default::default());
+    assert!(
+        matches!(r, phalanx_scheduler::schedule_one::PodResult::Error(_)),
+        "{r:?}"
+    );
+    // A node that declares absurd capacity counts as the bound, and filling it cannot wrap.
+    let big: k8s_openapi::api::core::v1::Node = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": "big" },
+        "status": { "allocatable": { "cpu": "9E", "memory": "9Ei", "pods": "110" } }
+    }))
+    .expect("valid node");
+    let ns = NodeStatic::from_node(&big).expect("converts");
+    assert_eq!(ns.allocatable.memory, phalanx_scheduler::resources::MAX_QUANTITY);
+}

@@ -25,7 +25,9 @@ impl NodeStatic {
         }
         let status = node.status.clone().unwrap_or_default();
         let list = status.allocatable.or(status.capacity).unwrap_or_default();
-        let allocatable = Resources::from_list(&list).map_err(|e| format!("node {name}: {e}"))?;
+        let allocatable = Resources::from_list(&list)
+            .map_err(|e| format!("node {name}: {e}"))?
+            .capped();
         let allowed_pods = match list.get(resources::PODS) {
             Some(q) => resources::parse_value(&q.0).map_err(|e| format!("node {name}: {e}"))?,
             None => 110,

@@ -86,8 +86,8 @@ fn add_container(reqs: &mut Resources, nz: &mut (i64, i64), c: &core::Container)
     let r = container_requests(c)?;
     reqs.add(&r);
     let (cpu, mem) = non_zero(c, &r);
-    nz.0 += cpu;
-    nz.1 += mem;
+    nz.0 = nz.0.saturating_add(cpu);
+    nz.1 = nz.1.saturating_add(mem);
     Ok(())
 }
 
@@ -141,16 +141,22 @@ fn pod_requests(spec: &core::PodSpec) -> Result<(Resources, i64, i64), ConvertEr
         let (cpu, mem) = non_zero(c, &r);
         let (eff, eff_nz) = if c.restart_policy.as_deref() == Some("Always") {
             reqs.add(&r);
-            nz.0 += cpu;
-            nz.1 += mem;
+            nz.0 = nz.0.saturating_add(cpu);
+            nz.1 = nz.1.saturating_add(mem);
             sidecars.add(&r);
-            sidecars_nz.0 += cpu;
-            sidecars_nz.1 += mem;
+            sidecars_nz.0 = sidecars_nz.0.saturating_add(cpu);
+            sidecars_nz.1 = sidecars_nz.1.saturating_add(mem);
             (sidecars.clone(), sidecars_nz)
         } else {
             let mut t = r.clone();
             t.add(&sidecars);
-            (t, (cpu + sidecars_nz.0, mem + sidecars_nz.1))
+            (
+                t,
+                (
+                    cpu.saturating_add(sidecars_nz.0),
+                    mem.saturating_add(sidecars_nz.1),
+                ),
+            )
         };
         init_max.max_with(&eff);
         init_max_nz = (init_max_nz.0.max(eff_nz.0), init_max_nz.1.max(eff_nz.1));
@@ -173,8 +179,8 @@ fn pod_requests(spec: &core::PodSpec) -> Result<(Resources, i64, i64), ConvertEr
     if let Some(oh) = &spec.overhead {
         let o = Resources::from_list(oh).map_err(|e| format!("overhead: {e}"))?;
         reqs.add(&o);
-        nz.0 += o.milli_cpu;
-        nz.1 += o.memory;
+        nz.0 = nz.0.saturating_add(o.milli_cpu);
+        nz.1 = nz.1.saturating_add(o.memory);
     }
     Ok((reqs, nz.0, nz.1))
 }
@@ -228,6 +234,12 @@ fn build_spec_info(
     labels: &BTreeMap<String, String>,
 ) -> Result<PodSpecInfo, ConvertError> {
     let (requests, non_zero_milli_cpu, non_zero_memory) = pod_requests(spec)?;
+    if let Some((name, value)) = requests.first_above_limit() {
+        return Err(ConvertError(format!(
+            "the pod requests {value} of {name}, more than the {} the scheduler can represent",
+            resources::MAX_QUANTITY
+        )));
+    }
     let tolerations = spec
         .tolerations
         .iter()

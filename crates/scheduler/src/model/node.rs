@@ -88,8 +88,10 @@ impl NodeInfo {
     /// Adds a pod's usage (upstream `NodeInfo.AddPod`).
     pub(crate) fn add_pod(&mut self, pod: Arc<PodInfo>) {
         self.requested.add(&pod.spec.requests);
-        self.non_zero_milli_cpu += pod.spec.non_zero_milli_cpu;
-        self.non_zero_memory += pod.spec.non_zero_memory;
+        self.non_zero_milli_cpu = self
+            .non_zero_milli_cpu
+            .saturating_add(pod.spec.non_zero_milli_cpu);
+        self.non_zero_memory = self.non_zero_memory.saturating_add(pod.spec.non_zero_memory);
         self.used_ports.extend(pod.spec.host_ports.iter().cloned());
         if !pod.spec.affinity.is_empty() {
             self.pods_with_affinity += 1;
@@ -104,8 +106,10 @@ impl NodeInfo {
         };
         let pod = self.pods.remove(i);
         self.requested.sub(&pod.spec.requests);
-        self.non_zero_milli_cpu -= pod.spec.non_zero_milli_cpu;
-        self.non_zero_memory -= pod.spec.non_zero_memory;
+        self.non_zero_milli_cpu = self
+            .non_zero_milli_cpu
+            .saturating_sub(pod.spec.non_zero_milli_cpu);
+        self.non_zero_memory = self.non_zero_memory.saturating_sub(pod.spec.non_zero_memory);
         for hp in &pod.spec.host_ports {
             if let Some(j) = self.used_ports.iter().rposition(|u| u == hp) {
                 self.used_ports.remove(j);

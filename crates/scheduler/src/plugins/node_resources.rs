@@ -38,7 +38,7 @@ pub fn filter(pod: &PodInfo, node: &NodeInfo) -> Result<(), Rejection> {
     let alloc = &node.node.allocatable;
     let used = &node.requested;
     let mut check = |name: &str, want: i64, have: i64, used: i64| {
-        if want > 0 && want > have - used {
+        if want > 0 && want > have.saturating_sub(used) {
             reasons.push(match name {
                 CPU => "Insufficient cpu".into(),
                 MEMORY => "Insufficient memory".into(),
@@ -134,12 +134,18 @@ fn alloc_request(pod: &PodInfo, node: &NodeInfo, r: &ScoredResource) -> Option<(
     let alloc = &node.node.allocatable;
     match r {
         ScoredResource::Cpu => Some((
-            node.non_zero_milli_cpu + pod.spec.non_zero_milli_cpu,
+            node.non_zero_milli_cpu
+                .saturating_add(pod.spec.non_zero_milli_cpu),
             alloc.milli_cpu,
         )),
-        ScoredResource::Memory => Some((node.non_zero_memory + pod.spec.non_zero_memory, alloc.memory)),
+        ScoredResource::Memory => Some((
+            node.non_zero_memory.saturating_add(pod.spec.non_zero_memory),
+            alloc.memory,
+        )),
         ScoredResource::EphemeralStorage => Some((
-            node.requested.ephemeral_storage + pod.spec.requests.ephemeral_storage,
+            node.requested
+                .ephemeral_storage
+                .saturating_add(pod.spec.requests.ephemeral_storage),
             alloc.ephemeral_storage,
         )),
         ScoredResource::Scalar(name) => {
@@ -147,7 +153,10 @@ fn alloc_request(pod: &PodInfo, node: &NodeInfo, r: &ScoredResource) -> Option<(
             if want == 0 {
                 return None;
             }
-            Some((node.requested.scalar(name) + want, alloc.scalar(name)))
+            Some((
+                node.requested.scalar(name).saturating_add(want),
+                alloc.scalar(name),
+            ))
         }
     }
 }
@@ -191,10 +200,15 @@ pub fn balanced_score(pod: &PodInfo, node: &NodeInfo) -> i64 {
     let mut n = 0;
     for (req, cap) in [
         (
-            node.requested.milli_cpu + pod.spec.requests.milli_cpu,
+            node.requested
+                .milli_cpu
+                .saturating_add(pod.spec.requests.milli_cpu),
             alloc.milli_cpu,
         ),
-        (node.requested.memory + pod.spec.requests.memory, alloc.memory),
+        (
+            node.requested.memory.saturating_add(pod.spec.requests.memory),
+            alloc.memory,
+        ),
     ] {
         if cap == 0 {
             continue;
