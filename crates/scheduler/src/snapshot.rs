@@ -10,7 +10,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::model::{GroupKey, NodeInfo, NodeStatic, PodInfo, PodKey};
+use crate::model::{GroupKey, HostPort, NodeInfo, NodeStatic, PodInfo, PodKey};
+use crate::preemption::PreemptionState;
 
 static SNAPSHOT_IDS: AtomicU64 = AtomicU64::new(1);
 
@@ -59,6 +60,20 @@ enum Undo {
         group: Option<GroupKey>,
         prev_generation: u64,
     },
+    /// A pod removed by [`Snapshot::evict`]; positions let the revert restore the exact order.
+    Evict(Box<Evicted>),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct Evicted {
+    key: PodKey,
+    loc: PodLocation,
+    /// (node index, position in its pod list, previous generation, host ports before) when
+    /// the pod's node is in the snapshot.
+    node: Option<(usize, usize, u64, Option<Vec<HostPort>>)>,
+    /// Position in its group's scheduled list.
+    group_pos: Option<usize>,
+    affinity: bool,
 }
 
 /// Nodes, the pods on them and per-group scheduled members.
@@ -78,6 +93,9 @@ pub struct Snapshot {
     affinity_pods: std::collections::BTreeMap<PodKey, Arc<str>>,
     undo: Vec<Undo>,
     domains: DomainCache,
+    /// Inputs of preemption (group objects, nominated pods, PDBs, ...), see
+    /// [`crate::preemption::PreemptionState`]; never touched by assume/revert.
+    pub(crate) preemption: PreemptionState,
 }
 
 impl PartialEq for Snapshot {
@@ -87,6 +105,7 @@ impl PartialEq for Snapshot {
             && self.pods == other.pods
             && self.groups == other.groups
             && self.affinity_pods == other.affinity_pods
+            && self.preemption == other.preemption
     }
 }
 
@@ -103,6 +122,7 @@ impl Clone for Snapshot {
             affinity_pods: self.affinity_pods.clone(),
             undo: self.undo.clone(),
             domains: self.domains.clone(),
+            preemption: self.preemption.clone(),
         }
     }
 }
@@ -127,6 +147,7 @@ impl Snapshot {
             affinity_pods: std::collections::BTreeMap::new(),
             undo: Vec::new(),
             domains: DomainCache::default(),
+            preemption: PreemptionState::default(),
         };
         for n in nodes {
             s.upsert_node(n);
@@ -385,35 +406,110 @@ impl Snapshot {
         self.bump(node);
     }
 
-    /// Reverts every assumption made after `mark`, newest first; the state, node generations
-    /// included, is then exactly what it was at `mark`.
+    /// Removes a known pod for a simulation (preemption: victims are taken out, then reprieved);
+    /// recorded in the undo log so that [`Snapshot::revert_to`] puts it back exactly (same
+    /// position on its node and in its group, same node generation). Returns false when the
+    /// pod is unknown.
+    pub fn evict(&mut self, key: &PodKey) -> bool {
+        let Some(loc) = self.pods.remove(key) else {
+            return false;
+        };
+        let mut group_pos = None;
+        if let Some(g) = &loc.group
+            && let Some(st) = self.groups.get_mut(g)
+            && let Some(j) = st.scheduled.iter().rposition(|(k, _)| k == key)
+        {
+            st.scheduled.remove(j);
+            group_pos = Some(j);
+            if st.scheduled.is_empty() {
+                self.groups.remove(g);
+            }
+        }
+        let affinity = self.affinity_pods.remove(key).is_some();
+        let mut node = None;
+        if let Some(&i) = self.index.get(&loc.node)
+            && let Some(pos) = self.nodes[i].pods.iter().rposition(|p| p.key == *key)
+        {
+            let ports = (!loc.pod.spec.host_ports.is_empty()).then(|| self.nodes[i].used_ports.clone());
+            let prev = self.generations[i];
+            self.nodes[i].remove_pod(key);
+            self.bump(i);
+            node = Some((i, pos, prev, ports));
+        }
+        self.undo.push(Undo::Evict(Box::new(Evicted {
+            key: key.clone(),
+            loc,
+            node,
+            group_pos,
+            affinity,
+        })));
+        true
+    }
+
+    /// Reverts every assumption and eviction made after `mark`, newest first; the state, node
+    /// generations included, is then exactly what it was at `mark`.
     pub fn revert_to(&mut self, mark: usize) {
         while self.undo.len() > mark {
-            let Some(Undo::Assume {
-                node,
-                pod,
-                group,
-                prev_generation,
-            }) = self.undo.pop()
-            else {
-                break;
-            };
-            self.nodes[node].remove_pod(&pod);
-            self.affinity_pods.remove(&pod);
-            self.pods.remove(&pod);
-            if let Some(g) = group
-                && let Some(st) = self.groups.get_mut(&g)
-            {
-                if let Some(j) = st.scheduled.iter().rposition(|(k, _)| *k == pod) {
-                    st.scheduled.remove(j);
+            let Some(entry) = self.undo.pop() else { break };
+            match entry {
+                Undo::Assume {
+                    node,
+                    pod,
+                    group,
+                    prev_generation,
+                } => {
+                    self.nodes[node].remove_pod(&pod);
+                    self.affinity_pods.remove(&pod);
+                    self.pods.remove(&pod);
+                    if let Some(g) = group
+                        && let Some(st) = self.groups.get_mut(&g)
+                    {
+                        if let Some(j) = st.scheduled.iter().rposition(|(k, _)| *k == pod) {
+                            st.scheduled.remove(j);
+                        }
+                        if st.scheduled.is_empty() {
+                            self.groups.remove(&g);
+                        }
+                    }
+                    // The node is exactly as it was: its old generation (and cached evaluations)
+                    // hold again.
+                    self.generations[node] = prev_generation;
                 }
-                if st.scheduled.is_empty() {
-                    self.groups.remove(&g);
-                }
+                Undo::Evict(e) => self.restore(*e),
             }
-            // The node is exactly as it was: its old generation (and cached evaluations) hold again.
-            self.generations[node] = prev_generation;
         }
+    }
+
+    fn restore(&mut self, e: Evicted) {
+        let Evicted {
+            key,
+            loc,
+            node,
+            group_pos,
+            affinity,
+        } = e;
+        if let Some(g) = &loc.group
+            && let Some(j) = group_pos
+        {
+            let st = &mut self.groups.entry(g.clone()).or_default().scheduled;
+            st.insert(j.min(st.len()), (key.clone(), loc.node.clone()));
+        }
+        if affinity {
+            self.affinity_pods.insert(key.clone(), loc.node.clone());
+        }
+        if let Some((i, pos, prev, ports)) = node {
+            let info = &mut self.nodes[i];
+            info.add_pod(loc.pod.clone());
+            // add_pod appends: move the pod back to where it was, so the node is identical.
+            if let Some(p) = info.pods.pop() {
+                info.pods.insert(pos.min(info.pods.len()), p);
+            }
+            if let Some(ports) = ports {
+                info.used_ports = ports;
+            }
+            self.generations[i] = prev;
+        }
+        self.pods.insert(key, loc);
     }
 
     /// Keeps every assumption made so far (clears the undo log).
@@ -442,6 +538,32 @@ mod tests {
         assert_eq!(s.scheduled_count(&GroupKey::pod_group("ns", "g")), 1);
         s.revert_to(m);
         assert_eq!(s, before);
+    }
+
+    #[test]
+    fn evict_and_revert_restore_state_exactly() {
+        let mut s = Snapshot::new([Arc::new(NodeStatic::simple("n1", 4000, 1 << 30, &[]))]);
+        for name in ["a", "b", "c"] {
+            let mut p = PodInfo::simple("ns", name, 500);
+            p.node_name = Some("n1".into());
+            p.group_name = Some("g".into());
+            s.add_pod(Arc::new(p));
+        }
+        let before = s.clone();
+        let gen_before = s.generation(0);
+        let m = s.mark();
+        assert!(s.evict(&PodKey::new("ns", "b")));
+        assert!(!s.evict(&PodKey::new("ns", "missing")));
+        assert_eq!(s.node(0).requested.milli_cpu, 1000);
+        assert_eq!(s.scheduled_count(&GroupKey::pod_group("ns", "g")), 2);
+        // A simulation re-adds it through assume, then everything is undone.
+        let b = before.pod(&PodKey::new("ns", "b")).unwrap().clone();
+        s.assume(b, 0);
+        s.revert_to(m);
+        assert_eq!(s, before);
+        assert_eq!(s.generation(0), gen_before);
+        let order: Vec<&str> = s.node(0).pods.iter().map(|p| &*p.key.name).collect();
+        assert_eq!(order, ["a", "b", "c"]);
     }
 
     #[test]

@@ -1,0 +1,281 @@
+//! Workload-aware preemption for a root group (upstream `PodGroupEvaluator.Preempt` /
+//! `selectVictimsOnDomain` in `pkg/scheduler/framework/preemption/podgrouppreemption.go`,
+//! KEP-4671 / KEP-5710; spec'd there as `DefaultPreemption.PodGroupPostFilter`).
+//!
+//! Steps, as upstream: eligibility; victim units below the preemptor's priority (none →
+//! UnschedulableAndUnresolvable); evict every candidate; re-run the whole group algorithm
+//! (placement and topology included); if it still does not fit, return its status; otherwise
+//! reprieve units most important first (PDB-violating ones first) while every preemptor
+//! assignment still passes Filter; the rest are the victims.
+//!
+//! Two Phalanx additions, both choosing among upstream-style results by disruption (fewest
+//! PDB violations, then fewest victim units, then lowest highest victim priority, then lowest
+//! priority sum; ties keep upstream's choice):
+//! - **Candidate placements** (KEP-5732 lists scoring top placements by victim cost as future
+//!   work): for a topology-constrained root the algorithm returns its best
+//!   `preemptionCandidatePlacements` placements instead of one, and each is reprieved.
+//! - **Priority tiers**: besides evicting every candidate (upstream), the lowest priority
+//!   levels are tried on their own (evict only units of priority ≤ p), so a preemptor that fits
+//!   by evicting priority-5 pods does not take a priority-10 pod just because the scorer
+//!   preferred its node (upstream's integration test "Partial Preemption with basic policy"
+//!   expects exactly that choice).
+
+use std::collections::HashSet;
+
+use crate::decision::{Nomination, Victim};
+use crate::framework::{Code, PostFilterResult, PreemptionHandle, Preemptor, ProposedAssignment, Status};
+use crate::model::{EntityKey, PreemptionPolicy};
+use crate::preemption::reprieve::{Cost, reprieve};
+use crate::preemption::units::{self, VictimUnit};
+use crate::snapshot::Snapshot;
+
+/// Upstream message for `preemptionPolicy: Never`.
+pub const NOT_ELIGIBLE_NEVER: &str = "not eligible due to preemptionPolicy=Never.";
+/// Upstream message when a lower-priority pod on a nominated node is still terminating.
+pub const NOT_ELIGIBLE_TERMINATING: &str = "not eligible due to a terminating pod on the nominated node.";
+/// Upstream message when no unit has a lower priority than a group preemptor.
+pub const NO_VICTIMS_GROUP: &str = "No preemption victims found for incoming preemptor";
+
+/// At most this many priority levels are simulated: the lowest `MAX_TIERS - 1` alone, and
+/// all candidates together (upstream's single run).
+pub const MAX_TIERS: usize = 4;
+
+/// Result of one preemption evaluation (before it is turned into a [`PostFilterResult`]).
+#[derive(Debug, Clone)]
+pub(crate) struct Chosen {
+    pub(crate) assignments: Vec<ProposedAssignment>,
+    pub(crate) victims: Vec<usize>,
+    pub(crate) cost: Cost,
+}
+
+/// Eligibility shared by group and pod preemptors (upstream
+/// `preemptorEligibleToPreemptOthers` / `PodEligibleToPreemptOthers`). `Ok(Some)` = a
+/// preemption is in flight: Success with the current nominations (k/k#140641).
+pub(crate) fn eligibility(
+    snapshot: &Snapshot,
+    preemptor: &Preemptor<'_>,
+) -> Result<Option<PostFilterResult>, Status> {
+    if preemptor.preemption_policy == PreemptionPolicy::Never {
+        return Err(Status::new(Code::Unschedulable, NOT_ELIGIBLE_NEVER));
+    }
+    let st = &snapshot.preemption;
+    if st.is_in_flight(preemptor.key) {
+        let nominations = preemptor
+            .pods
+            .iter()
+            .filter_map(|p| {
+                st.nomination(&p.key).map(|n| Nomination {
+                    pod: p.key.clone(),
+                    node: n.node.clone(),
+                })
+            })
+            .collect();
+        return Ok(Some(PostFilterResult {
+            nominations,
+            victims: vec![],
+            message: String::new(),
+            ongoing: true,
+        }));
+    }
+    let mut nodes: Vec<&str> = preemptor
+        .pods
+        .iter()
+        .filter_map(|p| st.nomination(&p.key).map(|n| &*n.node))
+        .collect();
+    nodes.sort_unstable();
+    nodes.dedup();
+    for name in nodes {
+        let Some(i) = snapshot.node_index(name) else {
+            continue;
+        };
+        for p in &snapshot.node(i).pods {
+            if st.is_terminating(&p.key) && units::lineage(snapshot, p).priority < preemptor.priority {
+                return Err(Status::new(Code::Unschedulable, NOT_ELIGIBLE_TERMINATING));
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// Start index (into the importance-sorted units) of each simulated tier, smallest set first.
+/// Units are sorted priority-descending, so "priority ≤ p" is always a suffix.
+fn tier_starts(units: &[VictimUnit]) -> Vec<usize> {
+    let mut starts = Vec::new();
+    for i in (0..units.len()).rev() {
+        let boundary = i == 0 || units[i - 1].priority != units[i].priority;
+        if boundary {
+            starts.push(i);
+        }
+    }
+    if starts.len() > MAX_TIERS {
+        let full = starts.len() - 1;
+        starts = starts[..MAX_TIERS - 1]
+            .iter()
+            .copied()
+            .chain([starts[full]])
+            .collect();
+    }
+    starts
+}
+
+/// Whether preemptor assignments must all be re-checked when any unit returns (a Filter result
+/// may depend on other nodes).
+fn global_check(
+    snapshot: &Snapshot,
+    handle: &dyn PreemptionHandle,
+    assignments: &[ProposedAssignment],
+) -> bool {
+    assignments.iter().any(|a| !handle.node_local(snapshot, &a.pod))
+}
+
+/// Reprieves `units[start..]` against one candidate set of assignments.
+fn evaluate(
+    snapshot: &mut Snapshot,
+    handle: &mut dyn PreemptionHandle,
+    units: &[VictimUnit],
+    start: usize,
+    assignments: Vec<ProposedAssignment>,
+) -> Chosen {
+    let assignments: Vec<ProposedAssignment> = assignments
+        .into_iter()
+        .filter(|a| a.node < snapshot.len())
+        .collect();
+    let global = global_check(snapshot, handle, &assignments);
+    let used: HashSet<usize> = assignments.iter().map(|a| a.node).collect();
+    let removed: Vec<usize> = (start..units.len()).collect();
+    let mut fits = |s: &mut Snapshot, h: &mut dyn PreemptionHandle, unit: &VictimUnit| -> bool {
+        let whole = global || unit.has_affinity;
+        if !whole && !unit.nodes().any(|n| used.contains(&n)) {
+            // Node-local Filters on untouched nodes: nothing can change.
+            return true;
+        }
+        let m = s.mark();
+        let mut ok = true;
+        // In scheduling order, each preemptor assumed after it passes, as upstream.
+        for a in &assignments {
+            if !whole && !unit.on_node(a.node) {
+                continue;
+            }
+            if !h.filter(s, &a.pod, a.node).is_success() {
+                ok = false;
+                break;
+            }
+            s.assume(a.pod.clone(), a.node);
+        }
+        s.revert_to(m);
+        ok
+    };
+    let r = reprieve(snapshot, handle, units, &removed, &mut fits);
+    let cost = Cost::of(units, &r);
+    Chosen {
+        assignments,
+        victims: r.victims,
+        cost,
+    }
+}
+
+/// The group algorithm; see the module documentation. `k` = candidate placements (≥ 1).
+/// Messages are upstream's, without the `pod group preemption: ` prefix.
+pub(crate) fn preempt(
+    snapshot: &mut Snapshot,
+    preemptor: &Preemptor<'_>,
+    handle: &mut dyn PreemptionHandle,
+    k: usize,
+) -> Result<PostFilterResult, Status> {
+    if let Some(ongoing) = eligibility(snapshot, preemptor)? {
+        return Ok(ongoing);
+    }
+    let mut candidates = units::collect(snapshot, preemptor.priority);
+    if candidates.is_empty() {
+        return Err(Status::new(Code::UnschedulableAndUnresolvable, NO_VICTIMS_GROUP));
+    }
+    units::sort(&mut candidates);
+    let k = if preemptor.topology_constrained {
+        k.max(1)
+    } else {
+        1
+    };
+    let starts = tier_starts(&candidates);
+    let mark = snapshot.mark();
+    let mut evicted_from = candidates.len();
+    let mut best: Option<(Chosen, usize, usize)> = None;
+    let mut failure: Option<Status> = None;
+    let last = starts.len().saturating_sub(1);
+    for (t, &start) in starts.iter().enumerate() {
+        // Evict the next priority level(s) (the units are a growing suffix).
+        for u in &candidates[start..evicted_from] {
+            for m in &u.members {
+                snapshot.evict(&m.pod.key);
+            }
+        }
+        evicted_from = start;
+        match handle.schedule(snapshot, k) {
+            Err(st) if st.code == Code::Error => {
+                snapshot.revert_to(mark);
+                return Err(st);
+            }
+            Err(st) => failure = Some(st),
+            Ok(results) => {
+                for (rank, a) in results.into_iter().enumerate() {
+                    let c = evaluate(snapshot, handle, &candidates, start, a.proposed);
+                    // Prefer lower cost; on a tie the full eviction (upstream's run) and the
+                    // better-scored placement.
+                    let key = (c.cost, last - t, rank);
+                    if best
+                        .as_ref()
+                        .is_none_or(|(b, bt, br)| key < (b.cost, last - *bt, *br))
+                    {
+                        best = Some((c, t, rank));
+                    }
+                }
+            }
+        }
+    }
+    snapshot.revert_to(mark);
+    let Some((chosen, _, _)) = best else {
+        return Err(failure.unwrap_or_else(|| Status::new(Code::Unschedulable, "no placement found")));
+    };
+    Ok(result(snapshot, preemptor.key, &candidates, chosen))
+}
+
+/// Turns a chosen evaluation into nominations and victims (victims most important first).
+pub(crate) fn result(
+    snapshot: &Snapshot,
+    preemptor: &EntityKey,
+    units: &[VictimUnit],
+    chosen: Chosen,
+) -> PostFilterResult {
+    let mut victims = Vec::new();
+    for &i in &chosen.victims {
+        let u = &units[i];
+        for m in &u.members {
+            victims.push(Victim {
+                pod: m.pod.key.clone(),
+                uid: m.pod.uid.clone(),
+                node: snapshot
+                    .pod_node(&m.pod.key)
+                    .cloned()
+                    .or_else(|| m.pod.node_name.clone())
+                    .unwrap_or_else(|| "".into()),
+                group: u.group.clone(),
+                mode: u.mode,
+                priority: u.priority,
+                preemptor: preemptor.clone(),
+            });
+        }
+    }
+    let nominations = chosen
+        .assignments
+        .iter()
+        .map(|a| Nomination {
+            pod: a.pod.key.clone(),
+            node: snapshot.node(a.node).node.name.clone(),
+        })
+        .collect();
+    PostFilterResult {
+        nominations,
+        victims,
+        message: String::new(),
+        ongoing: false,
+    }
+}
