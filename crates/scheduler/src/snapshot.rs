@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::model::{GroupKey, HostPort, NodeInfo, NodeStatic, PodInfo, PodKey};
+use crate::model::{GroupKey, NodeInfo, NodeStatic, PodInfo, PodKey};
 use crate::preemption::PreemptionState;
 
 static SNAPSHOT_IDS: AtomicU64 = AtomicU64::new(1);
@@ -59,21 +59,22 @@ enum Undo {
         pod: PodKey,
         group: Option<GroupKey>,
         prev_generation: u64,
+        /// The pod's index entry before (a pod evicted for a simulation and put back).
+        prev: Option<Box<PodLocation>>,
     },
-    /// A pod removed by [`Snapshot::evict`]; positions let the revert restore the exact order.
+    /// Pods taken off a node by [`Snapshot::evict`] / `evict_batch`.
     Evict(Box<Evicted>),
 }
 
+/// What an eviction changed, to be put back exactly.
 #[derive(Debug, Clone, PartialEq)]
 struct Evicted {
-    key: PodKey,
-    loc: PodLocation,
-    /// (node index, position in its pod list, previous generation, host ports before) when
-    /// the pod's node is in the snapshot.
-    node: Option<(usize, usize, u64, Option<Vec<HostPort>>)>,
-    /// Position in its group's scheduled list.
-    group_pos: Option<usize>,
-    affinity: bool,
+    /// (node index, the node as it was, its generation) when the pods' node is in the snapshot.
+    node: Option<(usize, NodeInfo, u64)>,
+    /// Group memberships removed, in removal order: (group, position, member).
+    groups: Vec<(GroupKey, usize, (PodKey, Arc<str>))>,
+    /// Inter-pod affinity index entries removed.
+    affinity: Vec<(PodKey, Arc<str>)>,
 }
 
 /// Nodes, the pods on them and per-group scheduled members.
@@ -384,14 +385,17 @@ impl Snapshot {
                 .scheduled
                 .push((pod.key.clone(), name.clone()));
         }
-        self.pods.insert(
-            pod.key.clone(),
-            PodLocation {
-                node: name,
-                group: group.clone(),
-                pod: pod.clone(),
-            },
-        );
+        let prev = self
+            .pods
+            .insert(
+                pod.key.clone(),
+                PodLocation {
+                    node: name,
+                    group: group.clone(),
+                    pod: pod.clone(),
+                },
+            )
+            .map(Box::new);
         if !pod.spec.affinity.is_empty() {
             self.affinity_pods
                 .insert(pod.key.clone(), self.nodes[node].node.name.clone());
@@ -401,49 +405,99 @@ impl Snapshot {
             pod: pod.key.clone(),
             group,
             prev_generation: self.generations[node],
+            prev,
         });
         self.nodes[node].add_pod(pod);
         self.bump(node);
     }
 
-    /// Removes a known pod for a simulation (preemption: victims are taken out, then reprieved);
-    /// recorded in the undo log so that [`Snapshot::revert_to`] puts it back exactly (same
-    /// position on its node and in its group, same node generation). Returns false when the
-    /// pod is unknown.
+    /// Takes a known pod off its node for a simulation (preemption: victims are taken out, then
+    /// reprieved): its node usage and its group's scheduled count drop, while the pod index
+    /// keeps it (`contains_pod`, `pod` and `pod_node` still answer), so that evicting tens of
+    /// thousands of candidates stays cheap. Recorded in the undo log:
+    /// [`Snapshot::revert_to`] puts it back exactly (same position on its node and in its
+    /// group, same node generation). Evicting a pod twice without a revert in between is a
+    /// no-op. Returns false when the pod is unknown or already evicted.
     pub fn evict(&mut self, key: &PodKey) -> bool {
-        let Some(loc) = self.pods.remove(key) else {
+        let Some(loc) = self.pods.get(key) else {
             return false;
         };
-        let mut group_pos = None;
-        if let Some(g) = &loc.group
-            && let Some(st) = self.groups.get_mut(g)
-            && let Some(j) = st.scheduled.iter().rposition(|(k, _)| k == key)
-        {
-            st.scheduled.remove(j);
-            group_pos = Some(j);
-            if st.scheduled.is_empty() {
-                self.groups.remove(g);
+        let pod = loc.pod.clone();
+        let node = self.index.get(&loc.node).copied();
+        let listed = !pod.spec.affinity.is_empty() || pod.group_name.is_some();
+        self.evict_batch(node, &[(&pod, listed)]) == 1
+    }
+
+    /// Evicts `pods` (each with "may be listed in a group or the affinity index"; false skips
+    /// that bookkeeping) from node `node` (`None`: their node is not in the snapshot, only the
+    /// group memberships change) as one undo entry. The node is rebuilt from the pods it keeps,
+    /// so evicting every pod of a node never touches the evicted pods' data. Returns how many
+    /// were evicted; pods not on the node are ignored.
+    pub(crate) fn evict_batch(&mut self, node: Option<usize>, pods: &[(&Arc<PodInfo>, bool)]) -> usize {
+        let mut undo = Evicted {
+            node: None,
+            groups: Vec::new(),
+            affinity: Vec::new(),
+        };
+        let mut count = 0;
+        let mut listed: Vec<&Arc<PodInfo>> = Vec::new();
+        match node.filter(|&i| i < self.nodes.len()) {
+            Some(i) => {
+                let info = &self.nodes[i];
+                // The snapshot hands out the same `Arc` it keeps on the node, so identity is enough.
+                let find = |p: &Arc<PodInfo>| pods.iter().find(|(v, _)| Arc::ptr_eq(v, p));
+                if !info.pods.iter().any(|p| find(p).is_some()) {
+                    return 0;
+                }
+                let mut kept = NodeInfo::new(info.node.clone());
+                for p in &info.pods {
+                    match find(p) {
+                        Some((v, l)) => {
+                            count += 1;
+                            if *l {
+                                listed.push(v);
+                            }
+                        }
+                        None => kept.add_pod(p.clone()),
+                    }
+                }
+                let old = std::mem::replace(&mut self.nodes[i], kept);
+                undo.node = Some((i, old, self.generations[i]));
+                self.bump(i);
+            }
+            None => {
+                // Only group members count for a pod whose node is missing.
+                for (v, l) in pods {
+                    if *l && self.pods.contains_key(&v.key) {
+                        listed.push(v);
+                    }
+                }
             }
         }
-        let affinity = self.affinity_pods.remove(key).is_some();
-        let mut node = None;
-        if let Some(&i) = self.index.get(&loc.node)
-            && let Some(pos) = self.nodes[i].pods.iter().rposition(|p| p.key == *key)
-        {
-            let ports = (!loc.pod.spec.host_ports.is_empty()).then(|| self.nodes[i].used_ports.clone());
-            let prev = self.generations[i];
-            self.nodes[i].remove_pod(key);
-            self.bump(i);
-            node = Some((i, pos, prev, ports));
+        for pod in listed {
+            if let Some(g) = pod.group_key()
+                && let Some(st) = self.groups.get_mut(&g)
+                && let Some(j) = st.scheduled.iter().rposition(|(k, _)| *k == pod.key)
+            {
+                let member = st.scheduled.remove(j);
+                if st.scheduled.is_empty() {
+                    self.groups.remove(&g);
+                }
+                if node.is_none() {
+                    count += 1;
+                }
+                undo.groups.push((g, j, member));
+            }
+            if !pod.spec.affinity.is_empty()
+                && let Some(n) = self.affinity_pods.remove(&pod.key)
+            {
+                undo.affinity.push((pod.key.clone(), n));
+            }
         }
-        self.undo.push(Undo::Evict(Box::new(Evicted {
-            key: key.clone(),
-            loc,
-            node,
-            group_pos,
-            affinity,
-        })));
-        true
+        if count > 0 {
+            self.undo.push(Undo::Evict(Box::new(undo)));
+        }
+        count
     }
 
     /// Reverts every assumption and eviction made after `mark`, newest first; the state, node
@@ -457,10 +511,18 @@ impl Snapshot {
                     pod,
                     group,
                     prev_generation,
+                    prev,
                 } => {
                     self.nodes[node].remove_pod(&pod);
                     self.affinity_pods.remove(&pod);
-                    self.pods.remove(&pod);
+                    match prev {
+                        Some(loc) => {
+                            self.pods.insert(pod.clone(), *loc);
+                        }
+                        None => {
+                            self.pods.remove(&pod);
+                        }
+                    }
                     if let Some(g) = group
                         && let Some(st) = self.groups.get_mut(&g)
                     {
@@ -481,35 +543,17 @@ impl Snapshot {
     }
 
     fn restore(&mut self, e: Evicted) {
-        let Evicted {
-            key,
-            loc,
-            node,
-            group_pos,
-            affinity,
-        } = e;
-        if let Some(g) = &loc.group
-            && let Some(j) = group_pos
-        {
-            let st = &mut self.groups.entry(g.clone()).or_default().scheduled;
-            st.insert(j.min(st.len()), (key.clone(), loc.node.clone()));
+        for (g, j, member) in e.groups.into_iter().rev() {
+            let st = &mut self.groups.entry(g).or_default().scheduled;
+            st.insert(j.min(st.len()), member);
         }
-        if affinity {
-            self.affinity_pods.insert(key.clone(), loc.node.clone());
+        for (k, n) in e.affinity {
+            self.affinity_pods.insert(k, n);
         }
-        if let Some((i, pos, prev, ports)) = node {
-            let info = &mut self.nodes[i];
-            info.add_pod(loc.pod.clone());
-            // add_pod appends: move the pod back to where it was, so the node is identical.
-            if let Some(p) = info.pods.pop() {
-                info.pods.insert(pos.min(info.pods.len()), p);
-            }
-            if let Some(ports) = ports {
-                info.used_ports = ports;
-            }
-            self.generations[i] = prev;
+        if let Some((i, info, generation)) = e.node {
+            self.nodes[i] = info;
+            self.generations[i] = generation;
         }
-        self.pods.insert(key, loc);
     }
 
     /// Keeps every assumption made so far (clears the undo log).
@@ -553,7 +597,9 @@ mod tests {
         let gen_before = s.generation(0);
         let m = s.mark();
         assert!(s.evict(&PodKey::new("ns", "b")));
+        assert!(!s.evict(&PodKey::new("ns", "b")), "already evicted");
         assert!(!s.evict(&PodKey::new("ns", "missing")));
+        assert!(s.contains_pod(&PodKey::new("ns", "b")), "the pod index keeps it");
         assert_eq!(s.node(0).requested.milli_cpu, 1000);
         assert_eq!(s.scheduled_count(&GroupKey::pod_group("ns", "g")), 2);
         // A simulation re-adds it through assume, then everything is undone.

@@ -20,8 +20,6 @@
 //!   preferred its node (upstream's integration test "Partial Preemption with basic policy"
 //!   expects exactly that choice).
 
-use std::collections::HashSet;
-
 use crate::decision::{Nomination, Victim};
 use crate::framework::{Code, PostFilterResult, PreemptionHandle, Preemptor, ProposedAssignment, Status};
 use crate::model::{EntityKey, PreemptionPolicy};
@@ -97,8 +95,8 @@ pub(crate) fn eligibility(
     Ok(None)
 }
 
-/// Start index (into the importance-sorted units) of each simulated tier, smallest set first.
-/// Units are sorted priority-descending, so "priority ≤ p" is always a suffix.
+/// Start index (into the units, sorted priority-descending) of each simulated tier, smallest
+/// set first: "priority ≤ p" is always a suffix.
 fn tier_starts(units: &[VictimUnit]) -> Vec<usize> {
     let mut starts = Vec::new();
     for i in (0..units.len()).rev() {
@@ -141,14 +139,15 @@ fn evaluate(
         .filter(|a| a.node < snapshot.len())
         .collect();
     let global = global_check(snapshot, handle, &assignments);
-    let used: HashSet<usize> = assignments.iter().map(|a| a.node).collect();
+    let mut used = vec![false; snapshot.len()];
+    for a in &assignments {
+        used[a.node] = true;
+    }
     let removed: Vec<usize> = (start..units.len()).collect();
+    // Node-local Filters and a unit on none of the preemptors' nodes: nothing can change.
+    let independent = |unit: &VictimUnit| !global && !unit.has_affinity && !unit.touches(&used);
     let mut fits = |s: &mut Snapshot, h: &mut dyn PreemptionHandle, unit: &VictimUnit| -> bool {
         let whole = global || unit.has_affinity;
-        if !whole && !unit.nodes().any(|n| used.contains(&n)) {
-            // Node-local Filters on untouched nodes: nothing can change.
-            return true;
-        }
         let m = s.mark();
         let mut ok = true;
         // In scheduling order, each preemptor assumed after it passes, as upstream.
@@ -165,7 +164,7 @@ fn evaluate(
         s.revert_to(m);
         ok
     };
-    let r = reprieve(snapshot, handle, units, &removed, &mut fits);
+    let r = reprieve(snapshot, handle, units, &removed, &independent, &mut fits);
     let cost = Cost::of(units, &r);
     Chosen {
         assignments,
@@ -189,7 +188,11 @@ pub(crate) fn preempt(
     if candidates.is_empty() {
         return Err(Status::new(Code::UnschedulableAndUnresolvable, NO_VICTIMS_GROUP));
     }
-    units::sort(&mut candidates);
+    if snapshot.preemption.pdbs().is_empty() {
+        units::sort_by_priority(&mut candidates);
+    } else {
+        units::sort(&mut candidates);
+    }
     let k = if preemptor.topology_constrained {
         k.max(1)
     } else {
@@ -203,11 +206,7 @@ pub(crate) fn preempt(
     let last = starts.len().saturating_sub(1);
     for (t, &start) in starts.iter().enumerate() {
         // Evict the next priority level(s) (the units are a growing suffix).
-        for u in &candidates[start..evicted_from] {
-            for m in &u.members {
-                snapshot.evict(&m.pod.key);
-            }
-        }
+        units::evict(snapshot, &candidates[start..evicted_from]);
         evicted_from = start;
         match handle.schedule(snapshot, k) {
             Err(st) if st.code == Code::Error => {
@@ -248,7 +247,7 @@ pub(crate) fn result(
     let mut victims = Vec::new();
     for &i in &chosen.victims {
         let u = &units[i];
-        for m in &u.members {
+        for m in u.members() {
             victims.push(Victim {
                 pod: m.pod.key.clone(),
                 uid: m.pod.uid.clone(),

@@ -5,7 +5,7 @@
 
 use crate::framework::PreemptionHandle;
 use crate::preemption::pdb::split_by_violation;
-use crate::preemption::units::VictimUnit;
+use crate::preemption::units::{VictimUnit, importance};
 use crate::snapshot::Snapshot;
 
 /// Confirmed victims of one reprieve pass.
@@ -43,30 +43,48 @@ impl Cost {
     }
 }
 
-/// Runs the reprieve over `removed` (indices into `units`, most important first, all evicted
-/// from `snapshot` by the caller). `fits(snapshot, handle, unit)` says whether the preemptor
-/// still fits with `unit` back (it must leave the snapshot as it found it). The snapshot is
+/// Runs the reprieve over `removed` (indices into `units`, all evicted from `snapshot` by the
+/// caller; sorted most important first when the snapshot has PDBs). `fits(snapshot, handle, unit)` says whether the
+/// preemptor still fits with `unit` back (it must leave the snapshot as it found it).
+/// `independent(unit)` says that no check can depend on `unit` (node-local Filters, and the
+/// unit touches no node the preemptor uses): such a unit is reprieved without being put back,
+/// which is what keeps preemption among tens of thousands of candidates cheap. The snapshot is
 /// restored before returning.
 pub(crate) fn reprieve(
     snapshot: &mut Snapshot,
     handle: &mut dyn PreemptionHandle,
     units: &[VictimUnit],
     removed: &[usize],
+    independent: &dyn Fn(&VictimUnit) -> bool,
     fits: &mut dyn FnMut(&mut Snapshot, &mut dyn PreemptionHandle, &VictimUnit) -> bool,
 ) -> Reprieved {
     let pdbs = snapshot.preemption.pdbs().to_vec();
-    let (violating, ok) = split_by_violation(
-        &pdbs,
-        removed.iter().map(|&i| units[i].members.iter().map(|m| &*m.pod)),
-    );
+    // With PDBs the budget is consumed in importance order, so `removed` must come sorted
+    // that way (the callers sort fully then); without, only the units actually checked need
+    // ordering, and they are sorted here.
+    let (violating, ok) = if pdbs.is_empty() {
+        (Vec::new(), (0..removed.len()).collect())
+    } else {
+        split_by_violation(
+            &pdbs,
+            removed.iter().map(|&i| units[i].members().map(|m| &*m.pod)),
+        )
+    };
     let start = snapshot.mark();
     let mut out = Reprieved::default();
     for (list, is_violating) in [(violating, true), (ok, false)] {
-        for pos in list {
-            let Some(&ui) = removed.get(pos) else { continue };
+        let mut checked: Vec<usize> = list
+            .into_iter()
+            .filter_map(|pos| removed.get(pos).copied())
+            .filter(|&ui| !independent(&units[ui]))
+            .collect();
+        if pdbs.is_empty() {
+            checked.sort_by(|&a, &b| importance(&units[a], &units[b]));
+        }
+        for ui in checked {
             let unit = &units[ui];
             let m = snapshot.mark();
-            for member in &unit.members {
+            for member in unit.members() {
                 if let Some(n) = member.node {
                     snapshot.assume(member.pod.clone(), n);
                 }
@@ -80,6 +98,6 @@ pub(crate) fn reprieve(
     }
     snapshot.revert_to(start);
     // Victims were found violating-first; report them most important first.
-    out.victims.sort_unstable();
+    out.victims.sort_by(|&a, &b| importance(&units[a], &units[b]));
     out
 }

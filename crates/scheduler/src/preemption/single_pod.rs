@@ -55,24 +55,18 @@ fn select_on_node(
         return Err(String::new());
     };
     let mark = snapshot.mark();
-    for &u in potential {
-        for m in &units[u].members {
-            snapshot.evict(&m.pod.key);
-        }
-    }
+    units::evict(snapshot, potential.iter().map(|&u| &units[u]));
     let st = handle.filter(snapshot, pod, idx);
     if !st.is_success() {
         snapshot.revert_to(mark);
         return Err(st.message);
     }
     let global = !handle.node_local(snapshot, pod);
-    let mut fits = |s: &mut Snapshot, h: &mut dyn PreemptionHandle, u: &VictimUnit| -> bool {
-        if !global && !u.has_affinity && !u.on_node(idx) {
-            return true;
-        }
+    let independent = |u: &VictimUnit| !global && !u.has_affinity && !u.on_node(idx);
+    let mut fits = |s: &mut Snapshot, h: &mut dyn PreemptionHandle, _: &VictimUnit| -> bool {
         h.filter(s, pod, idx).is_success()
     };
-    let r = reprieve(snapshot, handle, units, potential, &mut fits);
+    let r = reprieve(snapshot, handle, units, potential, &independent, &mut fits);
     snapshot.revert_to(mark);
     Ok(NodeCandidate {
         node: idx,
@@ -86,7 +80,7 @@ fn rank(units: &[VictimUnit], c: &NodeCandidate) -> (usize, i64, i64, usize, std
     let pods = || {
         c.victims
             .iter()
-            .flat_map(|&i| units[i].members.iter().map(move |m| (i, m)))
+            .flat_map(|&i| units[i].members().map(move |m| (i, m)))
     };
     let highest = c
         .victims
@@ -126,11 +120,17 @@ pub(crate) fn preempt(
     }
     let n = snapshot.len();
     let mut units = units::collect(snapshot, preemptor.priority);
-    units::sort(&mut units);
+    if snapshot.preemption.pdbs().is_empty() {
+        units::sort_by_priority(&mut units);
+    } else {
+        units::sort(&mut units);
+    }
     let mut on_node: Vec<Vec<usize>> = vec![Vec::new(); n];
     for (i, u) in units.iter().enumerate() {
-        for node in u.nodes() {
-            if let Some(list) = on_node.get_mut(node) {
+        for m in u.members() {
+            if let Some(list) = m.node.and_then(|node| on_node.get_mut(node))
+                && list.last() != Some(&i)
+            {
                 list.push(i);
             }
         }

@@ -34,19 +34,33 @@ pub(crate) enum UnitKind {
 pub(crate) struct Member {
     pub(crate) pod: Arc<PodInfo>,
     pub(crate) node: Option<usize>,
+    /// In a group or carrying affinity terms: eviction must update those indexes too.
+    pub(crate) listed: bool,
+}
+
+impl Member {
+    fn new(pod: &Arc<PodInfo>, node: Option<usize>) -> Member {
+        Member {
+            pod: pod.clone(),
+            node,
+            listed: pod.group_name.is_some() || !pod.spec.affinity.is_empty(),
+        }
+    }
 }
 
 /// An atomic set of pods that preemption evicts together.
 #[derive(Debug, Clone)]
 pub(crate) struct VictimUnit {
-    pub(crate) members: Vec<Member>,
+    /// The first member; most units have no other, and then need no allocation.
+    first: Member,
+    rest: Vec<Member>,
     pub(crate) priority: i32,
     pub(crate) kind: UnitKind,
     /// The group the unit stands for (see `decision::Victim::group`).
     pub(crate) group: Option<GroupKey>,
     pub(crate) mode: DisruptionMode,
-    /// uid of the group (whole-group units) or of the pod: the final tie-break.
-    pub(crate) uid: Arc<str>,
+    /// uid of the group of a whole-group unit (a pod unit uses its pod's).
+    group_uid: Option<Arc<str>>,
     /// Earliest known start time of its pods (Unix milliseconds).
     pub(crate) earliest_start: Option<i64>,
     /// Whether any member carries inter-pod affinity terms (re-adding it can change Filter
@@ -55,23 +69,36 @@ pub(crate) struct VictimUnit {
 }
 
 impl VictimUnit {
-    /// Whether a member runs on node `idx`.
-    pub(crate) fn on_node(&self, idx: usize) -> bool {
-        self.members.iter().any(|m| m.node == Some(idx))
+    /// uid of the group (whole-group units) or of the pod: the final tie-break.
+    pub(crate) fn uid(&self) -> &str {
+        self.group_uid.as_deref().unwrap_or(&self.first.pod.uid)
     }
 
-    /// Distinct node indices of the members.
-    pub(crate) fn nodes(&self) -> impl Iterator<Item = usize> + '_ {
-        let mut seen: Vec<usize> = Vec::new();
-        self.members.iter().filter_map(move |m| {
-            let n = m.node?;
-            if seen.contains(&n) {
-                None
-            } else {
-                seen.push(n);
-                Some(n)
-            }
-        })
+    /// Every member, the first one first.
+    pub(crate) fn members(&self) -> impl Iterator<Item = &Member> + '_ {
+        std::iter::once(&self.first).chain(self.rest.iter())
+    }
+
+    /// Number of pods.
+    pub(crate) fn len(&self) -> usize {
+        1 + self.rest.len()
+    }
+
+    /// Whether a member runs on node `idx`.
+    pub(crate) fn on_node(&self, idx: usize) -> bool {
+        self.members().any(|m| m.node == Some(idx))
+    }
+
+    /// Whether a member runs on a node flagged in `nodes` (indexed by node).
+    pub(crate) fn touches(&self, nodes: &[bool]) -> bool {
+        if self.rest.is_empty() {
+            return self
+                .first
+                .node
+                .is_some_and(|n| nodes.get(n).copied().unwrap_or(false));
+        }
+        self.members()
+            .any(|m| m.node.is_some_and(|n| nodes.get(n).copied().unwrap_or(false)))
     }
 }
 
@@ -141,10 +168,10 @@ fn leaves_by_ancestor(snapshot: &Snapshot) -> HashMap<GroupKey, Vec<GroupKey>> {
 }
 
 fn member(snapshot: &Snapshot, pod: &Arc<PodInfo>) -> Member {
-    Member {
-        pod: pod.clone(),
-        node: snapshot.pod_node(&pod.key).and_then(|n| snapshot.node_index(n)),
-    }
+    Member::new(
+        pod,
+        snapshot.pod_node(&pod.key).and_then(|n| snapshot.node_index(n)),
+    )
 }
 
 /// Every unit of running pods whose priority is below `below` (upstream
@@ -152,7 +179,7 @@ fn member(snapshot: &Snapshot, pod: &Arc<PodInfo>) -> Member {
 /// unsorted. Pods on nodes missing from the snapshot only join whole-group units.
 pub(crate) fn collect(snapshot: &Snapshot, below: i32) -> Vec<VictimUnit> {
     let st = &snapshot.preemption;
-    let mut units = Vec::new();
+    let mut units = Vec::with_capacity(snapshot.nodes().iter().map(|n| n.pods.len()).sum());
     let mut seen: HashSet<GroupKey> = HashSet::new();
     let mut leaves: Option<HashMap<GroupKey, Vec<GroupKey>>> = None;
     for (idx, node) in snapshot.nodes().iter().enumerate() {
@@ -170,15 +197,13 @@ pub(crate) fn collect(snapshot: &Snapshot, below: i32) -> Vec<VictimUnit> {
             }
             match lin.highest_all {
                 None => units.push(VictimUnit {
-                    members: vec![Member {
-                        pod: pod.clone(),
-                        node: Some(idx),
-                    }],
+                    first: Member::new(pod, Some(idx)),
+                    rest: Vec::new(),
                     priority: lin.priority,
                     kind: UnitKind::Pod,
                     group: pod.group_key(),
                     mode: DisruptionMode::Single,
-                    uid: pod.uid.clone(),
+                    group_uid: None,
                     earliest_start: st.start_time(&pod.key),
                     has_affinity: !pod.spec.affinity.is_empty(),
                 }),
@@ -207,13 +232,15 @@ pub(crate) fn collect(snapshot: &Snapshot, below: i32) -> Vec<VictimUnit> {
                     }
                     let earliest_start = members.iter().filter_map(|m| st.start_time(&m.pod.key)).min();
                     let has_affinity = members.iter().any(|m| !m.pod.spec.affinity.is_empty());
+                    let first = members.remove(0);
                     units.push(VictimUnit {
-                        members,
+                        first,
+                        rest: members,
                         priority: lin.priority,
                         kind,
                         group: Some(key),
                         mode: DisruptionMode::All,
-                        uid,
+                        group_uid: Some(uid),
                         earliest_start,
                         has_affinity,
                     });
@@ -243,18 +270,43 @@ pub(crate) fn importance(a: &VictimUnit, b: &VictimUnit) -> Ordering {
             if a.kind == UnitKind::Pod {
                 older(a.earliest_start, b.earliest_start)
             } else {
-                b.members
-                    .len()
-                    .cmp(&a.members.len())
+                b.len()
+                    .cmp(&a.len())
                     .then(older(a.earliest_start, b.earliest_start))
             }
         })
-        .then_with(|| a.uid.cmp(&b.uid))
+        .then_with(|| a.uid().cmp(b.uid()))
+}
+
+/// Evicts every pod of `units` from the snapshot (one undo entry per run of pods on the same
+/// node; units come in node order, so that is about one per node).
+pub(crate) fn evict<'u>(snapshot: &mut Snapshot, units: impl IntoIterator<Item = &'u VictimUnit>) {
+    let mut batch: Vec<(&Arc<PodInfo>, bool)> = Vec::new();
+    let mut at: Option<usize> = None;
+    for m in units.into_iter().flat_map(VictimUnit::members) {
+        if m.node != at && !batch.is_empty() {
+            snapshot.evict_batch(at, &batch);
+            batch.clear();
+        }
+        at = m.node;
+        batch.push((&m.pod, m.listed));
+    }
+    if !batch.is_empty() {
+        snapshot.evict_batch(at, &batch);
+    }
 }
 
 /// Sorts most important first.
 pub(crate) fn sort(units: &mut [VictimUnit]) {
     units.sort_by(importance);
+}
+
+/// Sorts by priority only, highest first, keeping node order among equals: enough for the
+/// priority tiers, and much cheaper than [`sort`] on tens of thousands of units (a bucket per
+/// priority: each unit moves twice). The reprieve then orders the few units it actually checks
+/// (see `reprieve`). Node order among equals keeps `evict` batches large.
+pub(crate) fn sort_by_priority(units: &mut [VictimUnit]) {
+    units.sort_by_key(|u| std::cmp::Reverse(u.priority));
 }
 
 #[cfg(test)]
@@ -294,9 +346,10 @@ mod tests {
         sort(&mut units);
         assert_eq!(units.len(), 2);
         assert_eq!(units[0].kind, UnitKind::CompositePodGroup);
-        let names: Vec<&str> = units[0].members.iter().map(|m| &*m.pod.key.name).collect();
+        let names: Vec<&str> = units[0].members().map(|m| &*m.pod.key.name).collect();
         assert_eq!(names, ["a1", "b1"]);
-        assert_eq!(units[0].nodes().collect::<Vec<_>>(), [0, 1]);
+        assert!(units[0].on_node(0) && units[0].on_node(1));
+        assert!(units[0].touches(&[false, true]) && !units[1].touches(&[true, false]));
         assert_eq!(units[1].priority, 3);
         // Nothing at or above the preemptor's priority.
         assert_eq!(collect(&s, 10).len(), 1);
@@ -327,7 +380,7 @@ mod tests {
         s.set_pod_start_time(&crate::model::PodKey::new("ns", "old"), Some(1000));
         let mut units = collect(&s, 100);
         sort(&mut units);
-        let names: Vec<&str> = units.iter().map(|u| &*u.members[0].pod.key.name).collect();
+        let names: Vec<&str> = units.iter().map(|u| &*u.first.pod.key.name).collect();
         assert_eq!(names, ["high", "old", "young"]);
     }
 }
