@@ -446,7 +446,12 @@ impl PodScheduler {
 
 /// Filter on `with` (= `node` plus the nominated pods that count), with the PreFilter state
 /// updated for those pods.
-fn nominated_filter(state: &CycleState, pod: &PodInfo, node: &NodeInfo, with: &NodeInfo) -> Result<(), Rejection> {
+fn nominated_filter(
+    state: &CycleState,
+    pod: &PodInfo,
+    node: &NodeInfo,
+    with: &NodeInfo,
+) -> Result<(), Rejection> {
     let mut state = state.clone();
     let mut added = with.pods.iter().skip(node.pods.len());
     if let Some(err) = added.find_map(|p| state.add_pod(pod, p, with).err()) {
