@@ -9,8 +9,8 @@
 //! `BENCH_NO_BATCH=1` switches the batching cache and count-based placement evaluation off).
 //! An optional argument filters cases by name.
 //!
-//! Preemption cases (`preempt-gang8`, `preempt-gang1000`) are described in
-//! `benches/support/preempt.rs`.
+//! Preemption cases (`preempt-gang8`, `preempt-gang1000`, also best of `BENCH_REPEAT` runs) are
+//! described in `benches/support/preempt.rs`.
 
 #[path = "support/preempt.rs"]
 mod preempt;
@@ -214,7 +214,20 @@ fn main() {
         if filter.as_ref().is_some_and(|f| !case.name.contains(f.as_str())) {
             continue;
         }
-        let (p50, p99, pre50, pre99, victims) = preempt::run(case, nodes());
+        // Same policy as above: best of BENCH_REPEAT runs (by median attempt), the machine is
+        // shared.
+        let repeat: usize = std::env::var("BENCH_REPEAT")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(3);
+        let mut best: Option<(f64, f64, f64, f64, f64)> = None;
+        for _ in 0..repeat.max(1) {
+            let r = preempt::run(case, nodes());
+            if best.is_none_or(|b| r.0 < b.0) {
+                best = Some(r);
+            }
+        }
+        let (p50, p99, pre50, pre99, victims) = best.expect("at least one run");
         println!(
             "bench: {} attempts={} victims_per_attempt={victims:.1} attempt_p50_ms={p50:.3} attempt_p99_ms={p99:.3} preemption_p50_ms={pre50:.3} preemption_p99_ms={pre99:.3}",
             case.name, case.attempts

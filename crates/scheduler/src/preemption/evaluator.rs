@@ -140,21 +140,35 @@ fn evaluate(
         .collect();
     let global = global_check(snapshot, handle, &assignments);
     let mut used = vec![false; snapshot.len()];
-    for a in &assignments {
+    // Assignment indices per node, in scheduling order.
+    let mut on_node: Vec<Vec<usize>> = vec![Vec::new(); snapshot.len()];
+    for (i, a) in assignments.iter().enumerate() {
         used[a.node] = true;
+        on_node[a.node].push(i);
     }
     let removed: Vec<usize> = (start..units.len()).collect();
     // Node-local Filters and a unit on none of the preemptors' nodes: nothing can change.
     let independent = |unit: &VictimUnit| !global && !unit.has_affinity && !unit.touches(&used);
     let mut fits = |s: &mut Snapshot, h: &mut dyn PreemptionHandle, unit: &VictimUnit| -> bool {
-        let whole = global || unit.has_affinity;
+        // Which assignments to re-check: all of them when a Filter may look at other nodes,
+        // else those on the unit's nodes (a node-local Filter only sees its own node, so the
+        // preemptors placed elsewhere need not be assumed either).
+        let order: Vec<usize> = if global || unit.has_affinity {
+            (0..assignments.len()).collect()
+        } else {
+            let mut v: Vec<usize> = unit
+                .members()
+                .filter_map(|m| m.node)
+                .flat_map(|n| on_node[n].iter().copied())
+                .collect();
+            v.sort_unstable();
+            v.dedup();
+            v
+        };
         let m = s.mark();
         let mut ok = true;
         // In scheduling order, each preemptor assumed after it passes, as upstream.
-        for a in &assignments {
-            if !whole && !unit.on_node(a.node) {
-                continue;
-            }
+        for a in order.iter().map(|&i| &assignments[i]) {
             if !h.filter(s, &a.pod, a.node).is_success() {
                 ok = false;
                 break;
