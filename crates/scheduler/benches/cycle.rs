@@ -229,7 +229,8 @@ fn main() {
         }
         let (p50, p99, pre50, pre99, victims) = best.expect("at least one run");
         println!(
-            "bench: {} attempts={} victims_per_attempt={victims:.1} attempt_p50_ms={p50:.3} attempt_p99_ms={p99:.3} preemption_p50_ms={pre50:.3} preemption_p99_ms={pre99:.3}",
+            "bench: {} attempts={} victims_per_attempt={victims:.1} attempt_p50_ms={p50:.3} \
+             attempt_p99_ms={p99:.3} preemption_p50_ms={pre50:.3} preemption_p99_ms={pre99:.3}",
             case.name, case.attempts
         );
     }

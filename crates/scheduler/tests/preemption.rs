@@ -1041,7 +1041,7 @@ mod property {
                 }
                 Some(_) => {
                     prop_assert!(d.victims.is_empty());
-                    prop_assert!(!fits_if_cleared, "preemption failed although clearing lower priorities fits");
+                    prop_assert!(!fits_if_cleared, "no preemption although clearing lower priorities fits");
                 }
                 None => prop_assert!(d.outcome == phalanx_scheduler::Outcome::Scheduled),
             }

@@ -3,8 +3,9 @@
 //! the priority-tier search runs twice). Each attempt is one `schedule` call for a fresh gang
 //! (the failed placement plus the whole PostFilter); the harness then actuates it like a
 //! runtime (victims deleted, preemptors bound on their nominated nodes), so later attempts see
-//! a changed cluster. Prints
-//! `bench: <case> attempts=<n> victims_per_attempt=<v> attempt_p50_ms=<x> attempt_p99_ms=<y> preemption_p50_ms=<a> preemption_p99_ms=<b>`.
+//! a changed cluster. Prints `bench: <case> attempts=<n> victims_per_attempt=<v>
+//! attempt_p50_ms=<x> attempt_p99_ms=<y> preemption_p50_ms=<a> preemption_p99_ms=<b>` (on one
+//! line; "attempt" is the whole `schedule` call, "preemption" the PostFilter chain alone).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

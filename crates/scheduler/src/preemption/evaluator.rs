@@ -292,3 +292,28 @@ pub(crate) fn result(
         ongoing: false,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{NodeStatic, PodInfo};
+    use std::sync::Arc;
+
+    #[test]
+    fn tiers_are_growing_suffixes_capped_to_the_lowest_levels_and_all() {
+        let mut s = Snapshot::new([Arc::new(NodeStatic::simple("n", 100_000, 1 << 30, &[]))]);
+        for (i, prio) in [1, 1, 2, 3, 4, 5, 5, 6].iter().enumerate() {
+            let mut p = PodInfo::simple("ns", &format!("p{i}"), 100);
+            p.priority = *prio;
+            p.node_name = Some("n".into());
+            s.add_pod(Arc::new(p));
+        }
+        let mut units = units::collect(&s, 100);
+        units::sort_by_priority(&mut units);
+        let prios: Vec<i32> = units.iter().map(|u| u.priority).collect();
+        assert_eq!(prios, [6, 5, 5, 4, 3, 2, 1, 1]);
+        // Priority <= 1, <= 2, <= 3 alone, then everything (upstream's single run).
+        assert_eq!(tier_starts(&units), [6, 5, 4, 0]);
+        assert_eq!(tier_starts(&units[..3]), [1, 0]);
+    }
+}

@@ -183,8 +183,9 @@ fn append(msg: &mut String, extra: &str) {
 
 /// Folds a chain outcome into an Unschedulable decision (upstream `podGroupCycle` step 6c for
 /// groups, `handleSchedulingFailure` for pods): Success → nominations and victims, pods stay
-/// requeued as unschedulable (they wait for the victims to go); Error → the whole decision
-/// becomes a SchedulerError; any message is appended to every group condition and pod failure.
+/// requeued as unschedulable (the victims' deletion wakes them; with no victim at all they
+/// back off instead); Error → the whole decision becomes a SchedulerError; any message is
+/// appended to every group condition and pod failure.
 pub(crate) fn apply(mut d: Decision, outcome: Option<ChainOutcome>) -> Decision {
     let Some(o) = outcome else { return d };
     let duration = o.started.elapsed();
@@ -217,6 +218,13 @@ pub(crate) fn apply(mut d: Decision, outcome: Option<ChainOutcome>) -> Decision 
         }
         for f in &mut d.failures {
             append(&mut f.message, &message);
+        }
+    }
+    if success && !ongoing && d.victims.is_empty() {
+        // Room without evicting anything (e.g. a nomination went away meanwhile): no deletion
+        // event will come, so retry after backoff instead of waiting in the pool.
+        if let Some(r) = &mut d.requeue {
+            r.mode = RequeueMode::Backoff;
         }
     }
     d.preemption = Some(PreemptionReport {

@@ -44,8 +44,9 @@ impl Cost {
 }
 
 /// Runs the reprieve over `removed` (indices into `units`, all evicted from `snapshot` by the
-/// caller; sorted most important first when the snapshot has PDBs). `fits(snapshot, handle, unit)` says whether the
-/// preemptor still fits with `unit` back (it must leave the snapshot as it found it).
+/// caller; sorted most important first when the snapshot has PDBs). `fits(snapshot, handle,
+/// unit)` says whether the preemptor still fits with `unit` back (it must leave the snapshot as
+/// it found it).
 /// `independent(unit)` says that no check can depend on `unit` (node-local Filters, and the
 /// unit touches no node the preemptor uses): such a unit is reprieved without being put back,
 /// which is what keeps preemption among tens of thousands of candidates cheap. The snapshot is
