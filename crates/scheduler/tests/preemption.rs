@@ -219,6 +219,11 @@ fn s49(group: GroupInfo) -> H {
     h
 }
 
+/// S49: three 1-CPU p10 pods fill a 3-CPU node; a gang(3), then a basic group, of three p100 pods
+/// evicts all three, is nominated to the node and binds.
+///
+/// Upstream: `test/integration/scheduler/preemption/podgroup/podgrouppreemption_test.go`,
+/// `TestPodGroupPreemption`, "Full PodGroup Preemption" and "... for basic policy".
 #[test]
 fn s49_full_preemption_gang_and_basic() {
     for group in [Sim::gang("pg1", 3), Sim::basic("pg1")] {
@@ -244,6 +249,10 @@ fn s49_full_preemption_gang_and_basic() {
     }
 }
 
+/// S50: the gang prefers node1 (preferred node affinity stands in for upstream's score plugin):
+/// only the pod there is evicted, low-2 on node2 stays.
+///
+/// Upstream: `TestPodGroupPreemption`, "Partial Preemption".
 #[test]
 fn s50_partial_preemption_only_where_the_group_goes() {
     let mut h = H::new(vec![host("node1", 2), host("node2", 2)]);
@@ -263,6 +272,10 @@ fn s50_partial_preemption_only_where_the_group_goes() {
     assert_eq!(h.evicted, ["low-1"]);
 }
 
+/// S51: the leftover pod of a basic group prefers node1 (p10 victim) but evicts the p5 pod on
+/// node2 (priority tiers).
+///
+/// Upstream: `TestPodGroupPreemption`, "Partial Preemption with basic policy".
 #[test]
 fn s51_victim_aware_choice_for_a_basic_group() {
     let mut h = H::new(vec![host("node1", 2), host("node2", 2)]);
@@ -304,6 +317,10 @@ fn labelled(name: &str, milli: i64, node: &str, priority: i32) -> PodInfo {
     p
 }
 
+/// S52: two pods under a PDB allowing no disruption are reprieved first; the unprotected one is
+/// the victim.
+///
+/// Upstream: `TestPodGroupPreemption`, "PDB Violation Handling (Reprieve)".
 #[test]
 fn s52_pdb_protected_pods_are_reprieved_first() {
     let mut h = H::new(vec![host("node1", 3)]);
@@ -323,6 +340,9 @@ fn s52_pdb_protected_pods_are_reprieved_first() {
     assert!(h.s.bound(&["high-1", "high-2", "low-1", "low-2"]));
 }
 
+/// S53: victims on two nodes for a gang of four, two preemptors nominated per node.
+///
+/// Upstream: `TestPodGroupPreemption`, "Multi-node Preemption".
 #[test]
 fn s53_multi_node_preemption() {
     let mut h = H::new(vec![host("node1", 2), host("node2", 2)]);
@@ -345,6 +365,10 @@ fn s53_multi_node_preemption() {
     assert!(h.s.bound(&["high-1", "high-2", "high-3", "high-4"]));
 }
 
+/// S54: a p500 pod keeps a CPU; even without the p10 pods the gang(3) does not fit: nothing is
+/// evicted and the condition says why (`pod group preemption: ...`).
+///
+/// Upstream: `TestPodGroupPreemption`, "Insufficient Resources (No Preemption)".
 #[test]
 fn s54_no_preemption_when_it_cannot_help() {
     let mut h = H::new(vec![host("node1", 3)]);
@@ -365,6 +389,9 @@ fn s54_no_preemption_when_it_cannot_help() {
     assert!(c.message.contains("pod group preemption: "), "{}", c.message);
 }
 
+/// S55: the two p10 pods go, the p50 pod stays.
+///
+/// Upstream: `TestPodGroupPreemption`, "Priority-based Victim Selection".
 #[test]
 fn s55_lowest_priority_first() {
     let mut h = H::new(vec![host("node1", 3)]);
@@ -392,6 +419,11 @@ fn s56(mut victim: GroupInfo) -> H {
     h
 }
 
+/// S56: a victim group with `disruptionMode: all` (gang, then basic) is evicted whole although one
+/// pod would do; each victim names the group, mode `All` and the preemptor.
+///
+/// Upstream: `TestPodGroupPreemption`, "Preempt the whole PodGroup even if preempting a single
+/// Pod would suffice" and the basic variant.
 #[test]
 fn s56_all_victim_is_evicted_whole() {
     for victim in [Sim::gang("pg2", 3), Sim::basic("pg2")] {
@@ -408,6 +440,11 @@ fn s56_all_victim_is_evicted_whole() {
     }
 }
 
+/// S57: a victim group with `disruptionMode: single` loses exactly one pod, even below its
+/// minCount, for a gang(1) or basic preemptor.
+///
+/// Upstream: `TestPodGroupPreemption`, "Pods from a single gang PodGroup with
+/// DisruptionModeSingle can be preempted individually ..." and variants.
 #[test]
 fn s57_single_victim_takes_one_pod_even_below_min_count() {
     for (min, preemptor) in [
@@ -436,6 +473,11 @@ fn s57_single_victim_takes_one_pod_even_below_min_count() {
     }
 }
 
+/// S58: gang(1) with three pods on four 1-CPU nodes holding two p10 and two p200 pods: the p10
+/// pods go, two preemptors bind, the third finds no victim.
+///
+/// Upstream: `TestPodGroupPreemption`, "Gang scheduling: schedule as many pods as possible
+/// without preempting higher priority pods, but still more than minCount".
 #[test]
 fn s58_partial_gang_fit_preempts_only_lower_priority() {
     let mut h = H::new((1..=4).map(|i| host(&format!("node{i}"), 1)).collect());
@@ -464,6 +506,86 @@ fn s58_partial_gang_fit_preempts_only_lower_priority() {
         r.message,
         "pod group preemption: No preemption victims found for incoming preemptor"
     );
+}
+
+// --- S7, S10–S12 (`podgroup_test.go`, `TestPodGroupScheduling`) ---------------------------------
+
+fn zone_node() -> Vec<NodeStatic> {
+    vec![node("node", 4, &[("topology.kubernetes.io/zone", "zone1")])]
+}
+
+/// S7: a 2-CPU p10 blocker on the 4-CPU node; gang(3) with four 1-CPU p100 pods fits only once
+/// it goes: the blocker is the only victim and all four bind.
+///
+/// Upstream: `test/integration/scheduler/podgroup/podgroup_test.go`, `TestPodGroupScheduling`,
+/// case "gang schedules with preemption".
+#[test]
+fn s7_gang_preempts_a_single_low_priority_pod() {
+    let mut h = H::new(zone_node());
+    h.running("low-priority-blocker", 2000, "node", 10, None);
+    h.s.add_group(Sim::gang("pg1", 3));
+    gang_pods(&mut h, "pg1", &["p1", "p2", "p3", "p4"], 1000);
+    h.run();
+    assert_eq!(h.first_victims(), names(&["low-priority-blocker"]));
+    assert_eq!(h.first_nominations().len(), 4);
+    assert!(h.s.bound(&["p1", "p2", "p3", "p4"]));
+}
+
+/// S10: four 1-CPU p10 pods fill the node; gang(3) with four pods evicts all four.
+///
+/// Upstream: `podgroup_test.go`, `TestPodGroupScheduling`, "gang schedules with workload-aware
+/// preemption".
+#[test]
+fn s10_workload_aware_preemption_full() {
+    let mut h = H::new(zone_node());
+    for p in ["low-p1", "low-p2", "low-p3", "low-p4"] {
+        h.running(p, 1000, "node", 10, None);
+    }
+    h.s.add_group(Sim::gang("pg1", 3));
+    gang_pods(&mut h, "pg1", &["p1", "p2", "p3", "p4"], 1000);
+    h.run();
+    assert_eq!(
+        h.first_victims(),
+        names(&["low-p1", "low-p2", "low-p3", "low-p4"])
+    );
+    assert!(h.s.bound(&["p1", "p2", "p3", "p4"]));
+}
+
+fn s11(group: GroupInfo) -> H {
+    let mut h = H::new(zone_node());
+    h.running("very-low-p1", 1000, "node", 5, None);
+    h.running("very-low-p2", 1000, "node", 5, None);
+    h.running("low-p1", 1000, "node", 10, None);
+    h.running("low-p2", 1000, "node", 10, None);
+    let mut g = group;
+    g.priority = Some(50);
+    h.s.add_group(g);
+    for p in ["mid-p1", "mid-p2"] {
+        h.pending(Sim::make_pod(p, 1000, Some("mid-pg"), 50));
+    }
+    h.run();
+    h
+}
+
+/// S11: p5 and p10 pods fill the node; a p50 gang(2) evicts only the two p5 pods.
+///
+/// Upstream: `podgroup_test.go`, `TestPodGroupScheduling`, "gang schedules with partial
+/// workload-aware preemption".
+#[test]
+fn s11_partial_preemption_lowest_priority_first() {
+    let h = s11(Sim::gang("mid-pg", 2));
+    assert_eq!(h.first_victims(), names(&["very-low-p1", "very-low-p2"]));
+    assert!(h.s.bound(&["mid-p1", "mid-p2", "low-p1", "low-p2"]));
+}
+
+/// S12 as of 1.37: the S11 setup with a `zone` topology constraint. Upstream 1.36 refused to
+/// preempt for topology-constrained groups ("tas gang with constraint does not use workload
+/// preemption"); k/k#140683 lifted that, and the result is S11's.
+#[test]
+fn s12_topology_constrained_gang_preempts_since_1_37() {
+    let h = s11(Sim::gang_topo("mid-pg", 2, "topology.kubernetes.io/zone"));
+    assert_eq!(h.first_victims(), names(&["very-low-p1", "very-low-p2"]));
+    assert!(h.s.bound(&["mid-p1", "mid-p2", "low-p1", "low-p2"]));
 }
 
 // --- Guarantees ------------------------------------------------------------------------------
@@ -732,6 +854,9 @@ fn three_nodes(n: usize) -> Vec<NodeStatic> {
     (1..=n).map(|i| host(&format!("node{i}"), 2)).collect()
 }
 
+/// Upstream: `multitier_gang_preemption_test.go`,
+/// `TestMultiTierCompositePodGroupPreemption_NestedDisruptionModes`, "3-Tier Hierarchy:
+/// Intermediate CPG has DisruptionModeAll ...": only that subtree is evicted.
 #[test]
 fn multitier_intermediate_all_evicts_only_its_subtree() {
     use DisruptionMode::{All, Single};
@@ -760,6 +885,8 @@ fn multitier_intermediate_all_evicts_only_its_subtree() {
     assert!(h.s.bound(&["preemptor-1", "victim-b1"]));
 }
 
+/// Upstream: same test, "3-Tier Hierarchy: Leaf PG has DisruptionModeAll ...": the leaf's pods and
+/// the filler go, siblings stay.
 #[test]
 fn multitier_leaf_all_evicts_only_the_leaf() {
     use DisruptionMode::{All, Single};
@@ -783,6 +910,8 @@ fn multitier_leaf_all_evicts_only_the_leaf() {
     assert!(h.s.bound(&["preemptor-1", "victim-a2-1", "victim-b1"]));
 }
 
+/// Upstream: same test, "3-Tier Hierarchy: Root CPG has DisruptionModeAll ...": the whole tree
+/// is one unit.
 #[test]
 fn multitier_root_all_evicts_the_whole_tree() {
     use DisruptionMode::{All, Single};
