@@ -203,6 +203,10 @@ impl PodScheduler {
         let to_find = num_feasible_nodes_to_find(n, self.percentage);
         self.state.pre_filter(pod, snapshot);
         let batchable = self.profile.node_local_each(pod, snapshot, &mut self.local);
+        // Nominated pods count by this pod's priority and identity, which the cache does not
+        // key on: no batching while any nomination exists (preemptors waiting for victims).
+        let any_nominated = snapshot.preemption_state().has_nominated();
+        let batchable = batchable && !any_nominated;
         // Score plugins node-local for this pod: PreScore now, Score during Filter.
         let slots = self.profile.score_count();
         self.early.clear();
@@ -228,16 +232,17 @@ impl PodScheduler {
             let idx = nodes.map_or(pos, |l| l[pos]);
             processed += 1;
             let row = feasible.len();
-            let nominated = crate::preemption::nominated::with_nominated(snapshot, pod, idx);
-            let eval = if let Some(with) = &nominated {
-                // Nominated pods count by this pod's priority and identity: never cached.
-                stats.node_evaluations += 1;
-                self.evaluate_nominated(pod, snapshot.node(idx), with, row, to_find)
-            } else if batchable {
+            let eval = if batchable {
                 self.evaluate_cached(snapshot, pod, idx, row, to_find, stats)
             } else {
                 stats.node_evaluations += 1;
-                self.evaluate(pod, snapshot.node(idx), row, to_find)
+                match any_nominated
+                    .then(|| crate::preemption::nominated::with_nominated(snapshot, pod, idx))
+                    .flatten()
+                {
+                    Some(with) => self.evaluate_nominated(pod, snapshot.node(idx), &with, row, to_find),
+                    None => self.evaluate(pod, snapshot.node(idx), row, to_find),
+                }
             };
             match eval {
                 Ok(()) => {
