@@ -306,19 +306,16 @@ impl Scheduler {
         if self.post_filters.is_empty() {
             return None;
         }
-        let mut handle = CoreHandle {
-            ctx: GroupContext {
-                pods: &mut self.pods,
-                feasible: self.feasible.as_ref(),
-                generators: &self.generators,
-                scorers: &self.scorers,
-                stats,
-                in_tree: matches!(root, Root::Tree { .. }),
-            },
-            root,
-            budget: self.config.reorder_budget(),
-            max_attempts: self.config.reorder_max_attempts,
+        let ctx = GroupContext {
+            pods: &mut self.pods,
+            feasible: self.feasible.as_ref(),
+            generators: &self.generators,
+            scorers: &self.scorers,
+            stats,
+            in_tree: matches!(root, Root::Tree { .. }),
         };
+        let (budget, max) = (self.config.reorder_budget(), self.config.reorder_max_attempts);
+        let mut handle = CoreHandle::new(ctx, root, budget, max);
         Some(preemption::run_chain(
             self.post_filters.iter().map(|b| b.as_ref()),
             |p| p.name(),
@@ -345,19 +342,16 @@ impl Scheduler {
             Some(pod.preemption_policy),
             false,
         );
-        let mut handle = CoreHandle {
-            ctx: GroupContext {
-                pods: &mut self.pods,
-                feasible: self.feasible.as_ref(),
-                generators: &self.generators,
-                scorers: &self.scorers,
-                stats,
-                in_tree: false,
-            },
-            root: Root::Pod,
-            budget: self.config.reorder_budget(),
-            max_attempts: self.config.reorder_max_attempts,
+        let ctx = GroupContext {
+            pods: &mut self.pods,
+            feasible: self.feasible.as_ref(),
+            generators: &self.generators,
+            scorers: &self.scorers,
+            stats,
+            in_tree: false,
         };
+        let (budget, max) = (self.config.reorder_budget(), self.config.reorder_max_attempts);
+        let mut handle = CoreHandle::new(ctx, Root::Pod, budget, max);
         Some(preemption::run_chain(
             self.pod_post_filters.iter().map(|b| b.as_ref()),
             |p| p.name(),

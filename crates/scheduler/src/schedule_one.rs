@@ -299,8 +299,15 @@ impl PodScheduler {
 
     /// The Filter plugins for `pod` on node `idx` of `snapshot`, counting nominated pods
     /// (upstream `RunFilterPluginsWithNominatedPods`); preemption re-checks assignments with it.
-    /// `idx` must be a node of the snapshot.
-    pub(crate) fn filter_one(&self, snapshot: &Snapshot, pod: &PodInfo, idx: usize) -> Result<(), Rejection> {
+    /// `state`: the pod's PreFilter on this snapshot when the caller has it (computed here
+    /// otherwise). `idx` must be a node of the snapshot.
+    pub(crate) fn filter_one(
+        &self,
+        snapshot: &Snapshot,
+        pod: &PodInfo,
+        idx: usize,
+        state: Option<&CycleState>,
+    ) -> Result<(), Rejection> {
         if let Some(msg) = &pod.invalid {
             return Err(Rejection::new(
                 "PodInfo",
@@ -308,10 +315,17 @@ impl PodScheduler {
                 format!("pod {} is invalid: {msg}", pod.key),
             ));
         }
-        let state = self.profile.pre_filter(pod, snapshot);
+        let owned;
+        let state = match state {
+            Some(s) => s,
+            None => {
+                owned = self.profile.pre_filter(pod, snapshot);
+                &owned
+            }
+        };
         let node = snapshot.node(idx);
         if let Some(with) = crate::preemption::nominated::with_nominated(snapshot, pod, idx) {
-            nominated_filter(&state, pod, node, &with)?;
+            nominated_filter(state, pod, node, &with)?;
         }
         state.filter(pod, node)
     }

@@ -16,7 +16,8 @@ use crate::composite::{
     TreeInput, TreeResult, composite_default, composite_placements, composite_totals, run_tree,
 };
 use crate::framework::{Code, Placement, PodGroupAssignments, PreemptionHandle, ProposedAssignment, Status};
-use crate::model::{GroupInfo, PodInfo};
+use crate::model::{GroupInfo, PodInfo, PodSpecInfo};
+use crate::plugins::registry::CycleState;
 use crate::snapshot::Snapshot;
 
 /// What the handle re-schedules.
@@ -35,10 +36,28 @@ pub(crate) enum Root<'a> {
 
 /// [`PreemptionHandle`] over the cycle's plugins.
 pub(crate) struct CoreHandle<'a, 'c> {
-    pub(crate) ctx: GroupContext<'c>,
-    pub(crate) root: Root<'a>,
-    pub(crate) budget: Duration,
-    pub(crate) max_attempts: u32,
+    ctx: GroupContext<'c>,
+    root: Root<'a>,
+    budget: Duration,
+    max_attempts: u32,
+    /// PreFilter of the last node-local pod filtered, by spec: node-local PreFilter depends on
+    /// the spec only (as the batching cache relies on), so reprieve checks among thousands of
+    /// victims need not redo it.
+    local_state: Option<(Arc<PodSpecInfo>, CycleState)>,
+}
+
+impl<'a, 'c> CoreHandle<'a, 'c> {
+    /// A handle re-scheduling `root` with `ctx`; `budget` and `max_attempts` are the reorder
+    /// retry limits of the cycle.
+    pub(crate) fn new(ctx: GroupContext<'c>, root: Root<'a>, budget: Duration, max_attempts: u32) -> Self {
+        CoreHandle {
+            ctx,
+            root,
+            budget,
+            max_attempts,
+            local_state: None,
+        }
+    }
 }
 
 fn assignments(placement: Option<String>, proposed: Vec<ProposedAssignment>) -> PodGroupAssignments {
@@ -158,7 +177,18 @@ impl PreemptionHandle for CoreHandle<'_, '_> {
         if node >= snapshot.len() {
             return Status::new(Code::UnschedulableAndUnresolvable, "node not found");
         }
-        match self.ctx.pods.filter_one(snapshot, pod, node) {
+        let r = if self.ctx.pods.node_local(snapshot, pod) {
+            let stale = !matches!(&self.local_state,
+                Some((spec, _)) if Arc::ptr_eq(spec, &pod.spec) || **spec == *pod.spec);
+            if stale {
+                self.local_state = Some((pod.spec.clone(), self.ctx.pods.pre_filter(snapshot, pod)));
+            }
+            let state = self.local_state.as_ref().map(|(_, s)| s);
+            self.ctx.pods.filter_one(snapshot, pod, node, state)
+        } else {
+            self.ctx.pods.filter_one(snapshot, pod, node, None)
+        };
+        match r {
             Ok(()) => Status::success(),
             Err(r) => Status::new(r.code, r.reasons.join(", ")),
         }
