@@ -152,8 +152,8 @@ pub struct SchedulerConfig {
     pub percentage_of_nodes_to_score: u32,
     /// Preemption by a topology-constrained group evaluates this many of its best placements
     /// and keeps the least disruptive one (default 5, 1..=100; 1 = upstream's single best
-    /// placement). Beyond upstream: KEP-5732 lists scoring placements by victim cost as future
-    /// work.
+    /// placement). Beyond upstream: 1.37 preempts for the single best placement and lists
+    /// scoring placements by victim cost as future work.
     pub preemption_candidate_placements: u32,
 }
 

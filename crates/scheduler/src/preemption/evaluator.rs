@@ -1,6 +1,6 @@
 //! Workload-aware preemption for a root group (upstream `PodGroupEvaluator.Preempt` /
 //! `selectVictimsOnDomain` in `pkg/scheduler/framework/preemption/podgrouppreemption.go`,
-//! KEP-4671 / KEP-5710; spec'd there as `DefaultPreemption.PodGroupPostFilter`).
+//! KEP-4671 / KEP-5710; reached through `DefaultPreemption.PodGroupPostFilter`).
 //!
 //! Steps, as upstream: eligibility; victim units below the preemptor's priority (none →
 //! UnschedulableAndUnresolvable); evict every candidate; re-run the whole group algorithm
@@ -11,9 +11,10 @@
 //! Two Phalanx additions, both choosing among upstream-style results by disruption (fewest
 //! PDB violations, then fewest victim units, then lowest highest victim priority, then lowest
 //! priority sum; ties keep upstream's choice):
-//! - **Candidate placements** (KEP-5732 lists scoring top placements by victim cost as future
-//!   work): for a topology-constrained root the algorithm returns its best
-//!   `preemptionCandidatePlacements` placements instead of one, and each is reprieved.
+//! - **Candidate placements** (upstream 1.37 takes the single best placement; scoring the top
+//!   placements by victim cost is listed as future work): for a topology-constrained root the
+//!   algorithm returns its best `preemptionCandidatePlacements` placements instead of one, and
+//!   each is reprieved.
 //! - **Priority tiers**: besides evicting every candidate (upstream), the lowest priority
 //!   levels are tried on their own (evict only units of priority ≤ p), so a preemptor that fits
 //!   by evicting priority-5 pods does not take a priority-10 pod just because the scorer
