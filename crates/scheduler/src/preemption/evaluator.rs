@@ -15,11 +15,11 @@
 //!   placements by victim cost is listed as future work): for a topology-constrained root the
 //!   algorithm returns its best `preemptionCandidatePlacements` placements instead of one, and
 //!   each is reprieved.
-//! - **Priority tiers**: besides evicting every candidate (upstream), the lowest priority
-//!   levels are tried on their own (evict only units of priority ≤ p), so a preemptor that fits
-//!   by evicting priority-5 pods does not take a priority-10 pod just because the scorer
-//!   preferred its node (upstream's integration test "Partial Preemption with basic policy"
-//!   expects exactly that choice).
+//! - **Priority tiers**: when upstream's run (every candidate evicted) takes a victim above the
+//!   lowest candidate priority, the lowest priority levels are tried on their own (evict only
+//!   units of priority ≤ p), so a preemptor that fits by evicting priority-5 pods does not take
+//!   a priority-10 pod just because the scorer preferred its node (upstream's integration test
+//!   "Partial Preemption with basic policy" expects exactly that choice).
 
 use crate::decision::{Nomination, Victim};
 use crate::framework::{Code, PostFilterResult, PreemptionHandle, Preemptor, ProposedAssignment, Status};
@@ -188,6 +188,32 @@ fn evaluate(
     }
 }
 
+/// Reprieves every result of one scheduling run (`units[start..]` evicted) and keeps the best
+/// of them and `best`: lower cost first; on a tie, the earlier tier (`tier` 0 = every candidate
+/// evicted, upstream's run) and then the better-scored placement win. Returns the winner and
+/// its (tier, rank).
+fn best_of(
+    snapshot: &mut Snapshot,
+    handle: &mut dyn PreemptionHandle,
+    units: &[VictimUnit],
+    start: usize,
+    results: Vec<crate::framework::PodGroupAssignments>,
+    best: Option<(Chosen, (usize, usize))>,
+    tier: usize,
+) -> Option<(Chosen, (usize, usize))> {
+    let mut best = best;
+    for (rank, a) in results.into_iter().enumerate() {
+        let c = evaluate(snapshot, handle, units, start, a.proposed);
+        let better = best
+            .as_ref()
+            .is_none_or(|(b, at)| (c.cost, (tier, rank)) < (b.cost, *at));
+        if better {
+            best = Some((c, (tier, rank)));
+        }
+    }
+    best
+}
+
 /// The group algorithm; see the module documentation. `k` = candidate placements (≥ 1).
 /// Messages are upstream's, without the `pod group preemption: ` prefix.
 pub(crate) fn preempt(
@@ -213,41 +239,41 @@ pub(crate) fn preempt(
     } else {
         1
     };
-    let starts = tier_starts(&candidates);
     let mark = snapshot.mark();
-    let mut evicted_from = candidates.len();
-    let mut best: Option<(Chosen, usize, usize)> = None;
-    let mut failure: Option<Status> = None;
-    let last = starts.len().saturating_sub(1);
-    for (t, &start) in starts.iter().enumerate() {
-        // Evict the next priority level(s) (the units are a growing suffix).
-        units::evict(snapshot, &candidates[start..evicted_from]);
-        evicted_from = start;
-        match handle.schedule(snapshot, k) {
-            Err(st) if st.code == Code::Error => {
-                snapshot.revert_to(mark);
-                return Err(st);
-            }
-            Err(st) => failure = Some(st),
-            Ok(results) => {
-                for (rank, a) in results.into_iter().enumerate() {
-                    let c = evaluate(snapshot, handle, &candidates, start, a.proposed);
-                    // Prefer lower cost; on a tie the full eviction (upstream's run) and the
-                    // better-scored placement.
-                    let key = (c.cost, last - t, rank);
-                    if best
-                        .as_ref()
-                        .is_none_or(|(b, bt, br)| key < (b.cost, last - *bt, *br))
-                    {
-                        best = Some((c, t, rank));
-                    }
+    // Upstream's run: every candidate evicted. Its status is the one reported on failure.
+    units::evict(snapshot, &candidates);
+    let full = match handle.schedule(snapshot, k) {
+        Ok(results) => best_of(snapshot, handle, &candidates, 0, results, None, 0),
+        Err(st) => {
+            snapshot.revert_to(mark);
+            return Err(st);
+        }
+    };
+    snapshot.revert_to(mark);
+    let lowest = candidates.last().map_or(i64::MIN, |u| i64::from(u.priority));
+    let mut best = full;
+    // Priority tiers, only when upstream's answer takes something above the lowest level.
+    if best.as_ref().is_some_and(|(c, _)| c.cost.highest > lowest) {
+        let starts = tier_starts(&candidates);
+        let mut evicted_from = candidates.len();
+        // The last start is the full set, already done.
+        for (t, &start) in starts.iter().enumerate().take(starts.len().saturating_sub(1)) {
+            units::evict(snapshot, &candidates[start..evicted_from]);
+            evicted_from = start;
+            match handle.schedule(snapshot, k) {
+                Ok(results) => best = best_of(snapshot, handle, &candidates, start, results, best, t + 1),
+                Err(st) if st.code == Code::Error => {
+                    snapshot.revert_to(mark);
+                    return Err(st);
                 }
+                // Not enough room at this level: a higher one may do.
+                Err(_) => {}
             }
         }
+        snapshot.revert_to(mark);
     }
-    snapshot.revert_to(mark);
-    let Some((chosen, _, _)) = best else {
-        return Err(failure.unwrap_or_else(|| Status::new(Code::Unschedulable, "no placement found")));
+    let Some((chosen, _)) = best else {
+        return Err(Status::new(Code::Unschedulable, "no placement found"));
     };
     Ok(result(snapshot, preemptor.key, &candidates, chosen))
 }
