@@ -12,7 +12,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{NS, Sim, node};
-use phalanx_scheduler::framework::Code;
 use phalanx_scheduler::model::{DisruptionMode, NodeStatic, PreemptionPolicy};
 use phalanx_scheduler::selectors::{LabelSelector, NodeSelectorTerm, Requirement, SelectorOp};
 use phalanx_scheduler::{
@@ -1035,7 +1034,6 @@ fn single_pod_cannot_preempt_reports_per_node_reasons() {
             .map(|r| r.success),
         Some(false)
     );
-    let _ = Code::UnschedulableAndUnresolvable;
 }
 
 // --- Property: victims are enough, and never too important ----------------------------------
