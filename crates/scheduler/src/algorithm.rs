@@ -134,7 +134,9 @@ pub fn default_algorithm(
     result
 }
 
-fn generate(
+/// PlacementGenerate for a leaf group: every generator refines the previous placements,
+/// starting from `parent` (`None` = all nodes).
+pub(crate) fn generate(
     ctx: &GroupContext<'_>,
     snapshot: &Snapshot,
     group: &GroupInfo,
@@ -333,6 +335,8 @@ fn placement_by_counts(
     placements: &[Placement],
 ) -> Option<GroupResult> {
     if pods.is_empty()
+        // Nominated pods reserve capacity per pod priority and identity: simulate for real.
+        || snapshot.preemption_state().has_nominated()
         || heterogeneous(pods)
         || !ctx.pods.node_local(snapshot, &pods[0])
         || ctx.scorers.iter().any(|(s, w)| *w != 0 && s.needs_nodes())
@@ -420,6 +424,24 @@ fn score_placements(
     placements: &[Placement],
     successes: &[(usize, GroupResult)],
 ) -> Result<usize, Status> {
+    let total = placement_totals(ctx, snapshot, group, placements, successes)?;
+    let mut best = 0;
+    for i in 1..total.len() {
+        if total[i] > total[best] {
+            best = i;
+        }
+    }
+    Ok(best)
+}
+
+/// Weighted sum of the normalised PlacementScore of each success (same order as `successes`).
+pub(crate) fn placement_totals(
+    ctx: &GroupContext<'_>,
+    snapshot: &Snapshot,
+    group: &GroupInfo,
+    placements: &[Placement],
+    successes: &[(usize, GroupResult)],
+) -> Result<Vec<i64>, Status> {
     let mut total = vec![0i64; successes.len()];
     for (plugin, weight) in ctx.scorers {
         if *weight == 0 {
@@ -436,13 +458,7 @@ fn score_placements(
         plugin.normalize(&mut scores)?;
         total.iter_mut().zip(&scores).for_each(|(t, s)| *t += s * weight);
     }
-    let mut best = 0;
-    for i in 1..total.len() {
-        if total[i] > total[best] {
-            best = i;
-        }
-    }
-    Ok(best)
+    Ok(total)
 }
 
 /// Whether the pods differ in their scheduling spec.

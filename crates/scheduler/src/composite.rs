@@ -116,20 +116,10 @@ fn run_composite(
         return composite_default(ctx, snapshot, input, &cpg, parent);
     };
     let leaves = input.tree.leaves_under(key);
-    let mut placements = vec![Placement {
-        name: String::new(),
-        nodes: parent.map_or_else(|| (0..snapshot.len()).collect(), <[usize]>::to_vec),
-    }];
-    for g in ctx.generators {
-        let mut next = Vec::new();
-        for p in &placements {
-            match g.generate_composite(snapshot, &cpg, &leaves, p) {
-                Ok(v) => next.extend(v),
-                Err(st) => return own(key, Status::new(Code::Error, st.message)),
-            }
-        }
-        placements = next;
-    }
+    let placements = match composite_placements(ctx, snapshot, &cpg, &leaves, parent) {
+        Ok(p) => p,
+        Err(st) => return own(key, Status::new(Code::Error, st.message)),
+    };
     ctx.stats.placements += placements.len() as u32;
     if placements.is_empty() {
         return own(
@@ -170,6 +160,29 @@ fn run_composite(
     chosen
 }
 
+/// PlacementGenerate for a CompositePodGroup within `parent` (`None` = all nodes): every
+/// generator refines the previous placements.
+pub(crate) fn composite_placements(
+    ctx: &GroupContext<'_>,
+    snapshot: &Snapshot,
+    cpg: &CompositeGroupInfo,
+    leaves: &[GroupKey],
+    parent: Option<&[usize]>,
+) -> Result<Vec<Placement>, Status> {
+    let mut placements = vec![Placement {
+        name: String::new(),
+        nodes: parent.map_or_else(|| (0..snapshot.len()).collect(), <[usize]>::to_vec),
+    }];
+    for g in ctx.generators {
+        let mut next = Vec::new();
+        for p in &placements {
+            next.extend(g.generate_composite(snapshot, cpg, leaves, p)?);
+        }
+        placements = next;
+    }
+    Ok(placements)
+}
+
 fn own(key: &GroupKey, status: Status) -> TreeResult {
     let mut r = TreeResult::new(status.clone());
     r.statuses.insert(key.clone(), status);
@@ -178,7 +191,7 @@ fn own(key: &GroupKey, status: Status) -> TreeResult {
 
 /// Children in order inside `nodes`, PlacementFeasible on `minGroupCount` after each; reverts
 /// the subtree unless the final status is Success.
-fn composite_default(
+pub(crate) fn composite_default(
     ctx: &mut GroupContext<'_>,
     snapshot: &mut Snapshot,
     input: &TreeInput<'_>,
@@ -253,6 +266,26 @@ fn score(
     placements: &[Placement],
     successes: &[(usize, TreeResult)],
 ) -> Result<usize, Status> {
+    let total = composite_totals(ctx, snapshot, cpg, leaves, placements, successes)?;
+    let mut best = 0;
+    for i in 1..total.len() {
+        if total[i] > total[best] {
+            best = i;
+        }
+    }
+    Ok(best)
+}
+
+/// Weighted sum of the normalised PlacementScore of each successful candidate (same order as
+/// `successes`).
+pub(crate) fn composite_totals(
+    ctx: &GroupContext<'_>,
+    snapshot: &Snapshot,
+    cpg: &CompositeGroupInfo,
+    leaves: &[GroupKey],
+    placements: &[Placement],
+    successes: &[(usize, TreeResult)],
+) -> Result<Vec<i64>, Status> {
     let mut total = vec![0i64; successes.len()];
     for (plugin, weight) in ctx.scorers {
         if *weight == 0 {
@@ -269,11 +302,5 @@ fn score(
         plugin.normalize(&mut scores)?;
         total.iter_mut().zip(&scores).for_each(|(t, s)| *t += s * weight);
     }
-    let mut best = 0;
-    for i in 1..total.len() {
-        if total[i] > total[best] {
-            best = i;
-        }
-    }
-    Ok(best)
+    Ok(total)
 }

@@ -16,14 +16,16 @@ use crate::decision::{
     PodFailure, Requeue, RequeueMode,
 };
 use crate::framework::{
-    Code, PlacementFeasiblePlugin, PlacementGeneratePlugin, PlacementScorePlugin, PodGroupAssignments,
-    PodGroupPostFilterPlugin, Status,
+    Code, PlacementFeasiblePlugin, PlacementGeneratePlugin, PlacementScorePlugin, PodGroupPostFilterPlugin,
+    PostFilterPlugin, Preemptor, Status,
 };
 use crate::hierarchy::GroupTree;
 use crate::model::{GroupInfo, GroupKey, GroupKind, PodInfo, PodKey};
 use crate::plugins::gang_scheduling::GangScheduling;
 use crate::plugins::pod_group_pods_count::{PlacementResourcesFit, PodGroupPodsCount};
 use crate::plugins::topology_placement::TopologyPlacement;
+use crate::preemption::handle::{CoreHandle, Root};
+use crate::preemption::{self, ChainOutcome, DefaultPreemption};
 use crate::queue::QueuedEntity;
 use crate::schedule_one::{PodResult, PodScheduler};
 use crate::snapshot::Snapshot;
@@ -38,6 +40,7 @@ pub struct Scheduler {
     generators: Vec<Box<dyn PlacementGeneratePlugin>>,
     scorers: Vec<(Box<dyn PlacementScorePlugin>, i64)>,
     post_filters: Vec<Box<dyn PodGroupPostFilterPlugin>>,
+    pod_post_filters: Vec<Box<dyn PostFilterPlugin>>,
 }
 
 impl std::fmt::Debug for Scheduler {
@@ -73,6 +76,7 @@ impl Scheduler {
             generators: vec![Box::new(TopologyPlacement)],
             scorers,
             post_filters: Vec::new(),
+            pod_post_filters: Vec::new(),
         }
     }
 
@@ -85,6 +89,21 @@ impl Scheduler {
     /// success wins.
     pub fn add_post_filter(&mut self, plugin: Box<dyn PodGroupPostFilterPlugin>) {
         self.post_filters.push(plugin);
+    }
+
+    /// Adds a PostFilter for standalone pods (pod-by-pod preemption); run in order, first
+    /// success wins.
+    pub fn add_pod_post_filter(&mut self, plugin: Box<dyn PostFilterPlugin>) {
+        self.pod_post_filters.push(plugin);
+    }
+
+    /// Registers [`DefaultPreemption`] (upstream's default) as PodGroupPostFilter and
+    /// PostFilter. Off by default so that a runtime that does not actuate victims never gets
+    /// any; preemption only simulates on the snapshot and returns victims and nominations.
+    pub fn enable_default_preemption(&mut self) {
+        let p = DefaultPreemption::new(&self.config);
+        self.post_filters.push(Box::new(p.clone()));
+        self.pod_post_filters.push(Box::new(p));
     }
 
     /// Adds a PlacementGenerate plugin; it refines the placements of the previous ones.
@@ -137,6 +156,8 @@ impl Scheduler {
                     pods: vec![pod.key.clone()],
                     mode: RequeueMode::Unschedulable,
                 });
+                let outcome = self.pod_post_filter(snapshot, entity, &mut stats);
+                d = preemption::apply(d, outcome);
             }
             PodResult::Error(e) => {
                 d.outcome = Outcome::Error;
@@ -183,43 +204,25 @@ impl Scheduler {
             in_tree: false,
         };
         let result = run_leaf(&mut ctx, snapshot, group, &pods, budget, max_attempts);
-        if result.status.code == Code::Unschedulable && !self.post_filters.is_empty() {
-            let mut rerun = |s: &mut Snapshot| -> Result<PodGroupAssignments, Status> {
-                let mut st = CycleStats::default();
-                let mut c = GroupContext {
-                    pods: &mut self.pods,
-                    feasible: self.feasible.as_ref(),
-                    generators: &self.generators,
-                    scorers: &self.scorers,
-                    stats: &mut st,
-                    in_tree: false,
-                };
-                let mark = s.mark();
-                let r = run_leaf(&mut c, s, group, &pods, budget, max_attempts);
-                s.revert_to(mark);
-                if r.status.is_success() {
-                    let placement = crate::framework::Placement {
-                        name: r.placement.clone().unwrap_or_default(),
-                        nodes: r.assignments.iter().map(|a| a.node).collect(),
-                    };
-                    Ok(PodGroupAssignments {
-                        placement,
-                        proposed: r.assignments,
-                    })
-                } else {
-                    Err(r.status)
-                }
-            };
-            for pf in &self.post_filters {
-                if let Ok(res) = pf.post_filter(snapshot, group, &pods, &mut rerun) {
-                    d.nominations = res.nominations;
-                    d.victims = res.victims;
-                    break;
-                }
-            }
-        }
+        let outcome = if result.status.code == Code::Unschedulable {
+            let preemptor = Preemptor::group(
+                &entity.key,
+                &pods,
+                group.priority,
+                group.preemption_policy,
+                group.topology_key.is_some(),
+            );
+            self.group_post_filter(
+                snapshot,
+                &preemptor,
+                Root::Leaf { group, pods: &pods },
+                &mut stats,
+            )
+        } else {
+            None
+        };
         d.stats = stats;
-        assemble(d, group, &pods, snapshot, result)
+        preemption::apply(assemble(d, group, &pods, snapshot, result), outcome)
     }
 }
 
@@ -270,9 +273,90 @@ impl Scheduler {
             in_tree: true,
         };
         let result = run_tree(&mut ctx, snapshot, &input);
+        // Preemption runs only at the root (KEP-6012).
+        let outcome = if result.status.code == Code::Unschedulable {
+            let root = tree.root();
+            let preemptor = Preemptor::group(
+                &entity.key,
+                &pods,
+                root.priority,
+                root.preemption_policy,
+                root.topology_key.is_some(),
+            );
+            self.group_post_filter(snapshot, &preemptor, Root::Tree { input: &input }, &mut stats)
+        } else {
+            None
+        };
         let mut d = d;
         d.stats = stats;
-        assemble_tree(d, tree, &pods, snapshot, &result)
+        preemption::apply(assemble_tree(d, tree, &pods, snapshot, &result), outcome)
+    }
+}
+
+impl Scheduler {
+    /// Runs the PodGroupPostFilter chain for an Unschedulable root (upstream `podGroupCycle`
+    /// step 6c); `None` when no plugin is registered.
+    fn group_post_filter(
+        &mut self,
+        snapshot: &mut Snapshot,
+        preemptor: &Preemptor<'_>,
+        root: Root<'_>,
+        stats: &mut CycleStats,
+    ) -> Option<ChainOutcome> {
+        if self.post_filters.is_empty() {
+            return None;
+        }
+        let ctx = GroupContext {
+            pods: &mut self.pods,
+            feasible: self.feasible.as_ref(),
+            generators: &self.generators,
+            scorers: &self.scorers,
+            stats,
+            in_tree: matches!(root, Root::Tree { .. }),
+        };
+        let (budget, max) = (self.config.reorder_budget(), self.config.reorder_max_attempts);
+        let mut handle = CoreHandle::new(ctx, root, budget, max);
+        Some(preemption::run_chain(
+            self.post_filters.iter().map(|b| b.as_ref()),
+            |p| p.name(),
+            |p| p.post_filter(snapshot, preemptor, &mut handle),
+        ))
+    }
+
+    /// Runs the PostFilter chain for a standalone pod that did not fit.
+    fn pod_post_filter(
+        &mut self,
+        snapshot: &mut Snapshot,
+        entity: &QueuedEntity,
+        stats: &mut CycleStats,
+    ) -> Option<ChainOutcome> {
+        if self.pod_post_filters.is_empty() {
+            return None;
+        }
+        let pod = entity.pods.first()?;
+        let pods = std::slice::from_ref(pod);
+        let preemptor = Preemptor::group(
+            &entity.key,
+            pods,
+            Some(pod.priority),
+            Some(pod.preemption_policy),
+            false,
+        );
+        let ctx = GroupContext {
+            pods: &mut self.pods,
+            feasible: self.feasible.as_ref(),
+            generators: &self.generators,
+            scorers: &self.scorers,
+            stats,
+            in_tree: false,
+        };
+        let (budget, max) = (self.config.reorder_budget(), self.config.reorder_max_attempts);
+        let mut handle = CoreHandle::new(ctx, Root::Pod, budget, max);
+        Some(preemption::run_chain(
+            self.pod_post_filters.iter().map(|b| b.as_ref()),
+            |p| p.name(),
+            |p| p.post_filter(snapshot, &preemptor, &mut handle),
+        ))
     }
 }
 

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::model::{EntityKey, GroupKey, PodKey};
+use crate::model::{DisruptionMode, EntityKey, GroupKey, PodKey};
 
 /// Type of a group condition the core decides. The runtime writes it under the API name
 /// (`phalanx_api::conditions::POD_GROUP_INITIALLY_SCHEDULED` /
@@ -117,22 +117,58 @@ pub struct Requeue {
     pub mode: RequeueMode,
 }
 
-/// A victim chosen by a PodGroupPostFilter (preemption; not produced by this version).
+/// A pod to evict, chosen by preemption (upstream `extenderv1.Victims` entries). The runtime
+/// sets `DisruptionTarget=True` (reason `PreemptionByScheduler`) on it, deletes it and emits a
+/// `Preempted` event naming the preemptor; for a victim of an `all` unit it may also mark the
+/// group (`group`) as disrupted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Victim {
     /// Pod to evict.
     pub pod: PodKey,
-    /// Its uid.
+    /// Its uid (delete precondition).
     pub uid: Arc<str>,
+    /// Node it runs on.
+    pub node: Arc<str>,
+    /// The group its victim unit stands for: with mode [`DisruptionMode::All`], the highest
+    /// `all` ancestor (PodGroup or CompositePodGroup) whose scheduled pods are all evicted
+    /// together; with [`DisruptionMode::Single`], the pod's own PodGroup (the pod alone is
+    /// evicted); `None` for a pod without a group.
+    pub group: Option<GroupKey>,
+    /// Disruption mode of the unit.
+    pub mode: DisruptionMode,
+    /// Priority of the unit (its group's priority, k/k#139030; else the pod's).
+    pub priority: i32,
+    /// The entity that preempts it.
+    pub preemptor: EntityKey,
 }
 
-/// A nomination (`status.nominatedNodeName`) produced by a PodGroupPostFilter.
+/// A nomination (`status.nominatedNodeName`) produced by preemption: the preemptor pod waits
+/// for this node (upstream `NominatingInfo{ModeOverride, NominatedNodeName}`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Nomination {
     /// Preemptor pod.
     pub pod: PodKey,
     /// Node it waits for.
     pub node: Arc<str>,
+}
+
+/// What the PostFilter chain (preemption) did in a cycle; present only when it ran.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PreemptionReport {
+    /// Plugin that succeeded; `None` when every plugin failed.
+    pub plugin: Option<&'static str>,
+    /// Whether preemption succeeded: the entity now waits on preemption (upstream
+    /// `waitingOnPreemption`; metric result `PodGroupWaitingOnPreemption`). The decision's
+    /// outcome stays [`Outcome::Unschedulable`], nothing binds, `victims` are to be evicted
+    /// and `nominations` set.
+    pub success: bool,
+    /// A preemption for the entity was already in flight (k/k#140641): `nominations` are the
+    /// current ones, `victims` is empty.
+    pub ongoing: bool,
+    /// The plugin's message (also appended to the group conditions and pod failures).
+    pub message: String,
+    /// Wall time spent in the PostFilter chain (`scheduler_podgroup_preemption_attempt_duration_seconds`).
+    pub duration: Duration,
 }
 
 /// Counters about one cycle, for metrics and logs.
@@ -171,10 +207,13 @@ pub struct Decision {
     pub conditions: Vec<GroupCondition>,
     /// Requeue instruction; `None` when nothing remains.
     pub requeue: Option<Requeue>,
-    /// Nominations from a PodGroupPostFilter (empty in this version).
+    /// Nominations from preemption. The runtime sets them; it clears the nomination of every
+    /// other pod in `failures` (upstream `clearNominatedNode`).
     pub nominations: Vec<Nomination>,
-    /// Victims to evict from a PodGroupPostFilter (empty in this version).
+    /// Victims to evict (preemption).
     pub victims: Vec<Victim>,
+    /// Set when the PostFilter chain (preemption) ran.
+    pub preemption: Option<PreemptionReport>,
     /// Counters.
     pub stats: CycleStats,
 }
@@ -191,6 +230,7 @@ impl Decision {
             requeue: None,
             nominations: vec![],
             victims: vec![],
+            preemption: None,
             stats: CycleStats::default(),
         }
     }

@@ -15,7 +15,7 @@ use std::fmt::Debug;
 use std::sync::Arc;
 
 use crate::decision::{Nomination, Victim};
-use crate::model::{CompositeGroupInfo, GroupInfo, GroupKey, NodeInfo, PodInfo};
+use crate::model::{CompositeGroupInfo, EntityKey, GroupInfo, GroupKey, NodeInfo, PodInfo, PreemptionPolicy};
 use crate::plugins::Rejection;
 use crate::snapshot::Snapshot;
 
@@ -198,31 +198,104 @@ pub trait PlacementScorePlugin: Send + Sync {
 /// [`PlacementScorePlugin::needs_nodes`]).
 pub const UNSPECIFIED_NODE: usize = usize::MAX;
 
-/// Output of a successful PodGroupPostFilter (preemption).
+/// Output of a successful PodGroupPostFilter / PostFilter (preemption; upstream
+/// `PodGroupPostFilterResult` and `PostFilterResult`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PostFilterResult {
-    /// Nominated nodes of the preemptor pods.
+    /// Nominated nodes of the preemptor pods (upstream `NominatingInfos`, mode Override).
     pub nominations: Vec<Nomination>,
-    /// Pods to evict.
+    /// Pods to evict, most important unit first.
     pub victims: Vec<Victim>,
+    /// Message appended to the group condition and pod failures (may be empty).
+    pub message: String,
+    /// A preemption for this entity was already in flight: `nominations` are the current ones
+    /// and nothing new is evicted (k/k#140641).
+    pub ongoing: bool,
 }
 
-/// Re-runs the group algorithm on a (modified) snapshot; given to PodGroupPostFilter plugins
-/// (upstream `PodGroupSchedulingFunc`). Returns the assignments on success.
-pub type PodGroupSchedulingFn<'a> = dyn FnMut(&mut Snapshot) -> Result<PodGroupAssignments, Status> + 'a;
+/// The entity that asks for room (upstream `podGroupPreemptor` / the preemptor pod).
+#[derive(Debug, Clone, Copy)]
+pub struct Preemptor<'a> {
+    /// The entity (a root group or a standalone pod).
+    pub key: &'a EntityKey,
+    /// Pending pods, in scheduling order.
+    pub pods: &'a [Arc<PodInfo>],
+    /// Priority of the root group (its `priority`, else its pods').
+    pub priority: i32,
+    /// Preemption policy of the root group (its `preemptionPolicy`, else its pods').
+    pub preemption_policy: PreemptionPolicy,
+    /// Whether the root has a topology constraint (several candidate placements).
+    pub topology_constrained: bool,
+}
 
-/// PodGroupPostFilter: runs when the root group is Unschedulable (workload-aware preemption).
+impl<'a> Preemptor<'a> {
+    /// A root PodGroup or CompositePodGroup with these settings; `None` fields fall back to
+    /// the first pending pod's (`pods` must not be empty for that to matter).
+    pub fn group(
+        key: &'a EntityKey,
+        pods: &'a [Arc<PodInfo>],
+        priority: Option<i32>,
+        preemption_policy: Option<PreemptionPolicy>,
+        topology_constrained: bool,
+    ) -> Preemptor<'a> {
+        let first = pods.first();
+        Preemptor {
+            key,
+            pods,
+            priority: priority.or(first.map(|p| p.priority)).unwrap_or(0),
+            preemption_policy: preemption_policy
+                .or(first.map(|p| p.preemption_policy))
+                .unwrap_or_default(),
+            topology_constrained,
+        }
+    }
+}
+
+/// What preemption may ask of the scheduler while it simulates (upstream `fwk.Handle` +
+/// `PodGroupSchedulingFunc`). Implementations must leave the snapshot as they found it.
+pub trait PreemptionHandle {
+    /// Re-runs the root's whole scheduling algorithm (placement and topology included, no
+    /// PostFilter) on the snapshot as it is now, and returns up to `k` (at least 1) feasible
+    /// results, best-scored first; more than one only for a root with a topology constraint.
+    /// Errors: the algorithm's status (Unschedulable when it does not fit). For a standalone
+    /// pod there is no group algorithm: always an error.
+    fn schedule(&mut self, snapshot: &mut Snapshot, k: usize) -> Result<Vec<PodGroupAssignments>, Status>;
+    /// Runs the Filter plugins for `pod` on node `node`, counting the requests of pods
+    /// nominated there with equal or higher priority (upstream
+    /// `RunFilterPluginsWithNominatedPods`).
+    fn filter(&mut self, snapshot: &Snapshot, pod: &PodInfo, node: usize) -> Status;
+    /// Whether `pod`'s Filter result on a node depends only on that node's state (no inter-pod
+    /// constraints in play), so that a change elsewhere cannot change it.
+    fn node_local(&self, snapshot: &Snapshot, pod: &PodInfo) -> bool;
+}
+
+/// PodGroupPostFilter: runs when the root group is Unschedulable (workload-aware preemption,
+/// upstream `PodGroupPostFilterPlugin`, KEP-4671 / KEP-5710).
 pub trait PodGroupPostFilterPlugin: Send + Sync {
     /// Plugin name.
     fn name(&self) -> &'static str;
-    /// May mutate the snapshot temporarily (it must restore it) and call `schedule` to
-    /// simulate. Success means "wait for victims": nothing binds this cycle.
+    /// May mutate the snapshot temporarily (it must restore it) and simulate through `handle`.
+    /// `Ok` means "wait for victims": nothing binds this cycle. `Err` with code Unschedulable /
+    /// UnschedulableAndUnresolvable lets the next plugin try; code Error stops the chain.
     fn post_filter(
         &self,
         snapshot: &mut Snapshot,
-        group: &GroupInfo,
-        pods: &[Arc<PodInfo>],
-        schedule: &mut PodGroupSchedulingFn<'_>,
+        preemptor: &Preemptor<'_>,
+        handle: &mut dyn PreemptionHandle,
+    ) -> Result<PostFilterResult, Status>;
+}
+
+/// PostFilter for a standalone pod that did not fit (upstream `PostFilterPlugin`, classic
+/// pod-by-pod preemption). Same contract as [`PodGroupPostFilterPlugin`].
+pub trait PostFilterPlugin: Send + Sync {
+    /// Plugin name.
+    fn name(&self) -> &'static str;
+    /// Finds room for `preemptor` (one pod) or explains why not.
+    fn post_filter(
+        &self,
+        snapshot: &mut Snapshot,
+        preemptor: &Preemptor<'_>,
+        handle: &mut dyn PreemptionHandle,
     ) -> Result<PostFilterResult, Status>;
 }
 

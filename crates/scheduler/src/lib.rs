@@ -15,6 +15,8 @@
 //! - [`hierarchy`], [`composite`]: CompositePodGroup trees and the recursive algorithm
 //!   (KEP-6012);
 //! - [`validation`]: upstream `validatePodGroup`, typed;
+//! - [`preemption`]: workload-aware and pod-by-pod preemption (upstream `DefaultPreemption`,
+//!   KEP-4671 / KEP-5710), returned as victims and nominations;
 //! - [`cycle`]: [`Scheduler::schedule`], the entity cycle (upstream `schedule_one_podgroup.go`).
 //!
 //! See `docs/scheduler.md` for the design and `docs/architecture.md` for where the core sits.
@@ -31,6 +33,7 @@ pub mod framework;
 pub mod hierarchy;
 pub mod model;
 pub mod plugins;
+pub mod preemption;
 pub mod queue;
 pub mod resources;
 pub mod schedule_one;
@@ -43,13 +46,14 @@ pub use config::SchedulerConfig;
 pub use convert::{ConvertError, is_terminal};
 pub use cycle::Scheduler;
 pub use decision::{
-    Binding, ConditionReason, ConditionType, Decision, FailureReason, GroupCondition, Outcome, PodFailure,
-    Requeue, RequeueMode,
+    Binding, ConditionReason, ConditionType, Decision, FailureReason, GroupCondition, Nomination, Outcome,
+    PodFailure, PreemptionReport, Requeue, RequeueMode, Victim,
 };
 pub use hierarchy::{GroupTree, HierarchyError, TreeNode};
 pub use model::{
     CompositeGroupInfo, CompositePolicy, EntityKey, GroupInfo, GroupKey, GroupKind, GroupPolicy, NodeInfo,
     NodeStatic, PodInfo, PodKey,
 };
+pub use preemption::{DefaultPreemption, Pdb};
 pub use queue::{ClusterEvent, Gate, GateReason, QueuedEntity, SchedulingQueue};
 pub use snapshot::Snapshot;

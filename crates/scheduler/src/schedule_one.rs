@@ -203,6 +203,10 @@ impl PodScheduler {
         let to_find = num_feasible_nodes_to_find(n, self.percentage);
         self.state.pre_filter(pod, snapshot);
         let batchable = self.profile.node_local_each(pod, snapshot, &mut self.local);
+        // Nominated pods count by this pod's priority and identity, which the cache does not
+        // key on: no batching while any nomination exists (preemptors waiting for victims).
+        let any_nominated = snapshot.preemption_state().has_nominated();
+        let batchable = batchable && !any_nominated;
         // Score plugins node-local for this pod: PreScore now, Score during Filter.
         let slots = self.profile.score_count();
         self.early.clear();
@@ -232,7 +236,13 @@ impl PodScheduler {
                 self.evaluate_cached(snapshot, pod, idx, row, to_find, stats)
             } else {
                 stats.node_evaluations += 1;
-                self.evaluate(pod, snapshot.node(idx), row, to_find)
+                match any_nominated
+                    .then(|| crate::preemption::nominated::with_nominated(snapshot, pod, idx))
+                    .flatten()
+                {
+                    Some(with) => self.evaluate_nominated(pod, snapshot.node(idx), &with, row, to_find),
+                    None => self.evaluate(pod, snapshot.node(idx), row, to_find),
+                }
             };
             match eval {
                 Ok(()) => {
@@ -269,6 +279,55 @@ impl PodScheduler {
             self.cols[j * rows + row] = self.state.score(j, pod, node);
         }
         Ok(())
+    }
+
+    /// [`PodScheduler::evaluate`] where pods nominated to the node count (`with` = the node
+    /// with them added): Filter on `with` (PreFilter state updated for them, upstream
+    /// `addGENominatedPods`), then on the node as it is (upstream runs both passes); scores on
+    /// the node as it is.
+    fn evaluate_nominated(
+        &mut self,
+        pod: &PodInfo,
+        node: &NodeInfo,
+        with: &NodeInfo,
+        row: usize,
+        rows: usize,
+    ) -> Result<(), Arc<Rejection>> {
+        nominated_filter(&self.state, pod, node, with).map_err(Arc::new)?;
+        self.evaluate(pod, node, row, rows)
+    }
+
+    /// The Filter plugins for `pod` on node `idx` of `snapshot`, counting nominated pods
+    /// (upstream `RunFilterPluginsWithNominatedPods`); preemption re-checks assignments with it.
+    /// `state`: the pod's PreFilter on this snapshot when the caller has it (computed here
+    /// otherwise). `idx` must be a node of the snapshot.
+    pub(crate) fn filter_one(
+        &self,
+        snapshot: &Snapshot,
+        pod: &PodInfo,
+        idx: usize,
+        state: Option<&CycleState>,
+    ) -> Result<(), Rejection> {
+        if let Some(msg) = &pod.invalid {
+            return Err(Rejection::new(
+                "PodInfo",
+                Code::UnschedulableAndUnresolvable,
+                format!("pod {} is invalid: {msg}", pod.key),
+            ));
+        }
+        let owned;
+        let state = match state {
+            Some(s) => s,
+            None => {
+                owned = self.profile.pre_filter(pod, snapshot);
+                &owned
+            }
+        };
+        let node = snapshot.node(idx);
+        if let Some(with) = crate::preemption::nominated::with_nominated(snapshot, pod, idx) {
+            nominated_filter(state, pod, node, &with)?;
+        }
+        state.filter(pod, node)
     }
 
     /// [`PodScheduler::evaluate`] through the batching cache.
@@ -402,6 +461,22 @@ impl PodScheduler {
             })
             .count()
     }
+}
+
+/// Filter on `with` (= `node` plus the nominated pods that count), with the PreFilter state
+/// updated for those pods.
+fn nominated_filter(
+    state: &CycleState,
+    pod: &PodInfo,
+    node: &NodeInfo,
+    with: &NodeInfo,
+) -> Result<(), Rejection> {
+    let mut state = state.clone();
+    let mut added = with.pods.iter().skip(node.pods.len());
+    if let Some(err) = added.find_map(|p| state.add_pod(pod, p, with).err()) {
+        return Err(Rejection::new("NominatedPods", Code::Unschedulable, err.message));
+    }
+    state.filter(pod, with)
 }
 
 /// [`PodScheduler::copies_fitting`] with PreFilter already run into `state`.

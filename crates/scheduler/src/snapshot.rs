@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::model::{GroupKey, NodeInfo, NodeStatic, PodInfo, PodKey};
+use crate::preemption::PreemptionState;
 
 static SNAPSHOT_IDS: AtomicU64 = AtomicU64::new(1);
 
@@ -58,7 +59,22 @@ enum Undo {
         pod: PodKey,
         group: Option<GroupKey>,
         prev_generation: u64,
+        /// The pod's index entry before (a pod evicted for a simulation and put back).
+        prev: Option<Box<PodLocation>>,
     },
+    /// Pods taken off a node by [`Snapshot::evict`] / `evict_batch`.
+    Evict(Box<Evicted>),
+}
+
+/// What an eviction changed, to be put back exactly.
+#[derive(Debug, Clone, PartialEq)]
+struct Evicted {
+    /// (node index, the node as it was, its generation) when the pods' node is in the snapshot.
+    node: Option<(usize, NodeInfo, u64)>,
+    /// Group memberships removed, in removal order: (group, position, member).
+    groups: Vec<(GroupKey, usize, (PodKey, Arc<str>))>,
+    /// Inter-pod affinity index entries removed.
+    affinity: Vec<(PodKey, Arc<str>)>,
 }
 
 /// Nodes, the pods on them and per-group scheduled members.
@@ -78,6 +94,9 @@ pub struct Snapshot {
     affinity_pods: std::collections::BTreeMap<PodKey, Arc<str>>,
     undo: Vec<Undo>,
     domains: DomainCache,
+    /// Inputs of preemption (group objects, nominated pods, PDBs, ...), see
+    /// [`crate::preemption::PreemptionState`]; never touched by assume/revert.
+    pub(crate) preemption: PreemptionState,
 }
 
 impl PartialEq for Snapshot {
@@ -87,6 +106,7 @@ impl PartialEq for Snapshot {
             && self.pods == other.pods
             && self.groups == other.groups
             && self.affinity_pods == other.affinity_pods
+            && self.preemption == other.preemption
     }
 }
 
@@ -103,6 +123,7 @@ impl Clone for Snapshot {
             affinity_pods: self.affinity_pods.clone(),
             undo: self.undo.clone(),
             domains: self.domains.clone(),
+            preemption: self.preemption.clone(),
         }
     }
 }
@@ -127,6 +148,7 @@ impl Snapshot {
             affinity_pods: std::collections::BTreeMap::new(),
             undo: Vec::new(),
             domains: DomainCache::default(),
+            preemption: PreemptionState::default(),
         };
         for n in nodes {
             s.upsert_node(n);
@@ -363,14 +385,17 @@ impl Snapshot {
                 .scheduled
                 .push((pod.key.clone(), name.clone()));
         }
-        self.pods.insert(
-            pod.key.clone(),
-            PodLocation {
-                node: name,
-                group: group.clone(),
-                pod: pod.clone(),
-            },
-        );
+        let prev = self
+            .pods
+            .insert(
+                pod.key.clone(),
+                PodLocation {
+                    node: name,
+                    group: group.clone(),
+                    pod: pod.clone(),
+                },
+            )
+            .map(Box::new);
         if !pod.spec.affinity.is_empty() {
             self.affinity_pods
                 .insert(pod.key.clone(), self.nodes[node].node.name.clone());
@@ -380,39 +405,154 @@ impl Snapshot {
             pod: pod.key.clone(),
             group,
             prev_generation: self.generations[node],
+            prev,
         });
         self.nodes[node].add_pod(pod);
         self.bump(node);
     }
 
-    /// Reverts every assumption made after `mark`, newest first; the state, node generations
-    /// included, is then exactly what it was at `mark`.
-    pub fn revert_to(&mut self, mark: usize) {
-        while self.undo.len() > mark {
-            let Some(Undo::Assume {
-                node,
-                pod,
-                group,
-                prev_generation,
-            }) = self.undo.pop()
-            else {
-                break;
-            };
-            self.nodes[node].remove_pod(&pod);
-            self.affinity_pods.remove(&pod);
-            self.pods.remove(&pod);
-            if let Some(g) = group
-                && let Some(st) = self.groups.get_mut(&g)
-            {
-                if let Some(j) = st.scheduled.iter().rposition(|(k, _)| *k == pod) {
-                    st.scheduled.remove(j);
+    /// Takes a known pod off its node for a simulation (preemption: victims are taken out, then
+    /// reprieved): its node usage and its group's scheduled count drop, while the pod index
+    /// keeps it (`contains_pod`, `pod` and `pod_node` still answer), so that evicting tens of
+    /// thousands of candidates stays cheap. Recorded in the undo log:
+    /// [`Snapshot::revert_to`] puts it back exactly (same position on its node and in its
+    /// group, same node generation). Evicting a pod twice without a revert in between is a
+    /// no-op. Returns false when the pod is unknown or already evicted.
+    pub fn evict(&mut self, key: &PodKey) -> bool {
+        let Some(loc) = self.pods.get(key) else {
+            return false;
+        };
+        let pod = loc.pod.clone();
+        let node = self.index.get(&loc.node).copied();
+        let listed = !pod.spec.affinity.is_empty() || pod.group_name.is_some();
+        self.evict_batch(node, &[(&pod, listed)]) == 1
+    }
+
+    /// Evicts `pods` (each with "may be listed in a group or the affinity index"; false skips
+    /// that bookkeeping) from node `node` (`None`: their node is not in the snapshot, only the
+    /// group memberships change) as one undo entry. The node is rebuilt from the pods it keeps,
+    /// so evicting every pod of a node never touches the evicted pods' data. Returns how many
+    /// were evicted; pods not on the node are ignored.
+    pub(crate) fn evict_batch(&mut self, node: Option<usize>, pods: &[(&Arc<PodInfo>, bool)]) -> usize {
+        let mut undo = Evicted {
+            node: None,
+            groups: Vec::new(),
+            affinity: Vec::new(),
+        };
+        let mut count = 0;
+        let mut listed: Vec<&Arc<PodInfo>> = Vec::new();
+        match node.filter(|&i| i < self.nodes.len()) {
+            Some(i) => {
+                let info = &self.nodes[i];
+                // The snapshot hands out the same `Arc` it keeps on the node, so identity is enough.
+                let find = |p: &Arc<PodInfo>| pods.iter().find(|(v, _)| Arc::ptr_eq(v, p));
+                if !info.pods.iter().any(|p| find(p).is_some()) {
+                    return 0;
                 }
+                let mut kept = NodeInfo::new(info.node.clone());
+                for p in &info.pods {
+                    match find(p) {
+                        Some((v, l)) => {
+                            count += 1;
+                            if *l {
+                                listed.push(v);
+                            }
+                        }
+                        None => kept.add_pod(p.clone()),
+                    }
+                }
+                let old = std::mem::replace(&mut self.nodes[i], kept);
+                undo.node = Some((i, old, self.generations[i]));
+                self.bump(i);
+            }
+            None => {
+                // Only group members count for a pod whose node is missing.
+                for (v, l) in pods {
+                    if *l && self.pods.contains_key(&v.key) {
+                        listed.push(v);
+                    }
+                }
+            }
+        }
+        for pod in listed {
+            if let Some(g) = pod.group_key()
+                && let Some(st) = self.groups.get_mut(&g)
+                && let Some(j) = st.scheduled.iter().rposition(|(k, _)| *k == pod.key)
+            {
+                let member = st.scheduled.remove(j);
                 if st.scheduled.is_empty() {
                     self.groups.remove(&g);
                 }
+                if node.is_none() {
+                    count += 1;
+                }
+                undo.groups.push((g, j, member));
             }
-            // The node is exactly as it was: its old generation (and cached evaluations) hold again.
-            self.generations[node] = prev_generation;
+            if !pod.spec.affinity.is_empty()
+                && let Some(n) = self.affinity_pods.remove(&pod.key)
+            {
+                undo.affinity.push((pod.key.clone(), n));
+            }
+        }
+        if count > 0 {
+            self.undo.push(Undo::Evict(Box::new(undo)));
+        }
+        count
+    }
+
+    /// Reverts every assumption and eviction made after `mark`, newest first; the state, node
+    /// generations included, is then exactly what it was at `mark`.
+    pub fn revert_to(&mut self, mark: usize) {
+        while self.undo.len() > mark {
+            let Some(entry) = self.undo.pop() else { break };
+            match entry {
+                Undo::Assume {
+                    node,
+                    pod,
+                    group,
+                    prev_generation,
+                    prev,
+                } => {
+                    self.nodes[node].remove_pod(&pod);
+                    self.affinity_pods.remove(&pod);
+                    match prev {
+                        Some(loc) => {
+                            self.pods.insert(pod.clone(), *loc);
+                        }
+                        None => {
+                            self.pods.remove(&pod);
+                        }
+                    }
+                    if let Some(g) = group
+                        && let Some(st) = self.groups.get_mut(&g)
+                    {
+                        if let Some(j) = st.scheduled.iter().rposition(|(k, _)| *k == pod) {
+                            st.scheduled.remove(j);
+                        }
+                        if st.scheduled.is_empty() {
+                            self.groups.remove(&g);
+                        }
+                    }
+                    // The node is exactly as it was: its old generation (and cached evaluations)
+                    // hold again.
+                    self.generations[node] = prev_generation;
+                }
+                Undo::Evict(e) => self.restore(*e),
+            }
+        }
+    }
+
+    fn restore(&mut self, e: Evicted) {
+        for (g, j, member) in e.groups.into_iter().rev() {
+            let st = &mut self.groups.entry(g).or_default().scheduled;
+            st.insert(j.min(st.len()), member);
+        }
+        for (k, n) in e.affinity {
+            self.affinity_pods.insert(k, n);
+        }
+        if let Some((i, info, generation)) = e.node {
+            self.nodes[i] = info;
+            self.generations[i] = generation;
         }
     }
 
@@ -442,6 +582,34 @@ mod tests {
         assert_eq!(s.scheduled_count(&GroupKey::pod_group("ns", "g")), 1);
         s.revert_to(m);
         assert_eq!(s, before);
+    }
+
+    #[test]
+    fn evict_and_revert_restore_state_exactly() {
+        let mut s = Snapshot::new([Arc::new(NodeStatic::simple("n1", 4000, 1 << 30, &[]))]);
+        for name in ["a", "b", "c"] {
+            let mut p = PodInfo::simple("ns", name, 500);
+            p.node_name = Some("n1".into());
+            p.group_name = Some("g".into());
+            s.add_pod(Arc::new(p));
+        }
+        let before = s.clone();
+        let gen_before = s.generation(0);
+        let m = s.mark();
+        assert!(s.evict(&PodKey::new("ns", "b")));
+        assert!(!s.evict(&PodKey::new("ns", "b")), "already evicted");
+        assert!(!s.evict(&PodKey::new("ns", "missing")));
+        assert!(s.contains_pod(&PodKey::new("ns", "b")), "the pod index keeps it");
+        assert_eq!(s.node(0).requested.milli_cpu, 1000);
+        assert_eq!(s.scheduled_count(&GroupKey::pod_group("ns", "g")), 2);
+        // A simulation re-adds it through assume, then everything is undone.
+        let b = before.pod(&PodKey::new("ns", "b")).unwrap().clone();
+        s.assume(b, 0);
+        s.revert_to(m);
+        assert_eq!(s, before);
+        assert_eq!(s.generation(0), gen_before);
+        let order: Vec<&str> = s.node(0).pods.iter().map(|p| &*p.key.name).collect();
+        assert_eq!(order, ["a", "b", "c"]);
     }
 
     #[test]
