@@ -35,6 +35,10 @@ pub mod reasons {
     /// Pod `PodScheduled=False` and group `*InitiallyScheduled=False` message: the group has fewer pods than its
     /// `minCount` (or its tree fewer ready groups than `minGroupCount`). Phalanx's own reason.
     pub const WAITING_FOR_QUORUM: &str = "WaitingForQuorum";
+    /// Pod `PodScheduled=False`: the pod (or its group) preempted lower-priority pods and waits for them to terminate
+    /// (upstream's `waitingOnPreemption`); `status.nominatedNodeName` names the node kept for it. Phalanx's own
+    /// reason: upstream writes `Unschedulable` with the preemption message.
+    pub const WAITING_FOR_PREEMPTION: &str = "WaitingForPreemption";
     /// Pod `PodScheduled=False`: the pod has `spec.schedulingGates` (core `PodReasonSchedulingGated`, written by the
     /// API server itself).
     pub const SCHEDULING_GATED: &str = "SchedulingGated";

@@ -36,8 +36,15 @@ impl Driver {
         }
         let mut snap = Snapshot::new(statics);
         let names: Vec<String> = nodes.iter().map(|n| n.name_any()).collect();
+        // Only pods of lower priority than the entity's can be preemption victims: only their start times matter
+        // (victim order), so a cycle among equal priorities pays nothing for them.
+        let top = entity.pods.iter().map(|p| p.priority).max().unwrap_or(i32::MIN);
+        let mut candidates = Vec::new();
         for sp in snapshot::pods_for_snapshot(&self.store, &names) {
             let info = self.cache.pod(&sp.pod);
+            if info.priority < top {
+                candidates.push(sp.pod.clone());
+            }
             match sp.assumed_on {
                 None => {
                     snap.add_pod(info);
@@ -66,6 +73,7 @@ impl Driver {
                 }
             }
         }
+        self.preemption_inputs(&mut snap, &candidates);
         snap
     }
 
@@ -147,8 +155,31 @@ impl Driver {
                 let _ = tx.send(BindResult { key, outcome });
             });
         }
+        self.apply_preemption(&d);
+        let waiting = d.preemption.as_ref().is_some_and(|p| p.success);
         for f in d.failures {
             let key = f.pod.clone();
+            if waiting {
+                // Not a failure: the pod waits for its victims (once per reason, like the other waits).
+                let message = self.waiting_message(&d.entity, &f.message);
+                self.submit_pod_condition(
+                    key,
+                    Some(f.uid.to_string()),
+                    reasons::WAITING_FOR_PREEMPTION,
+                    message,
+                    false,
+                );
+                continue;
+            }
+            if self.nominated.remove(&key).is_some()
+                && let Some(pod) = self.store.pod(&key)
+            {
+                // Upstream clears the nomination of a pod that failed without preempting (`clearNominatedNode`).
+                let evictor = self.evictor.clone();
+                self.tasks.spawn(async move {
+                    let _ = evictor.nominate(&pod, None).await;
+                });
+            }
             self.submit_pod_condition(
                 key,
                 Some(f.uid.to_string()),
@@ -159,12 +190,17 @@ impl Driver {
         }
         for c in d.conditions {
             let g = c.group.clone();
+            let message = if waiting {
+                self.waiting_message(&d.entity, &c.message)
+            } else {
+                c.message
+            };
             self.spawn_group_condition(
                 g,
                 names::condition_type(c.type_),
                 c.status,
                 names::condition_reason(c.reason),
-                c.message,
+                message,
             );
         }
     }

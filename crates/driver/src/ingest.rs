@@ -49,6 +49,16 @@ impl Driver {
         match pod {
             Some(p) if !is_terminal(&p) && self.ours(&p) => {
                 let info = self.queue_info(&key, &p);
+                // A pending pod's nomination (written by an earlier preemption, ours or a previous leader's) keeps
+                // its room reserved; a bound pod needs none.
+                match p.status.as_ref().and_then(|s| s.nominated_node_name.as_deref()) {
+                    Some(n) if !n.is_empty() && pod_node(&p).is_none() => {
+                        self.nominated.insert(key.clone(), (info.clone(), n.to_owned()));
+                    }
+                    _ => {
+                        self.nominated.remove(&key);
+                    }
+                }
                 if self.known.insert(key, info.clone()).is_some() {
                     self.queue.update_pod(info, now);
                 } else {
@@ -80,6 +90,9 @@ impl Driver {
             other => {
                 let terminal = other.as_ref().is_some_and(|p| is_terminal(p));
                 self.foreign_bound.remove(&key);
+                if other.is_none() || terminal {
+                    self.preemption_pod_gone(&key);
+                }
                 if let Some(old) = self.known.remove(&key) {
                     self.queue.delete_pod(&old, now);
                 } else if (other.is_none() || terminal)
@@ -148,23 +161,21 @@ impl Driver {
             GroupKind::PodGroup => match self.store.pod_group(&g.namespace, &g.name) {
                 Some(pg) => {
                     self.known_groups.insert(g.clone());
-                    self.queue.add_group(
-                        Arc::new(convert::group_info(&pg, &self.store.priority_classes().state())),
-                        now,
-                    );
+                    let info = Arc::new(convert::group_info(&pg, &self.store.priority_classes().state()));
+                    self.group_infos.insert(g.clone(), info.clone());
+                    self.queue.add_group(info, now);
                 }
                 None => self.forget_group(g, now),
             },
             GroupKind::CompositePodGroup => match self.store.composite_pod_group(&g.namespace, &g.name) {
                 Some(cpg) => {
                     self.known_groups.insert(g.clone());
-                    self.queue.add_composite_group(
-                        Arc::new(convert::composite_info(
-                            &cpg,
-                            &self.store.priority_classes().state(),
-                        )),
-                        now,
-                    );
+                    let info = Arc::new(convert::composite_info(
+                        &cpg,
+                        &self.store.priority_classes().state(),
+                    ));
+                    self.composite_infos.insert(g.clone(), info.clone());
+                    self.queue.add_composite_group(info, now);
                 }
                 None => self.forget_group(g, now),
             },
@@ -172,6 +183,8 @@ impl Driver {
     }
 
     pub(crate) fn forget_group(&mut self, g: &GroupKey, now: Instant) {
+        self.group_infos.remove(g);
+        self.composite_infos.remove(g);
         if !self.known_groups.remove(g) {
             return;
         }
@@ -218,16 +231,18 @@ impl Driver {
                 Obj::Pg(g) => {
                     let key = GroupKey::pod_group(ns, name);
                     seen_groups.insert(key.clone());
+                    let info = Arc::new(convert::group_info(g, &classes));
+                    self.group_infos.insert(key.clone(), info.clone());
                     self.known_groups.insert(key);
-                    self.queue
-                        .add_group(Arc::new(convert::group_info(g, &classes)), now);
+                    self.queue.add_group(info, now);
                 }
                 Obj::Cpg(c) => {
                     let key = GroupKey::composite(ns, name);
                     seen_groups.insert(key.clone());
+                    let info = Arc::new(convert::composite_info(c, &classes));
+                    self.composite_infos.insert(key.clone(), info.clone());
                     self.known_groups.insert(key);
-                    self.queue
-                        .add_composite_group(Arc::new(convert::composite_info(c, &classes)), now);
+                    self.queue.add_composite_group(info, now);
                 }
             }
         }

@@ -29,6 +29,7 @@ mod members;
 pub mod metrics;
 pub mod names;
 pub mod node_filter;
+mod preempt;
 pub mod progress;
 pub mod runtime;
 mod snapshot;

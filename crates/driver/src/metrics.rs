@@ -25,6 +25,9 @@ pub struct Metrics {
     pending: Family<Labels, Gauge>,
     binds: Family<Labels, Counter>,
     bind_latency: Histogram,
+    preemption_attempts: Family<Labels, Counter>,
+    preemption_victims: Family<Labels, Counter>,
+    preemption_latency: Histogram,
 }
 
 impl Metrics {
@@ -36,6 +39,9 @@ impl Metrics {
             pending: Family::default(),
             binds: Family::default(),
             bind_latency: Histogram::new(exponential_buckets(0.001, 2.0, 15)),
+            preemption_attempts: Family::default(),
+            preemption_victims: Family::default(),
+            preemption_latency: Histogram::new(exponential_buckets(0.0005, 2.0, 16)),
         };
         registry.register(
             "scheduler_schedule_attempts",
@@ -58,7 +64,38 @@ impl Metrics {
             "Latency of one pods/binding call, including the wait for a concurrency permit",
             m.bind_latency.clone(),
         );
+        registry.register(
+            "scheduler_preemption_attempts",
+            "PostFilter (preemption) attempts by result: success, ongoing (already in flight), failed (upstream \
+             WorkloadPreemptionAttempts)",
+            m.preemption_attempts.clone(),
+        );
+        registry.register(
+            "scheduler_preemption_victims",
+            "Pods evicted by preemption, by the victim unit's disruptionMode (all, single)",
+            m.preemption_victims.clone(),
+        );
+        registry.register(
+            "scheduler_preemption_attempt_duration_seconds",
+            "Time spent in the PostFilter chain of one cycle",
+            m.preemption_latency.clone(),
+        );
         m
+    }
+
+    /// Records one PostFilter run with `result` (`success`, `ongoing`, `failed`) and its duration.
+    pub fn preemption(&self, result: &'static str, seconds: f64) {
+        self.preemption_attempts
+            .get_or_create(&vec![("result", result.to_owned())])
+            .inc();
+        self.preemption_latency.observe(seconds);
+    }
+
+    /// Counts one victim pod by the `disruptionMode` of its unit (`all`, `single`).
+    pub fn victim(&self, mode: &'static str) {
+        self.preemption_victims
+            .get_or_create(&vec![("mode", mode.to_owned())])
+            .inc();
     }
 
     /// Counts one attempt with `result` (`scheduled`, `unschedulable`, `error`, `skipped`) and its duration.

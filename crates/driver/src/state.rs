@@ -72,6 +72,17 @@ pub(crate) struct Driver {
     /// The condition each group should have, as last decided (see `spawn_group_condition`).
     pub(crate) group_wanted: Arc<std::sync::Mutex<HashMap<GroupKey, WantedCondition>>>,
     pub(crate) tasks: JoinSet<()>,
+    /// Evicts preemption victims and writes nominations.
+    pub(crate) evictor: crate::Evictor,
+    /// Every PodGroup and CompositePodGroup as the core sees it (victim units need the groups of running pods).
+    pub(crate) group_infos: HashMap<GroupKey, Arc<phalanx_scheduler::GroupInfo>>,
+    pub(crate) composite_infos: HashMap<GroupKey, Arc<phalanx_scheduler::CompositeGroupInfo>>,
+    /// Our pending pods with `status.nominatedNodeName`, and the node.
+    pub(crate) nominated: HashMap<PodKey, (Arc<PodInfo>, String)>,
+    /// Pods we preempted that may still be terminating.
+    pub(crate) preempted: HashSet<PodKey>,
+    /// Preemptions whose victims are not all gone, by preemptor entity.
+    pub(crate) in_flight: HashMap<phalanx_scheduler::EntityKey, crate::preempt::InFlight>,
     pub(crate) bind_tx: mpsc::UnboundedSender<BindResult>,
     pub(crate) bind_rx: mpsc::UnboundedReceiver<BindResult>,
 }
@@ -94,16 +105,27 @@ impl Driver {
             ),
         };
         let (bind_tx, bind_rx) = mpsc::unbounded_channel();
+        let writer = StatusWriter::new(client.clone(), reporter, leader.clone());
         Self {
             queue: SchedulingQueue::new(&opts.config),
-            scheduler: Scheduler::new(opts.config.clone()),
+            scheduler: {
+                let mut s = Scheduler::new(opts.config.clone());
+                s.enable_default_preemption();
+                s
+            },
             binder: Binder::new(
                 client.clone(),
                 opts.bind_concurrency,
                 opts.bind_timeout,
                 leader.clone(),
             ),
-            writer: StatusWriter::new(client, reporter, leader.clone()),
+            evictor: crate::Evictor::new(client, writer.clone(), opts.bind_timeout),
+            writer,
+            group_infos: HashMap::new(),
+            composite_infos: HashMap::new(),
+            nominated: HashMap::new(),
+            preempted: HashSet::new(),
+            in_flight: HashMap::new(),
             write_permits: Arc::new(Semaphore::new(opts.status_concurrency.max(1))),
             writes: Serializer::new(),
             group_wanted: Arc::default(),

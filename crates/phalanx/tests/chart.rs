@@ -171,7 +171,8 @@ fn cluster_role_is_exactly_least_privilege() {
     let got = rule_set(&role["rules"]);
     let read = ["get", "list", "watch"];
     let mut want = BTreeSet::from([
-        expect("", "pods", &read),
+        // delete: the scheduler evicts preemption victims.
+        expect("", "pods", &["get", "list", "watch", "delete"]),
         expect("", "pods/binding", &["create"]),
         expect("", "pods/status", &["patch"]),
         expect("", "events", &["create"]),
