@@ -353,8 +353,12 @@ async fn s41_lite_failing_subtree_binds_nothing() -> anyhow::Result<()> {
         ctx.wait_cpg(g, "True", "Scheduled").await?;
     }
     let sub2 = ctx.wait_cpg("sub2", "False", "Unschedulable").await?;
+    // Upstream appends the PostFilter (preemption) outcome to the failure message; with nothing of lower priority
+    // running, that is "no victims".
     ensure!(
-        sub2.message == "minCount (2) cannot be satisfied: 1 scheduled, 0 remaining",
+        sub2.message
+            == "minCount (2) cannot be satisfied: 1 scheduled, 0 remaining; pod group preemption: No preemption \
+                victims found for incoming preemptor",
         "sub2 message: {}",
         sub2.message
     );
