@@ -84,14 +84,15 @@ async fn quickstart_gang_binds_all_or_nothing_with_chart_rbac() -> anyhow::Resul
         .map(ResourceExt::name_any)
         .context("chart ServiceAccount")?;
 
-    // 2. A client that is the chart's ServiceAccount, and proof that it is restricted: deleting pods is not granted.
+    // 2. A client that is the chart's ServiceAccount, and proof that it is restricted: deleting nodes is not granted
+    // (deleting pods is: preemption evicts victims, as kube-scheduler's own role allows).
     let sa = service_account_client(env, &admin, &ns, &sa_name).await?;
-    let denied = Api::<Pod>::namespaced(sa.clone(), &ns)
+    let denied = Api::<Node>::all(sa.clone())
         .delete("anything", &DeleteParams::default())
         .await;
     ensure!(
         matches!(&denied, Err(kube::Error::Api(s)) if s.code == 403),
-        "the ServiceAccount must not delete pods, got {denied:?}"
+        "the ServiceAccount must not delete nodes, got {denied:?}"
     );
 
     // 3. The quick start's nodes (config/samples/fake-gpu-nodes.yaml): 8 nodes with 8 GPUs, racks rack-a and rack-b.
