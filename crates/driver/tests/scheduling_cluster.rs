@@ -1103,3 +1103,36 @@ async fn denied_bind_is_reported_and_retried_with_backoff() -> anyhow::Result<()
     result?;
     s.stop().await
 }
+
+/// After a (re)start the scheduler queues what is pending in creation order, as upstream does, not in the hash order
+/// of its caches: two gangs that cannot both fit, created before any scheduler runs, are decided for the older one
+/// every time. Before the fix the winner depended on hash order (the names vary per round).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_queues_pending_work_in_creation_order() -> anyhow::Result<()> {
+    use rand::Rng;
+    for round in 0..5 {
+        let cx = setup(&format!("order{round}")).await?;
+        cx.node("n", "2").await?;
+        let tag: u32 = rand::rng().random_range(0..1_000_000);
+        let (older, newer) = (format!("older-{tag}"), format!("newer-{}", tag ^ 0x5a5a5));
+        for g in [&older, &newer] {
+            cx.group(g, Some(2)).await?;
+            for i in 0..2 {
+                cx.pod(&format!("{g}-{i}"), "1", Some(g)).await?;
+            }
+            // Creation timestamps have one-second resolution.
+            tokio::time::sleep(Duration::from_millis(1100)).await;
+        }
+        let s = cx.start(|_| {});
+        let names = [format!("{older}-0"), format!("{older}-1")];
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        cx.wait_bound(&refs).await?;
+        let b = cx.bindings().await?;
+        ensure!(
+            !b.keys().any(|k| k.starts_with(&newer)),
+            "round {round}: the newer gang got pods: {b:?}"
+        );
+        s.stop().await?;
+    }
+    Ok(())
+}

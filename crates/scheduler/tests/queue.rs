@@ -388,3 +388,27 @@ fn failed_bind_backs_off_and_keeps_its_place() {
         "2 s after the second failure"
     );
 }
+
+/// A parent chain that loops is an invalid hierarchy, a SchedulerError as upstream's `validatePodGroup` reports it,
+/// not a wait: before the fix the gate said `WaitingForPodGroup` and the group showed `Unschedulable`.
+#[test]
+fn parent_cycle_is_an_invalid_hierarchy_not_a_wait() {
+    let mut q = SchedulingQueue::new(&SchedulerConfig::default());
+    let t = Instant::now();
+    let cpg = |name: &str, parent: &str| {
+        let mut c =
+            phalanx_scheduler::CompositeGroupInfo::new("ns", name, phalanx_scheduler::CompositePolicy::Basic);
+        c.parent = Some(GroupKey::composite("ns", parent));
+        Arc::new(c)
+    };
+    q.add_composite_group(cpg("a", "b"), t);
+    q.add_composite_group(cpg("b", "a"), t);
+    let mut g = GroupInfo::new("ns", "leaf", GroupPolicy::Gang { min_count: 1 });
+    g.parent = Some(GroupKey::composite("ns", "a"));
+    q.add_group(Arc::new(g), t);
+    q.add_pod(pod("p", Some("leaf"), 0), t);
+    let gate = q.gate(&gkey("leaf")).expect("held");
+    assert_eq!(gate.reason, GateReason::InvalidHierarchy, "{}", gate.message);
+    assert!(gate.message.contains("cycle"), "{}", gate.message);
+    assert!(q.pop(t).is_none());
+}
