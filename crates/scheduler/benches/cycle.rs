@@ -2,7 +2,8 @@
 //!
 //! Cases: `gang8` (1,000 gangs of 8 pods), `gang1000` (10 gangs of 1,000 pods), `gang8-rack`
 //! (1,000 gangs of 8 pods, each constrained to one of 50 racks through a `rack` topology
-//! constraint). The timed loop is what a driver does per entity: `pop`, `schedule`, `done`, on a
+//! constraint), and `gang8-15k` / `gang1000-15k`, the first two on 15,000 nodes (upstream
+//! `test/integration/scheduler_perf`'s largest cluster). The timed loop is what a driver does per entity: `pop`, `schedule`, `done`, on a
 //! snapshot kept up to date incrementally. Prints one line per case:
 //! `bench: <case> pods_per_sec=<n> cycle_p50_ms=<x> cycle_p99_ms=<y>` (best of `BENCH_REPEAT`
 //! runs, default 3, because the machine is shared; `BENCH_DEBUG=1` lists the slowest cycles;
@@ -27,7 +28,12 @@ const NODES: usize = 5000;
 const RACKS: usize = 50;
 
 fn nodes() -> Vec<Arc<NodeStatic>> {
-    (0..NODES)
+    nodes_n(NODES)
+}
+
+/// `n` nodes of 32 cores and 128 GiB in 50 racks.
+fn nodes_n(n: usize) -> Vec<Arc<NodeStatic>> {
+    (0..n)
         .map(|i| {
             let rack = format!("rack-{}", i % RACKS);
             let host = format!("node-{i}");
@@ -47,6 +53,8 @@ fn nodes() -> Vec<Arc<NodeStatic>> {
 
 struct Case {
     name: &'static str,
+    /// Cluster size (5,000, or 15,000: upstream scheduler_perf's largest cluster).
+    nodes: usize,
     gangs: usize,
     size: usize,
     topology: Option<&'static str>,
@@ -54,7 +62,7 @@ struct Case {
 
 fn run(case: &Case) -> (f64, f64, f64, usize) {
     let config = SchedulerConfig::default();
-    let mut snapshot = Snapshot::new(nodes());
+    let mut snapshot = Snapshot::new(nodes_n(case.nodes));
     if std::env::var_os("BENCH_NO_BATCH").is_some() {
         // An inert pod that requests nothing, with an anti-affinity term selecting every bench
         // pod under a topology key no node has: it changes no decision but switches off the
@@ -158,21 +166,38 @@ fn main() {
     let cases = [
         Case {
             name: "gang8",
+            nodes: NODES,
             gangs: 1000,
             size: 8,
             topology: None,
         },
         Case {
             name: "gang1000",
+            nodes: NODES,
             gangs: 10,
             size: 1000,
             topology: None,
         },
         Case {
             name: "gang8-rack",
+            nodes: NODES,
             gangs: 1000,
             size: 8,
             topology: Some("rack"),
+        },
+        Case {
+            name: "gang8-15k",
+            nodes: 15_000,
+            gangs: 1000,
+            size: 8,
+            topology: None,
+        },
+        Case {
+            name: "gang1000-15k",
+            nodes: 15_000,
+            gangs: 10,
+            size: 1000,
+            topology: None,
         },
     ];
     for case in &cases {
