@@ -206,15 +206,18 @@ impl Driver {
                 .group_wanted
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            if let Some(w) = wanted.get(&g)
+            let of_group = wanted.entry(g.clone()).or_default();
+            if let Some(w) = of_group.get(type_)
                 && w.uid == uid
                 && w.status
                 && !status
             {
                 return;
             }
-            wanted.insert(
-                g.clone(),
+            // A recreated object (new uid) starts afresh.
+            of_group.retain(|_, w| w.uid == uid);
+            of_group.insert(
+                type_,
                 WantedCondition {
                     uid,
                     type_,
@@ -233,12 +236,15 @@ impl Driver {
         let key = g.clone();
         let job = async move {
             let Ok(_p) = permits.acquire().await else { return };
-            let Some(w) = wanted
+            // Every condition type the scheduler wants on this group goes into the one apply: server-side apply
+            // drops the entries of our field manager that a body leaves out.
+            let ws: Vec<WantedCondition> = wanted
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .get(&g)
-                .cloned()
-            else {
+                .map(|m| m.values().cloned().collect())
+                .unwrap_or_default();
+            let Some(uid) = ws.first().map(|w| w.uid.clone()) else {
                 return;
             };
             let res = match g.kind {
@@ -246,27 +252,21 @@ impl Driver {
                     let Some(obj) = store.pod_group(&g.namespace, &g.name) else {
                         return;
                     };
-                    if obj.metadata.uid.as_deref() != Some(w.uid.as_str()) {
+                    if obj.metadata.uid.as_deref() != Some(uid.as_str()) {
                         return;
                     }
                     let cur = convert::pod_group_conditions(&obj);
-                    writer
-                        .group_condition::<PodGroup>(&obj, cur, w.type_, w.status, w.reason, &w.message)
-                        .await
+                    writer.group_conditions::<PodGroup>(&obj, cur, &ws).await
                 }
                 GroupKind::CompositePodGroup => {
                     let Some(obj) = store.composite_pod_group(&g.namespace, &g.name) else {
                         return;
                     };
-                    if obj.metadata.uid.as_deref() != Some(w.uid.as_str()) {
+                    if obj.metadata.uid.as_deref() != Some(uid.as_str()) {
                         return;
                     }
                     let cur = convert::composite_conditions(&obj);
-                    writer
-                        .group_condition::<CompositePodGroup>(
-                            &obj, cur, w.type_, w.status, w.reason, &w.message,
-                        )
-                        .await
+                    writer.group_conditions::<CompositePodGroup>(&obj, cur, &ws).await
                 }
             };
             if let Err(e) = res {

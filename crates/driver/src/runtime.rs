@@ -6,11 +6,15 @@
 
 use std::time::{Duration, Instant};
 
+use phalanx_scheduler::PodKey;
 use phalanx_store::StoreEvent;
 use tokio::sync::broadcast::error::TryRecvError;
 use tokio_util::sync::CancellationToken;
 
 use crate::state::{BindResult, Driver};
+
+/// Longest sleep of the loop between two iterations (see `crate::progress`).
+pub(crate) const MAX_IDLE: Duration = Duration::from_secs(1);
 
 enum Wake {
     Shutdown,
@@ -21,6 +25,55 @@ enum Wake {
 }
 
 impl Driver {
+    /// A quorum read (LIST, no resourceVersion) of every bound pod; a pod the watch does not show bound yet is
+    /// assumed on its node, so the first cycles count it. The watch confirms (and ends) those assumptions as usual.
+    /// Bounded by the bind timeout; on failure the caches are used as they are.
+    async fn read_bound_pods_fresh(&mut self) {
+        let api: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::all(self.client.clone());
+        let mut lp = kube::api::ListParams::default()
+            .fields("spec.nodeName!=")
+            .limit(500);
+        let started = Instant::now();
+        let mut added = 0usize;
+        loop {
+            let page = match tokio::time::timeout(self.opts.bind_timeout, api.list(&lp)).await {
+                Ok(Ok(page)) => page,
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "fresh read of bound pods failed; using the caches");
+                    return;
+                }
+                Err(_) => {
+                    tracing::warn!("fresh read of bound pods timed out; using the caches");
+                    return;
+                }
+            };
+            for p in page.items {
+                let (Some(key), Some(node)) =
+                    (PodKey::of(&p), phalanx_store::pod_node(&p).map(str::to_owned))
+                else {
+                    continue;
+                };
+                let cached_bound = self
+                    .store
+                    .pod(&key)
+                    .is_some_and(|c| phalanx_store::pod_node(&c).is_some());
+                if !cached_bound
+                    && !phalanx_scheduler::is_terminal(&p)
+                    && self.store.assumed_node(&key).is_none()
+                {
+                    self.store.assume(std::sync::Arc::new(p), &node);
+                    self.store.finish_binding(&key);
+                    added += 1;
+                }
+            }
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(c) => lp = lp.continue_token(&c),
+                None => break,
+            }
+        }
+        tracing::info!(assumed = added, took = ?started.elapsed(), "read bound pods fresh after gaining leadership");
+    }
+
     pub(crate) async fn run(mut self, shutdown: CancellationToken) -> anyhow::Result<()> {
         // Subscribe before waiting so no change between the initial lists and the first resync is lost.
         let mut events = self.store.subscribe();
@@ -56,6 +109,9 @@ impl Driver {
             while self.tasks.try_join_next().is_some() {}
             let leader = self.is_leader();
             if leader && !was_leader {
+                // The caches may lag behind binds the previous leader made just before it lost the Lease (or that
+                // this replica made before a pause): read what is bound now, before the first cycle.
+                self.read_bound_pods_fresh().await;
                 // Announce gates decided while we could not write.
                 for (k, g) in self.queue.gated() {
                     self.announce_gate(&k, &g);
@@ -70,10 +126,11 @@ impl Driver {
                 self.cycle(entity);
                 continue;
             }
-            let wake_at = self
-                .queue
-                .next_wakeup()
-                .unwrap_or_else(|| Instant::now() + Duration::from_secs(1));
+            // At most a second even when the queue's next wake-up is minutes away (an unschedulable entity waits
+            // for the 5-minute flush): the loop's heartbeat is the liveness probe, and a deadline-fenced leadership
+            // re-extended without a flag change must be noticed.
+            let tick = Instant::now() + MAX_IDLE;
+            let wake_at = self.queue.next_wakeup().map_or(tick, |t| t.min(tick));
             let sleep = tokio::time::sleep_until(tokio::time::Instant::from_std(wake_at));
             let leader_open = self.leader_open;
             let wake = tokio::select! {

@@ -45,6 +45,8 @@ pub(crate) struct BindResult {
 }
 
 pub(crate) struct Driver {
+    /// For the fresh read of bound pods on gaining leadership.
+    pub(crate) client: kube::Client,
     pub(crate) store: Store,
     pub(crate) opts: SchedulerOptions,
     pub(crate) filter: NodeFilter,
@@ -70,7 +72,8 @@ pub(crate) struct Driver {
     pub(crate) write_permits: Arc<Semaphore>,
     pub(crate) writes: Serializer<WriteKey>,
     /// The condition each group should have, as last decided (see `spawn_group_condition`).
-    pub(crate) group_wanted: Arc<std::sync::Mutex<HashMap<GroupKey, WantedCondition>>>,
+    /// The conditions each group should have, by condition type, as last decided (see `spawn_group_condition`).
+    pub(crate) group_wanted: Arc<std::sync::Mutex<HashMap<GroupKey, HashMap<&'static str, WantedCondition>>>>,
     pub(crate) tasks: JoinSet<()>,
     /// Evicts preemption victims and writes nominations.
     pub(crate) evictor: crate::Evictor,
@@ -106,6 +109,7 @@ impl Driver {
         };
         let (bind_tx, bind_rx) = mpsc::unbounded_channel();
         let writer = StatusWriter::new(client.clone(), reporter, leader.clone());
+        let fresh_client = client.clone();
         Self {
             queue: SchedulingQueue::new(&opts.config),
             scheduler: {
@@ -120,6 +124,7 @@ impl Driver {
                 leader.clone(),
             ),
             evictor: crate::Evictor::new(client, writer.clone(), opts.bind_timeout),
+            client: fresh_client,
             writer,
             group_infos: HashMap::new(),
             composite_infos: HashMap::new(),

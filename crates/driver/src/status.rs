@@ -26,6 +26,13 @@ use phalanx_store::Leader;
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
+/// The group condition types the scheduler owns (field manager [`FIELD_MANAGER`]).
+pub const SCHEDULER_CONDITIONS: [&str; 3] = [
+    phalanx_api::conditions::POD_GROUP_INITIALLY_SCHEDULED,
+    phalanx_api::conditions::COMPOSITE_POD_GROUP_INITIALLY_SCHEDULED,
+    phalanx_api::conditions::DISRUPTION_TARGET,
+];
+
 /// Field manager of every write the scheduler makes.
 pub use phalanx_api::field_managers::SCHEDULER as FIELD_MANAGER;
 
@@ -183,17 +190,16 @@ impl StatusWriter {
         }
     }
 
-    /// Applies the group condition `type_` with upstream's rules. `current` are the object's conditions as cached.
-    /// A True condition is never replaced by a non-True one; nothing is sent when status, reason, message and
-    /// observedGeneration are unchanged. Returns whether a patch was sent.
-    pub async fn group_condition<K>(
+    /// Applies the conditions the scheduler wants on a group (`wanted`, one per type) with upstream's rules, in one
+    /// server-side apply that also carries every other condition this field manager owns as it stands (`current`:
+    /// the object's conditions as cached), because an apply drops the manager's entries its body leaves out. A True
+    /// condition is never replaced by a non-True one; nothing is sent when no wanted condition changes status,
+    /// reason, message or observedGeneration. Returns whether a patch was sent.
+    pub(crate) async fn group_conditions<K>(
         &self,
         obj: &K,
         current: &[Condition],
-        type_: &str,
-        status: bool,
-        reason: &str,
-        message: &str,
+        wanted: &[crate::state::WantedCondition],
     ) -> Result<bool, kube::Error>
     where
         K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
@@ -201,11 +207,26 @@ impl StatusWriter {
             + DeserializeOwned
             + std::fmt::Debug,
     {
-        let Some(cond) =
-            desired_group_condition(current, type_, status, reason, message, obj.meta().generation)
-        else {
+        let generation = obj.meta().generation;
+        let mut changed = false;
+        let mut body: Vec<Condition> = Vec::new();
+        for w in wanted {
+            match desired_group_condition(current, w.type_, w.status, w.reason, &w.message, generation) {
+                Some(c) => {
+                    changed = true;
+                    body.push(c);
+                }
+                None => body.extend(current.iter().filter(|c| c.type_ == w.type_).cloned()),
+            }
+        }
+        if !changed {
             return Ok(false);
-        };
+        }
+        for c in current {
+            if SCHEDULER_CONDITIONS.contains(&c.type_.as_str()) && !body.iter().any(|b| b.type_ == c.type_) {
+                body.push(c.clone());
+            }
+        }
         if !self.is_leader() {
             return Ok(false);
         }
@@ -216,7 +237,7 @@ impl StatusWriter {
         let body = json!({
             "apiVersion": K::api_version(&()),
             "kind": K::kind(&()),
-            "status": { "conditions": [cond] },
+            "status": { "conditions": body },
         });
         api.patch_status(
             &name,

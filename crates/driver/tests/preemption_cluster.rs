@@ -1292,6 +1292,23 @@ async fn s56(prefix: &str, gang: bool) -> anyhow::Result<()> {
     cx.assert_victims(&victims, "pg1").await?;
     cx.wait_group_condition("pg2", DISRUPTION_TARGET, "True", PREEMPTION_BY_SCHEDULER, "")
         .await?;
+    // Both conditions at once: one server-side apply per group carries every condition the scheduler owns, so the
+    // DisruptionTarget write does not drop PodGroupInitiallyScheduled (it did: an apply drops what its body omits).
+    cx.wait_group_condition("pg2", "PodGroupInitiallyScheduled", "True", "Scheduled", "")
+        .await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let pg2 = cx.groups().get("pg2").await?;
+    let types: Vec<String> = pg2
+        .status
+        .iter()
+        .flat_map(|s| s.conditions.iter())
+        .map(|c| format!("{}={}", c.type_, c.status))
+        .collect();
+    ensure!(
+        types.contains(&"PodGroupInitiallyScheduled=True".to_string())
+            && types.contains(&format!("{DISRUPTION_TARGET}=True")),
+        "pg2 keeps both conditions: {types:?}"
+    );
     cx.no_overcommit().await?;
     s.stop().await
 }

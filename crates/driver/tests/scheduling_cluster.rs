@@ -1136,3 +1136,27 @@ async fn restart_queues_pending_work_in_creation_order() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// The loop's heartbeat (the liveness probe) keeps beating while the cluster is idle and an entity waits in the
+/// unschedulable pool for the 5-minute flush. Before the fix the loop slept until that flush and `/healthz` reported
+/// a healthy scheduler as stuck after 30 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_loop_keeps_beating_with_an_unschedulable_entity() -> anyhow::Result<()> {
+    let cx = setup("beat").await?;
+    cx.node("n", "1").await?;
+    let progress = phalanx_driver::Progress::default();
+    let p = progress.clone();
+    let s = cx.start(move |o| o.progress = p);
+    cx.pod("too-big", "4", None).await?;
+    cx.wait_pod_reason("too-big", "Unschedulable").await?;
+    let mut worst = Duration::ZERO;
+    for _ in 0..12 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        worst = worst.max(progress.age());
+    }
+    ensure!(
+        worst < Duration::from_secs(3),
+        "the loop went {worst:?} without a beat while idle"
+    );
+    s.stop().await
+}

@@ -175,7 +175,11 @@ fn append(msg: &mut String, extra: &str) {
     if extra.is_empty() || msg.contains(extra) {
         return;
     }
-    if !msg.is_empty() {
+    // Upstream appends the PostFilter message after the FitError's closing period with a space
+    // (`0/3 nodes are available: 3 Insufficient cpu. preemption: ...`).
+    if msg.ends_with('.') {
+        msg.push(' ');
+    } else if !msg.is_empty() {
         msg.push_str("; ");
     }
     msg.push_str(extra);
