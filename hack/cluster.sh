@@ -8,6 +8,9 @@
 #   hack/cluster.sh down [options]    stop the recorded processes, remove the state (logs are kept)
 #   hack/cluster.sh status [options]  show processes, ports, /readyz; exit 0 only when everything is up
 #   hack/cluster.sh env [options]     print `export KUBECONFIG=...` for a running cluster
+#   hack/cluster.sh kill NAME [options]     SIGKILL one component (etcd, kube-apiserver, ...; fault injection)
+#   hack/cluster.sh restart NAME [options]  start that component again with its recorded command line (SIGKILL
+#                                           first if it runs); returns once etcd/kube-apiserver is healthy again
 #
 # Options (each also settable through the environment variable shown):
 #   --state-dir DIR           PHALANX_STATE_DIR   state: PKI, kubeconfigs, PIDs (default <repo>/.phalanx)
@@ -17,7 +20,9 @@
 #                                                 GenericWorkload, CompositePodGroup, TopologyAwareWorkloadScheduling gates
 #   --with-kube-scheduler     WITH_KUBE_SCHEDULER=1    also run upstream kube-scheduler (identity system:kube-scheduler)
 # Environment only: PHALANX_BIN_DIR (binaries, see versions.sh), PHALANX_START_TIMEOUT (seconds, default 180),
-# APISERVER_EXTRA_ARGS / KCM_EXTRA_ARGS / KWOK_EXTRA_ARGS / SCHEDULER_EXTRA_ARGS (word-split, appended).
+# APISERVER_EXTRA_ARGS / KCM_EXTRA_ARGS / KWOK_EXTRA_ARGS / SCHEDULER_EXTRA_ARGS (word-split, appended),
+# AUDIT_LOG=FILE (opt-in: kube-apiserver writes an audit log there, JSON lines, never rotated) with
+# AUDIT_POLICY=FILE (default hack/audit-policy.yaml: the scheduler's writes and Lease changes).
 #
 # Stdout carries only the `export KUBECONFIG=...` line, so `eval "$(hack/cluster.sh up)"` works; progress goes
 # to stderr. Details and debugging: docs/testing.md.
@@ -29,7 +34,7 @@ source "$here/lib.sh"
 # shellcheck source=hack/versions.sh
 source "$here/versions.sh"
 
-usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//' >&2; exit "${1:-2}"; }
+usage() { sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//' >&2; exit "${1:-2}"; }
 
 cmd=${1:-}
 [ $# -gt 0 ] && shift
@@ -40,6 +45,9 @@ WATCH_START=
 UPSTREAM_WORKLOAD_API=${UPSTREAM_WORKLOAD_API:-0}
 WITH_KUBE_SCHEDULER=${WITH_KUBE_SCHEDULER:-0}
 START_TIMEOUT=${PHALANX_START_TIMEOUT:-180}
+AUDIT_LOG=${AUDIT_LOG:-}
+AUDIT_POLICY=${AUDIT_POLICY:-$here/audit-policy.yaml}
+COMPONENT=  # the NAME of `kill` and `restart`
 while [ $# -gt 0 ]; do
   case $1 in
     --state-dir) STATE=${2:?--state-dir needs a directory}; shift 2 ;;
@@ -49,7 +57,9 @@ while [ $# -gt 0 ]; do
     --upstream-workload-api) UPSTREAM_WORKLOAD_API=1; shift ;;
     --with-kube-scheduler) WITH_KUBE_SCHEDULER=1; shift ;;
     -h|--help) usage 0 ;;
-    *) echo "cluster.sh: unknown option $1" >&2; usage ;;
+    -*) echo "cluster.sh: unknown option $1" >&2; usage ;;
+    *) [ -z "$COMPONENT" ] || { echo "cluster.sh: unexpected argument $1" >&2; usage; }
+       COMPONENT=$1; shift ;;
   esac
 done
 mkdir -p "$STATE"
@@ -57,6 +67,11 @@ STATE=$(cd "$STATE" && pwd)
 LOGS=${LOGS:-$STATE/logs}
 mkdir -p "$LOGS"
 LOGS=$(cd "$LOGS" && pwd)
+if [ -n "$AUDIT_LOG" ]; then
+  mkdir -p "$(dirname "$AUDIT_LOG")"
+  AUDIT_LOG=$(cd "$(dirname "$AUDIT_LOG")" && pwd)/$(basename "$AUDIT_LOG")
+  [ -f "$AUDIT_POLICY" ] || phalanx::die "AUDIT_POLICY=$AUDIT_POLICY: no such file"
+fi
 PKI=$STATE/pki
 PIDS=$STATE/pids
 KUBECONFIG_OUT=$STATE/kubeconfig
@@ -85,10 +100,13 @@ alive() {  # alive NAME: the recorded process runs (zombies count as dead)
 }
 
 # start NAME EXE ARGS...: runs EXE in its own session (so terminal signals aimed at our caller do not hit it),
-# stdin from /dev/null, stdout+stderr to $LOGS/NAME.log, and records its PID.
+# stdin from /dev/null, stdout+stderr to $LOGS/NAME.log (appended to when APPEND_LOG=1, as `restart` does), and
+# records its PID and its command line (pids/NAME.cmd, NUL-separated, for `restart`).
 start() {
   local name=$1 exe=$2; shift 2
-  : >"$LOGS/$name.log"
+  [ "${APPEND_LOG:-0}" = 1 ] || : >"$LOGS/$name.log"
+  mkdir -p "$PIDS"
+  printf '%s\0' "$exe" "$@" >"$PIDS/$name.cmd"
   ( exec setsid "$exe" "$@" ) </dev/null >>"$LOGS/$name.log" 2>&1 9>&- &
   local pid=$! real
   real=$(readlink -f "$exe")
@@ -301,6 +319,7 @@ BIN_DIR=$BIN
 LOG_DIR=$LOGS
 UPSTREAM_WORKLOAD_API=$UPSTREAM_WORKLOAD_API
 WITH_KUBE_SCHEDULER=$WITH_KUBE_SCHEDULER
+AUDIT_LOG=$AUDIT_LOG
 EOF
   gen_pki
   write_kubeconfigs
@@ -332,6 +351,12 @@ EOF
   if [ "$UPSTREAM_WORKLOAD_API" = 1 ]; then
     # shellcheck disable=SC2054 # the commas belong to one flag value
     api_args+=("$gates" --runtime-config=scheduling.k8s.io/v1beta1=true,scheduling.k8s.io/v1alpha3=true)
+  fi
+  if [ -n "$AUDIT_LOG" ]; then
+    # Blocking mode: a request is answered only after its event is written, so the log is complete up to a
+    # SIGKILL. maxsize in MB; large enough that the file is never rotated under a reader.
+    api_args+=(--audit-log-path="$AUDIT_LOG" --audit-policy-file="$AUDIT_POLICY" --audit-log-format=json
+      --audit-log-mode=blocking --audit-log-maxsize=1000000 --audit-log-maxbackup=0)
   fi
   # shellcheck disable=SC2206
   api_args+=(${APISERVER_EXTRA_ARGS:-})
@@ -394,19 +419,21 @@ start_watchdog() {
 # --- commands -----------------------------------------------------------------------------------------------
 cmd_up() {
   lock
-  local want_api=$UPSTREAM_WORKLOAD_API want_sched=$WITH_KUBE_SCHEDULER
+  local want_api=$UPSTREAM_WORKLOAD_API want_sched=$WITH_KUBE_SCHEDULER want_audit=$AUDIT_LOG
   if load_env; then
+    AUDIT_LOG=${AUDIT_LOG:-}
     local ok=1 name
     for name in etcd kube-apiserver kube-controller-manager kwok; do alive "$name" || ok=0; done
     [ "$WITH_KUBE_SCHEDULER" = 1 ] && { alive kube-scheduler || ok=0; }
     if [ $ok = 1 ] && [ "$UPSTREAM_WORKLOAD_API" = "$want_api" ] && [ "$WITH_KUBE_SCHEDULER" = "$want_sched" ] &&
+      [ "$AUDIT_LOG" = "$want_audit" ] &&
       [ "$(api_get /readyz 2>/dev/null)" = ok ]; then
       phalanx::log "already running at https://127.0.0.1:$API_PORT (state $STATE)"
       [ -n "$WATCH_PID" ] && ! alive watchdog && start_watchdog
       print_export
       return 0
     fi
-    UPSTREAM_WORKLOAD_API=$want_api WITH_KUBE_SCHEDULER=$want_sched
+    UPSTREAM_WORKLOAD_API=$want_api WITH_KUBE_SCHEDULER=$want_sched AUDIT_LOG=$want_audit
     phalanx::log "found a stopped, partial or differently configured cluster in $STATE; restarting it"
     stop_all
     remove_state
@@ -469,6 +496,55 @@ cmd_env() {
   print_export
 }
 
+# component_arg: checks that `kill`/`restart` got the NAME of a recorded component.
+component_arg() {
+  case $COMPONENT in
+    etcd|kube-apiserver|kube-controller-manager|kube-scheduler|kwok) ;;
+    "") phalanx::die "$cmd needs a component: etcd, kube-apiserver, kube-controller-manager, kube-scheduler or kwok" ;;
+    *) phalanx::die "$cmd: unknown component '$COMPONENT'" ;;
+  esac
+  load_env || phalanx::die "no cluster recorded in $STATE"
+  recorded "$COMPONENT" >/dev/null || phalanx::die "$COMPONENT is not part of the cluster in $STATE"
+}
+
+# kill_component: SIGKILL the recorded process of $COMPONENT (if it runs) and wait until it is gone.
+kill_component() {
+  local pid exe
+  read -r pid exe <<<"$(recorded "$COMPONENT")"
+  alive "$COMPONENT" || return 0
+  kill -KILL "$pid" 2>/dev/null || true
+  for _ in $(seq 1 100); do alive "$COMPONENT" || return 0; sleep 0.05; done
+  phalanx::die "$COMPONENT (pid $pid) still runs 5 s after SIGKILL"
+}
+
+# Fault injection for the chaos suite: SIGKILL, no shutdown of any kind (the data stays; `restart` resumes it).
+cmd_kill() {
+  lock
+  component_arg
+  kill_component
+  phalanx::log "killed $COMPONENT (SIGKILL)"
+}
+
+# Starts $COMPONENT again with the command line `start` recorded (same ports, flags and data directory), appending
+# to its log; waits for etcd's /health or kube-apiserver's /readyz.
+cmd_restart() {
+  lock
+  component_arg
+  kill_component
+  [ -f "$PIDS/$COMPONENT.cmd" ] || phalanx::die "no recorded command line for $COMPONENT ($PIDS/$COMPONENT.cmd)"
+  local argv=()
+  mapfile -d '' argv <"$PIDS/$COMPONENT.cmd"
+  echo "--- restarted by cluster.sh restart at $(date -u +%FT%TZ) ---" >>"$LOGS/$COMPONENT.log"
+  APPEND_LOG=1 start "$COMPONENT" "${argv[@]}"
+  case $COMPONENT in
+    etcd) wait_until etcd 60 "etcd /health" etcd_healthy || phalanx::die "etcd did not come back" ;;
+    kube-apiserver) wait_until kube-apiserver "$START_TIMEOUT" "kube-apiserver /readyz" api_ready ||
+      phalanx::die "kube-apiserver did not come back" ;;
+    *) sleep 0.5; alive "$COMPONENT" || phalanx::die "$COMPONENT exited at once; see $LOGS/$COMPONENT.log" ;;
+  esac
+  phalanx::log "restarted $COMPONENT (pid $(recorded "$COMPONENT" | cut -d' ' -f1))"
+}
+
 # Internal: the watchdog loop. Polls once a second; when the watched process is gone (or its PID was reused),
 # it becomes `down` itself (exec keeps the PID, which stop_all skips).
 cmd_watch() {
@@ -482,6 +558,8 @@ case $cmd in
   down) cmd_down ;;
   status) cmd_status ;;
   env) cmd_env ;;
+  kill) cmd_kill ;;
+  restart) cmd_restart ;;
   __watch) cmd_watch ;;
   ""|-h|--help|help) usage 0 ;;
   *) echo "cluster.sh: unknown command '$cmd'" >&2; usage ;;
