@@ -3,8 +3,9 @@ SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
 CARGO ?= cargo
+TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
 
-.PHONY: help bins cluster-up cluster-down cluster-status test lint fmt-check clippy crds bench bench-e2e quickstart
+.PHONY: help bins cluster-up cluster-down cluster-status test lint fmt-check clippy crds bench bench-e2e quickstart chaos chaos-smoke
 
 help: ## Show this list
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -40,6 +41,14 @@ bench: ## Scheduler benchmarks
 
 bench-e2e: bins ## End-to-end: Phalanx vs upstream kube-scheduler vs raw bind rate (BENCH_E2E_ARGS='--nodes 500 --gangs 500 --rounds 3')
 	$(CARGO) run --release -p phalanx-bench -- $(BENCH_E2E_ARGS)
+
+chaos: bins ## Chaos suite: 2 real replicas under faults, invariants I1-I6 (CHAOS_ARGS='--only leader-kill --runs 5'); docs/testing.md
+	$(CARGO) build -p phalanx --bin phalanx
+	$(CARGO) build -p phalanx-chaos --bin phalanx-chaos
+	$(TARGET_DIR)/debug/phalanx-chaos --profile full --phalanx-bin $(TARGET_DIR)/debug/phalanx $(CHAOS_ARGS)
+
+chaos-smoke: bins ## The chaos suite's subset that `make test` runs (one run per fault, a few minutes)
+	$(CARGO) test -p phalanx-chaos --test chaos_smoke -- --nocapture
 
 quickstart: bins ## Local cluster + Phalanx + a sample gang (hack/quickstart.sh)
 	hack/quickstart.sh

@@ -1,0 +1,476 @@
+//! The faults. Each is injected once per run while gangs arrive, and returns what it measured.
+//!
+//! | Fault | What happens |
+//! |---|---|
+//! | `leader-kill` | SIGKILL of the Lease holder while a gang is half bound (when one is seen within 3 s); its slot is restarted only after the standby's first bind |
+//! | `leader-pause` | SIGSTOP of the holder for longer than the Lease (until the standby holds it, at least duration + 2 s), then SIGCONT |
+//! | `apiserver-kill` | SIGKILL of kube-apiserver, down for `outage`, restarted with the same flags |
+//! | `etcd-kill` | SIGKILL of etcd, down for `outage`, restarted on the same data |
+//! | `watch-expiry` | the replicas' connections cut and refused, etcd compacted to its head, connections allowed again: every watch resumes from a compacted resourceVersion and gets 410 Gone (checked with a probe watch) |
+//! | `admission-deny` | a ValidatingAdmissionPolicy denies every second `pods/binding`: those of pods whose name ends in an odd digit, i.e. every second pod of every gang (`<gang>-<i>`), for `deny_for` |
+//! | `hostile` | pods with two `9E`-memory containers (standalone and as a gang), a chain of 1,000 CompositePodGroups with a PodGroup at the bottom, a PodGroup with a user-set `spec.priority` |
+
+use std::fmt;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use futures::{StreamExt as _, TryStreamExt as _};
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams, WatchEvent, WatchParams};
+use serde_json::json;
+
+use crate::context::{Ctx, millis};
+use crate::harness::Component;
+use crate::workload::{GangSpec, composite_resource, create_gang};
+
+/// A fault kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Fault {
+    /// SIGKILL of the leader mid-gang.
+    LeaderKill,
+    /// SIGSTOP of the leader past its Lease, then SIGCONT.
+    LeaderPause,
+    /// SIGKILL and restart of kube-apiserver.
+    ApiServerKill,
+    /// SIGKILL and restart of etcd.
+    EtcdKill,
+    /// Watches resumed from a compacted resourceVersion (410 Gone).
+    WatchExpiry,
+    /// Every second bind denied by admission.
+    AdmissionDeny,
+    /// Hostile objects.
+    Hostile,
+}
+
+impl Fault {
+    /// Every fault, in suite order.
+    pub const ALL: [Fault; 7] = [
+        Fault::LeaderKill,
+        Fault::LeaderPause,
+        Fault::ApiServerKill,
+        Fault::EtcdKill,
+        Fault::WatchExpiry,
+        Fault::AdmissionDeny,
+        Fault::Hostile,
+    ];
+
+    /// The name used on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Fault::LeaderKill => "leader-kill",
+            Fault::LeaderPause => "leader-pause",
+            Fault::ApiServerKill => "apiserver-kill",
+            Fault::EtcdKill => "etcd-kill",
+            Fault::WatchExpiry => "watch-expiry",
+            Fault::AdmissionDeny => "admission-deny",
+            Fault::Hostile => "hostile",
+        }
+    }
+
+    /// Parses [`Fault::name`].
+    ///
+    /// # Errors
+    /// Unknown name.
+    pub fn parse(s: &str) -> anyhow::Result<Self> {
+        Self::ALL.into_iter().find(|f| f.name() == s).with_context(|| {
+            format!(
+                "unknown fault {s:?}; known: {}",
+                Self::ALL.map(Fault::name).join(", ")
+            )
+        })
+    }
+}
+
+impl fmt::Display for Fault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What one injection measured.
+#[derive(Debug, Clone, Default)]
+pub struct Outcome {
+    /// Fault start -> first bind by the replica that took over (leader faults), or API back -> first bind.
+    pub failover: Option<Duration>,
+    /// Facts for the report (partial gangs at the kill, 410 confirmed, denied binds, ...).
+    pub notes: Vec<String>,
+}
+
+/// Injects `fault` into the run in namespace `ns`; returns when the fault is over.
+///
+/// # Errors
+/// The fault could not be injected or undone (a harness failure, not a scheduler one).
+pub async fn inject(ctx: &Ctx, fault: Fault, ns: &str) -> anyhow::Result<Outcome> {
+    match fault {
+        Fault::LeaderKill => leader_kill(ctx, ns).await,
+        Fault::LeaderPause => leader_pause(ctx).await,
+        Fault::ApiServerKill => component_kill(ctx, Component::ApiServer).await,
+        Fault::EtcdKill => component_kill(ctx, Component::Etcd).await,
+        Fault::WatchExpiry => watch_expiry(ctx).await,
+        Fault::AdmissionDeny => admission_deny(ctx, ns).await,
+        Fault::Hostile => hostile(ctx, ns).await,
+    }
+}
+
+fn to_duration(ms: i64) -> Duration {
+    Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+}
+
+fn lease_timeout(ctx: &Ctx) -> Duration {
+    Duration::from_secs(3 * ctx.profile.lease_duration_secs + 10)
+}
+
+/// Waits for the first bind by `identity` after `since`; the time from `since` to it.
+async fn first_bind(ctx: &Ctx, identity: &str, since: Timestamp, timeout: Duration) -> Option<Duration> {
+    let at = ctx
+        .wait_audit(timeout, |a| a.first_bind_by(identity, since))
+        .await?;
+    Some(to_duration(millis(since, at)))
+}
+
+async fn leader_kill(ctx: &Ctx, ns: &str) -> anyhow::Result<Outcome> {
+    let (leader, other) = ctx.wait_leader(true, Duration::from_secs(60)).await?;
+    let other = other.context("no standby")?;
+    let mut notes = Vec::new();
+    // Mid-gang: wait (briefly) until some gang of this run has some but not all of its pods bound.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    let mut partial = 0;
+    while tokio::time::Instant::now() < deadline {
+        partial = ctx
+            .checker
+            .gangs(ns)
+            .iter()
+            .filter(|g| g.bound > 0 && (g.bound as i64) < g.min_count)
+            .count();
+        if partial > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let killed_at = Timestamp::now();
+    ctx.replicas.kill(&leader, true)?;
+    notes.push(format!("killed {leader} with {partial} gang(s) partly bound"));
+    let took = ctx
+        .wait_audit(lease_timeout(ctx), |_| {
+            ctx.leases
+                .lock()
+                .ok()?
+                .first_held_by_after(&other, killed_at)
+                .map(|s| s.valid_from)
+        })
+        .await;
+    match took {
+        Some(t) => notes.push(format!(
+            "{other} took the Lease after {} ms",
+            millis(killed_at, t)
+        )),
+        None => notes.push(format!(
+            "{other} did not take the Lease within {:?}",
+            lease_timeout(ctx)
+        )),
+    }
+    let failover = first_bind(ctx, &other, killed_at, Duration::from_secs(30)).await;
+    ctx.replicas.release(&leader);
+    Ok(Outcome { failover, notes })
+}
+
+async fn leader_pause(ctx: &Ctx) -> anyhow::Result<Outcome> {
+    let (leader, other) = ctx.wait_leader(true, Duration::from_secs(60)).await?;
+    let other = other.context("no standby")?;
+    let exits_before = ctx.replicas.exit_count();
+    let paused_at = Timestamp::now();
+    ctx.replicas.pause(&leader)?;
+    let mut notes = vec![format!("paused {leader}")];
+    let min_pause = Duration::from_secs(ctx.profile.lease_duration_secs + 2);
+    let took = ctx
+        .wait_audit(lease_timeout(ctx), |_| {
+            ctx.leases
+                .lock()
+                .ok()?
+                .first_held_by_after(&other, paused_at)
+                .map(|s| s.valid_from)
+        })
+        .await;
+    let failover = first_bind(ctx, &other, paused_at, Duration::from_secs(30)).await;
+    let elapsed = to_duration(millis(paused_at, Timestamp::now()));
+    if elapsed < min_pause {
+        tokio::time::sleep(min_pause - elapsed).await;
+    }
+    let resumed_at = Timestamp::now();
+    ctx.replicas.resume(&leader)?;
+    notes.push(match took {
+        Some(t) => format!(
+            "{other} took the Lease {} ms after the pause",
+            millis(paused_at, t)
+        ),
+        None => format!("{other} did not take the Lease while {leader} was paused"),
+    });
+    notes.push(format!("SIGCONT after {} ms", millis(paused_at, resumed_at)));
+    // Fail-stop expected: the resumed replica must notice the lost Lease and exit.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        if let Some(e) = ctx
+            .replicas
+            .exits_from(exits_before)
+            .into_iter()
+            .find(|e| e.identity == leader)
+        {
+            notes.push(format!(
+                "{leader} exited {} ms after SIGCONT ({})",
+                millis(resumed_at, e.at),
+                e.status
+            ));
+            break;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            notes.push(format!("{leader} still runs 15 s after SIGCONT"));
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(Outcome { failover, notes })
+}
+
+async fn component_kill(ctx: &Ctx, c: Component) -> anyhow::Result<Outcome> {
+    ctx.wait_leader(false, Duration::from_secs(60)).await?;
+    let killed_at = Timestamp::now();
+    ctx.cluster.kill(c).await?;
+    tokio::time::sleep(ctx.profile.outage).await;
+    ctx.cluster.restart(c).await?;
+    ctx.cluster
+        .wait_usable(&ctx.client, Duration::from_secs(60))
+        .await?;
+    let up_at = Timestamp::now();
+    let mut notes = vec![format!("{c:?} down for {} ms", millis(killed_at, up_at))];
+    let all: Vec<String> = ctx.replicas.running();
+    let first = ctx
+        .wait_audit(Duration::from_secs(60), |a| {
+            // Any replica, including one started after the outage.
+            let mut users = all.clone();
+            users.extend(ctx.replicas.running());
+            a.first_bind_by_any(&users, up_at)
+        })
+        .await;
+    let failover = first.map(|(t, who)| {
+        notes.push(format!("first bind after the restart by {who}"));
+        to_duration(millis(up_at, t))
+    });
+    Ok(Outcome { failover, notes })
+}
+
+/// A resourceVersion of the pods collection now.
+async fn pods_rv(ctx: &Ctx) -> anyhow::Result<String> {
+    let list = Api::<Pod>::all(ctx.client.clone())
+        .list_metadata(&ListParams::default().limit(1))
+        .await?;
+    list.metadata
+        .resource_version
+        .context("list without resourceVersion")
+}
+
+async fn watch_expiry(ctx: &Ctx) -> anyhow::Result<Outcome> {
+    ctx.wait_leader(false, Duration::from_secs(60)).await?;
+    let old_rv = pods_rv(ctx).await?;
+    let severed_before = ctx.proxy.severed();
+    ctx.proxy.sever(true);
+    // The feeder keeps writing (admin client, not proxied), so the replicas' resourceVersions fall behind.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let rev = ctx.cluster.etcd_revision().await?;
+    ctx.cluster.etcd_compact(rev).await?;
+    // Probe: a watch from the replicas' era must now be answered with 410 Gone.
+    let pods: Api<Pod> = Api::all(ctx.client.clone());
+    let mut stream = pods
+        .watch(&WatchParams::default().timeout(2), &old_rv)
+        .await?
+        .boxed();
+    let first = tokio::time::timeout(Duration::from_secs(5), stream.try_next()).await;
+    ctx.proxy.unblock();
+    let gone = matches!(&first, Ok(Ok(Some(WatchEvent::Error(e)))) if e.code == 410);
+    anyhow::ensure!(
+        gone,
+        "the probe watch from resourceVersion {old_rv} did not get 410 Gone: {first:?}"
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    Ok(Outcome {
+        failover: None,
+        notes: vec![format!(
+            "cut {} connections, compacted etcd at revision {rev}; watch from rv {old_rv} -> 410 Gone",
+            ctx.proxy.severed() - severed_before
+        )],
+    })
+}
+
+const POLICY: &str = "phalanx-chaos-deny-every-second-bind";
+
+/// Binds a throw-away pod (scheduled by nobody) to the first node; `Ok(true)` when the bind was denied.
+async fn probe_bind(ctx: &Ctx, ns: &str, name: &str) -> anyhow::Result<bool> {
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"schedulerName": "chaos-nobody", "terminationGracePeriodSeconds": 0,
+                 "automountServiceAccountToken": false,
+                 "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}
+    }))?;
+    pods.create(&PostParams::default(), &pod).await?;
+    let res = phalanx_testenv::bind_pod(&ctx.client, ns, name, "chaos-n0").await;
+    pods.delete(name, &DeleteParams::default().grace_period(0))
+        .await?;
+    match res {
+        Ok(()) => Ok(false),
+        Err(e) if format!("{e:#}").contains("chaos: every second bind") => Ok(true),
+        Err(e) => Err(e),
+    }
+}
+
+async fn admission_deny(ctx: &Ctx, ns: &str) -> anyhow::Result<Outcome> {
+    ctx.wait_leader(false, Duration::from_secs(60)).await?;
+    let policy: ValidatingAdmissionPolicy = serde_json::from_value(json!({
+        "metadata": {"name": POLICY},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{
+                "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods/binding"]
+            }]},
+            // The Binding's name is the pod's; `<gang>-<i>` with an odd i is every second pod of a gang.
+            "validations": [{
+                "expression": "!['1','3','5','7','9'].exists(d, object.metadata.name.endsWith(d))",
+                "message": "chaos: every second bind is denied",
+                "reason": "Forbidden"
+            }]
+        }
+    }))?;
+    let binding: ValidatingAdmissionPolicyBinding = serde_json::from_value(json!({
+        "metadata": {"name": POLICY},
+        "spec": {
+            "policyName": POLICY,
+            "validationActions": ["Deny"],
+            "matchResources": {"namespaceSelector": {"matchExpressions": [
+                {"key": phalanx_testenv::TESTENV_NAMESPACE_LABEL, "operator": "Exists"}
+            ]}}
+        }
+    }))?;
+    let policies: Api<ValidatingAdmissionPolicy> = Api::all(ctx.client.clone());
+    let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(ctx.client.clone());
+    policies.create(&PostParams::default(), &policy).await?;
+    bindings.create(&PostParams::default(), &binding).await?;
+    let mut active = false;
+    for i in 0..30 {
+        if probe_bind(ctx, ns, &format!("probe-on-{i}1")).await? {
+            active = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    anyhow::ensure!(active, "the admission policy did not take effect within 15 s");
+    let on_at = Timestamp::now();
+    tokio::time::sleep(ctx.profile.deny_for).await;
+    let off_at = Timestamp::now();
+    bindings.delete(POLICY, &DeleteParams::default()).await?;
+    policies.delete(POLICY, &DeleteParams::default()).await?;
+    let mut inactive = false;
+    for i in 0..30 {
+        if !probe_bind(ctx, ns, &format!("probe-off-{i}1")).await? {
+            inactive = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    anyhow::ensure!(
+        inactive,
+        "the admission policy still denies binds 15 s after its deletion"
+    );
+    let _ = ctx.audit.poll();
+    let events = ctx.audit.events(on_at, off_at);
+    let replica_binds = events
+        .iter()
+        .filter(|e| e.resource == "pods" && e.subresource == "binding");
+    let (mut denied, mut accepted) = (0, 0);
+    for e in replica_binds.filter(|e| crate::processes::Supervisor::is_replica(&e.user)) {
+        if e.accepted() {
+            accepted += 1;
+        } else {
+            denied += 1;
+        }
+    }
+    Ok(Outcome {
+        failover: None,
+        notes: vec![format!(
+            "policy active {} ms: replicas' binds accepted {accepted}, denied {denied}",
+            millis(on_at, off_at)
+        )],
+    })
+}
+
+async fn hostile(ctx: &Ctx, ns: &str) -> anyhow::Result<Outcome> {
+    ctx.wait_leader(false, Duration::from_secs(60)).await?;
+    let started = Timestamp::now();
+    let client = &ctx.client;
+    let huge = |name: &str, size, min_count| GangSpec {
+        name: name.into(),
+        size,
+        min_count,
+        cpu: "100m".into(),
+        memory: "9E".into(),
+        one_rack: false,
+        priority: None,
+        parent: None,
+        containers: 2,
+        scheduler_name: ctx.scheduler_name.clone(),
+        standalone: false,
+    };
+    // Two containers of 9E memory each: 18E overflows a signed 64-bit byte count.
+    let mut single = huge("hostile-9e-pod", 2, 1);
+    single.standalone = true;
+    create_gang(client, ns, &single).await?;
+    create_gang(client, ns, &huge("hostile-9e-gang", 2, 2)).await?;
+    // A user-set priority on a PodGroup (the API allows it; Phalanx resolves priority from the class otherwise).
+    let mut prio = huge("hostile-priority", 3, 3);
+    prio.memory = "1Gi".into();
+    prio.cpu = "1".into();
+    prio.containers = 1;
+    prio.priority = Some(1_000_000_000);
+    create_gang(client, ns, &prio).await?;
+    // A chain of 1,000 CompositePodGroups, each the parent of the next (Phalanx allows 4 levels), and a PodGroup
+    // with one pod at its bottom.
+    let ar = composite_resource();
+    let cpgs: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
+    let chain = 1000;
+    futures::stream::iter((0..chain).map(|i| {
+        let mut spec = json!({
+            "workloadRef": {"workloadName": "chain", "templateName": format!("level-{i}")},
+            "schedulingPolicy": {"gang": {"minGroupCount": 1}},
+        });
+        if i > 0 {
+            spec["parentCompositePodGroupName"] = json!(format!("chain-{:04}", i - 1));
+        }
+        let obj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": ar.api_version, "kind": ar.kind,
+            "metadata": {"name": format!("chain-{i:04}"), "namespace": ns}, "spec": spec,
+        }))
+        .expect("static object");
+        let cpgs = cpgs.clone();
+        async move { cpgs.create(&PostParams::default(), &obj).await.map(|_| ()) }
+    }))
+    .buffered(8)
+    .try_collect::<Vec<()>>()
+    .await
+    .context("creating the CompositePodGroup chain")?;
+    let mut leaf = huge("chain-leaf", 1, 1);
+    leaf.memory = "1Gi".into();
+    leaf.containers = 1;
+    leaf.parent = Some(format!("chain-{:04}", chain - 1));
+    create_gang(client, ns, &leaf).await?;
+    let created = millis(started, Timestamp::now());
+    // Let the replicas digest them while gangs keep arriving.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    Ok(Outcome {
+        failover: None,
+        notes: vec![format!(
+            "created 2 standalone 9E pods, a gang of two, a priority-1e9 PodGroup and a {chain}-deep CompositePodGroup chain in {created} ms"
+        )],
+    })
+}

@@ -1,0 +1,43 @@
+//! phalanx-chaos: the chaos suite of Phalanx's fault-tolerance work.
+//!
+//! Two real `phalanx run` replicas (leader election on a Lease, each with its own client certificate) schedule
+//! gangs on a real control plane (`hack/cluster.sh`, audit log on) while faults are injected: SIGKILL and SIGSTOP
+//! of the leader, SIGKILL of kube-apiserver and of etcd, watches expired by compaction, an admission policy that
+//! denies every second bind, hostile objects. An observer that shares no code with the scheduler checks six
+//! invariants on every run:
+//!
+//! - I1 no pod is ever bound to two nodes;
+//! - I2 no node's requests ever exceed its allocatable;
+//! - I3 once faults stop, every gang is whole (bound >= minCount) or has no pod bound, within 60 s;
+//! - I4 every pending pod has a `PodScheduled` condition with a reason, after a settle time;
+//! - I5 no `PodGroupInitiallyScheduled` condition goes from True to False;
+//! - I6 no write from a replica after its Lease expired (audit log against the Lease's history).
+//!
+//! Modules: [`harness`] (control plane), [`processes`] (replicas), [`proxy`] (connection cuts), [`faults`],
+//! [`workload`] (the load), [`checker`] (I1-I5), [`audit`] and [`lease`] (I6), [`controls`] (planted violations
+//! that prove each check can fail), [`evidence`], [`suite`] and [`report`]. How to run it: `docs/testing.md`; what it guarantees:
+//! `docs/operations.md`.
+
+#![warn(missing_docs)]
+
+pub mod audit;
+pub mod certs;
+pub mod checker;
+pub mod context;
+pub mod controls;
+pub mod evidence;
+pub mod faults;
+pub mod harness;
+pub mod invariants;
+pub mod lease;
+pub mod processes;
+pub mod proxy;
+pub mod quantity;
+pub mod report;
+pub mod suite;
+pub mod workload;
+
+pub use context::Profile;
+pub use faults::Fault;
+pub use report::SuiteReport;
+pub use suite::{SuiteOptions, run};
