@@ -71,6 +71,7 @@ impl Profile {
             renew_grace_secs: 2,
             runs: vec![
                 (Fault::LeaderKill, 20),
+                (Fault::LeaderTerm, 3),
                 (Fault::LeaderPause, 3),
                 (Fault::ApiServerKill, 3),
                 (Fault::EtcdKill, 3),

@@ -57,7 +57,22 @@ pub fn enrich(audit: &AuditLog, v: &mut Violation) {
                     && e.subresource == "binding"
                     && e.name.starts_with(&prefix)
             });
-            format!("binds: {}", bind_history(&binds))
+            let deletes = audit.select(|e| {
+                e.namespace == ns && e.resource == "pods" && e.verb == "delete" && e.name.starts_with(&prefix)
+            });
+            let deleted: Vec<String> = deletes
+                .iter()
+                .map(|e| format!("{} by {} HTTP {} at {}", e.name, e.user, e.code, time(e)))
+                .collect();
+            if deleted.is_empty() {
+                format!("binds: {}", bind_history(&binds))
+            } else {
+                format!(
+                    "binds: {} | deletions: {}",
+                    bind_history(&binds),
+                    deleted.join(", ")
+                )
+            }
         }
         Invariant::SingleBinding => {
             let binds = audit.select(|e| {

@@ -3,6 +3,7 @@
 //! | Fault | What happens |
 //! |---|---|
 //! | `leader-kill` | SIGKILL of the Lease holder while a gang is half bound (when one is seen within 3 s); its slot is restarted only after the standby's first bind |
+//! | `leader-term` | SIGTERM of the holder while a gang is half bound (a rolling update): it must stop writing, then release the Lease |
 //! | `leader-pause` | SIGSTOP of the holder for longer than the Lease (until the standby holds it, at least duration + 2 s), then SIGCONT |
 //! | `apiserver-kill` | SIGKILL of kube-apiserver, down for `outage`, restarted with the same flags |
 //! | `etcd-kill` | SIGKILL of etcd, down for `outage`, restarted on the same data |
@@ -32,6 +33,8 @@ use crate::workload::{GangSpec, composite_resource, create_gang};
 pub enum Fault {
     /// SIGKILL of the leader mid-gang.
     LeaderKill,
+    /// SIGTERM of the leader mid-gang (graceful handover).
+    LeaderTerm,
     /// SIGSTOP of the leader past its Lease, then SIGCONT.
     LeaderPause,
     /// SIGKILL and restart of kube-apiserver.
@@ -48,8 +51,9 @@ pub enum Fault {
 
 impl Fault {
     /// Every fault, in suite order.
-    pub const ALL: [Fault; 7] = [
+    pub const ALL: [Fault; 8] = [
         Fault::LeaderKill,
+        Fault::LeaderTerm,
         Fault::LeaderPause,
         Fault::ApiServerKill,
         Fault::EtcdKill,
@@ -62,6 +66,7 @@ impl Fault {
     pub fn name(self) -> &'static str {
         match self {
             Fault::LeaderKill => "leader-kill",
+            Fault::LeaderTerm => "leader-term",
             Fault::LeaderPause => "leader-pause",
             Fault::ApiServerKill => "apiserver-kill",
             Fault::EtcdKill => "etcd-kill",
@@ -106,7 +111,8 @@ pub struct Outcome {
 /// The fault could not be injected or undone (a harness failure, not a scheduler one).
 pub async fn inject(ctx: &Ctx, fault: Fault, ns: &str) -> anyhow::Result<Outcome> {
     match fault {
-        Fault::LeaderKill => leader_kill(ctx, ns).await,
+        Fault::LeaderKill => leader_stop(ctx, ns, false).await,
+        Fault::LeaderTerm => leader_stop(ctx, ns, true).await,
         Fault::LeaderPause => leader_pause(ctx).await,
         Fault::ApiServerKill => component_kill(ctx, Component::ApiServer).await,
         Fault::EtcdKill => component_kill(ctx, Component::Etcd).await,
@@ -132,48 +138,73 @@ async fn first_bind(ctx: &Ctx, identity: &str, since: Timestamp, timeout: Durati
     Some(to_duration(millis(since, at)))
 }
 
-async fn leader_kill(ctx: &Ctx, ns: &str) -> anyhow::Result<Outcome> {
-    let (leader, other) = ctx.wait_leader(true, Duration::from_secs(60)).await?;
-    let other = other.context("no standby")?;
-    let mut notes = Vec::new();
-    // Mid-gang: wait (briefly) until some gang of this run has some but not all of its pods bound.
+/// Waits (at most 3 s) until some gang of the run has some but not all of its pods bound; how many are.
+async fn wait_partial_gang(ctx: &Ctx, ns: &str) -> usize {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
-    let mut partial = 0;
-    while tokio::time::Instant::now() < deadline {
-        partial = ctx
+    loop {
+        let partial = ctx
             .checker
             .gangs(ns)
             .iter()
             .filter(|g| g.bound > 0 && (g.bound as i64) < g.min_count)
             .count();
-        if partial > 0 {
-            break;
+        if partial > 0 || tokio::time::Instant::now() >= deadline {
+            return partial;
         }
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
-    let killed_at = Timestamp::now();
-    ctx.replicas.kill(&leader, true)?;
-    notes.push(format!("killed {leader} with {partial} gang(s) partly bound"));
+}
+
+/// SIGKILL (or, with `graceful`, SIGTERM) of the leader mid-gang; its slot restarts only after the standby's first
+/// bind, so the failover measured is the standby's.
+async fn leader_stop(ctx: &Ctx, ns: &str, graceful: bool) -> anyhow::Result<Outcome> {
+    let (leader, other) = ctx.wait_leader(true, Duration::from_secs(60)).await?;
+    let other = other.context("no standby")?;
+    let exits_before = ctx.replicas.exit_count();
+    let partial = wait_partial_gang(ctx, ns).await;
+    let stopped_at = Timestamp::now();
+    if graceful {
+        ctx.replicas.terminate(&leader, true)?;
+    } else {
+        ctx.replicas.kill(&leader, true)?;
+    }
+    let how = if graceful { "SIGTERM" } else { "SIGKILL" };
+    let mut notes = vec![format!("{how} to {leader} with {partial} gang(s) partly bound")];
     let took = ctx
         .wait_audit(lease_timeout(ctx), |_| {
             ctx.leases
                 .lock()
                 .ok()?
-                .first_held_by_after(&other, killed_at)
+                .first_held_by_after(&other, stopped_at)
                 .map(|s| s.valid_from)
         })
         .await;
     match took {
         Some(t) => notes.push(format!(
             "{other} took the Lease after {} ms",
-            millis(killed_at, t)
+            millis(stopped_at, t)
         )),
         None => notes.push(format!(
             "{other} did not take the Lease within {:?}",
             lease_timeout(ctx)
         )),
     }
-    let failover = first_bind(ctx, &other, killed_at, Duration::from_secs(30)).await;
+    let failover = first_bind(ctx, &other, stopped_at, Duration::from_secs(30)).await;
+    if graceful {
+        let exit = ctx
+            .replicas
+            .exits_from(exits_before)
+            .into_iter()
+            .find(|e| e.identity == leader);
+        notes.push(match exit {
+            Some(e) => format!(
+                "{leader} exited {} ms after SIGTERM ({})",
+                millis(stopped_at, e.at),
+                e.status
+            ),
+            None => format!("{leader} had not exited when the standby took over"),
+        });
+    }
     ctx.replicas.release(&leader);
     Ok(Outcome { failover, notes })
 }
@@ -246,6 +277,7 @@ async fn component_kill(ctx: &Ctx, c: Component) -> anyhow::Result<Outcome> {
         .await?;
     let up_at = Timestamp::now();
     let mut notes = vec![format!("{c:?} down for {} ms", millis(killed_at, up_at))];
+    notes.extend(ctx.cluster.ensure_controller_manager(&ctx.client).await?);
     let all: Vec<String> = ctx.replicas.running();
     let first = ctx
         .wait_audit(Duration::from_secs(60), |a| {

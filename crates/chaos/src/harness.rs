@@ -32,6 +32,8 @@ pub enum Component {
     Etcd,
     /// kube-apiserver.
     ApiServer,
+    /// kube-controller-manager (not a fault target: restarted when it does not recover by itself).
+    ControllerManager,
 }
 
 impl Component {
@@ -39,6 +41,7 @@ impl Component {
         match self {
             Component::Etcd => "etcd",
             Component::ApiServer => "kube-apiserver",
+            Component::ControllerManager => "kube-controller-manager",
         }
     }
 }
@@ -219,6 +222,50 @@ impl Cluster {
             );
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         }
+    }
+
+    /// Makes sure kube-controller-manager works again after an outage: a new namespace must get its `default`
+    /// ServiceAccount within 20 s (pods are refused without it). After a kube-apiserver restart the
+    /// controller-manager's watches are first refused (403 while the new server's authorizer cache fills) and
+    /// client-go then backs off for up to minutes; the suite tests Phalanx, not that, so it restarts the
+    /// controller-manager instead of waiting. Returns a note when it did.
+    ///
+    /// # Errors
+    /// The controller-manager does not work even after a restart.
+    pub async fn ensure_controller_manager(&self, client: &Client) -> anyhow::Result<Option<String>> {
+        use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+        let namespaces: kube::Api<Namespace> = kube::Api::all(client.clone());
+        let works = |timeout: std::time::Duration| {
+            let namespaces = namespaces.clone();
+            async move {
+                let name = format!("probe-kcm-{:08x}", rand::random::<u32>());
+                let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))?;
+                namespaces.create(&kube::api::PostParams::default(), &ns).await?;
+                let sas: kube::Api<ServiceAccount> = kube::Api::namespaced(client.clone(), &name);
+                let ok =
+                    phalanx_testenv::wait_for("the probe namespace's ServiceAccount", timeout, || async {
+                        Ok(sas.get_opt("default").await?.map(|_| ()))
+                    })
+                    .await
+                    .is_ok();
+                let _ = namespaces
+                    .delete(&name, &kube::api::DeleteParams::default())
+                    .await;
+                anyhow::Ok(ok)
+            }
+        };
+        if works(std::time::Duration::from_secs(20)).await? {
+            return Ok(None);
+        }
+        self.restart(Component::ControllerManager).await?;
+        anyhow::ensure!(
+            works(std::time::Duration::from_secs(60)).await?,
+            "kube-controller-manager does not create ServiceAccounts even after a restart; see {}",
+            self.log_dir.join("kube-controller-manager.log").display()
+        );
+        Ok(Some(
+            "kube-controller-manager did not recover within 20 s and was restarted".into(),
+        ))
     }
 
     /// Stops the cluster unless it was started with `keep` (then it stays for inspection).

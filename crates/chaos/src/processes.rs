@@ -58,7 +58,7 @@ pub struct ExitRecord {
     pub at: Timestamp,
     /// Exit status as text (`exit status: 1`, `signal: 9 (SIGKILL)`).
     pub status: String,
-    /// The suite killed it on purpose.
+    /// The suite stopped it on purpose (SIGKILL or SIGTERM).
     pub expected: bool,
     /// Why it stopped, from the end of its log (panic message, `phalanx run failed` error, lost Lease).
     pub reason: String,
@@ -378,12 +378,24 @@ impl Supervisor {
     /// # Errors
     /// It does not run.
     pub fn kill(&self, identity: &str, hold: bool) -> anyhow::Result<()> {
+        self.stop_with(identity, hold, Signal::KILL)
+    }
+
+    /// SIGTERMs `identity` (a graceful stop, as in a rolling update); like [`Supervisor::kill`] otherwise.
+    ///
+    /// # Errors
+    /// It does not run.
+    pub fn terminate(&self, identity: &str, hold: bool) -> anyhow::Result<()> {
+        self.stop_with(identity, hold, Signal::TERM)
+    }
+
+    fn stop_with(&self, identity: &str, hold: bool, sig: Signal) -> anyhow::Result<()> {
         let pid = self.with_running(identity, |s| {
             s.killed = true;
             s.hold |= hold;
             s.running.as_ref().map(|r| r.pid)
         })?;
-        signal(pid.context("no pid")?, Signal::KILL)
+        signal(pid.context("no pid")?, sig)
     }
 
     /// Lets a held slot be restarted.

@@ -85,7 +85,10 @@ pub fn run_line(r: &RunResult) -> String {
         unexpected,
         secs(r.duration),
         r.outcome.notes.join("; ")
-    )
+    ) + &r
+        .error
+        .as_ref()
+        .map_or(String::new(), |e| format!(" | HARNESS ERROR: {e}"))
 }
 
 impl SuiteReport {
@@ -100,6 +103,14 @@ impl SuiteReport {
     /// No violation in any run.
     pub fn ok(&self) -> bool {
         self.results.iter().all(|r| r.violations.is_empty())
+    }
+
+    /// Runs that ended with a harness error, with the error.
+    pub fn harness_errors(&self) -> Vec<(Fault, usize, &str)> {
+        self.results
+            .iter()
+            .filter_map(|r| Some((r.fault, r.index, r.error.as_deref()?)))
+            .collect()
     }
 
     /// One line per fault: runs, pods bound, violations per invariant, recovery and failover times, replica exits,
@@ -123,13 +134,15 @@ impl SuiteReport {
                 let failovers: Vec<Duration> = rs.iter().filter_map(|r| r.outcome.failover).collect();
                 let exits: usize = rs.iter().map(|r| r.exits.len()).sum();
                 let unexpected: usize = rs.iter().map(|r| r.exits.iter().filter(|e| !e.expected).count()).sum();
-                let failover_expected = if matches!(f, Fault::LeaderKill | Fault::LeaderPause | Fault::ApiServerKill | Fault::EtcdKill) {
+                let failover_expected = if matches!(f, Fault::LeaderKill | Fault::LeaderTerm | Fault::LeaderPause | Fault::ApiServerKill | Fault::EtcdKill) {
                     rs.len()
                 } else {
                     0
                 };
+                let errors = rs.iter().filter(|r| r.error.is_some()).count();
+                let errors = if errors > 0 { format!(" HARNESS ERRORS={errors}") } else { String::new() };
                 format!(
-                    "{:<14} runs={:<2} bound={:<5} {} recovery {} failover {} exits={} ({} by the replica itself) time={}",
+                    "{:<14} runs={:<2} bound={:<5} {} recovery {} failover {} exits={} ({} by the replica itself) time={}{errors}",
                     f.name(),
                     rs.len(),
                     rs.iter().map(|r| r.bound).sum::<usize>(),
@@ -200,6 +213,9 @@ impl SuiteReport {
                 s,
                 "  [{f} #{i}] {n} replica exit(s) by the replica itself ({status}): {reason}"
             );
+        }
+        for (f, i, e) in self.harness_errors() {
+            let _ = writeln!(s, "  [{f} #{i}] HARNESS ERROR (not a scheduler verdict): {e}");
         }
         if self.audit_bad_lines > 0 {
             let _ = writeln!(

@@ -65,6 +65,9 @@ pub struct RunResult {
     pub exits: Vec<ExitRecord>,
     /// Wall time of the run.
     pub duration: Duration,
+    /// A harness failure (the fault could not be injected or undone, the cluster did not come back); the run's
+    /// invariants were then checked only as far as it got.
+    pub error: Option<String>,
 }
 
 /// Lease of the suite's replicas.
@@ -161,23 +164,16 @@ async fn run_on(
         .context("first election")?;
     let mut results = Vec::new();
     let mut i6_from = Timestamp::now().checked_sub(k8s_openapi::jiff::SignedDuration::from_secs(3600))?;
-    let outcome = async {
-        for (fault, n) in ctx.profile.runs.clone() {
-            for index in 1..=n {
-                let r = run_once(&ctx, fault, index, &mut i6_from)
-                    .await
-                    .with_context(|| format!("{fault} run {index}"))?;
-                eprintln!("{}", crate::report::run_line(&r));
-                results.push(r);
-            }
+    for (fault, n) in ctx.profile.runs.clone() {
+        for index in 1..=n {
+            let r = run_once(&ctx, fault, index, &mut i6_from).await;
+            eprintln!("{}", crate::report::run_line(&r));
+            results.push(r);
         }
-        anyhow::Ok(())
     }
-    .await;
     ctx.replicas.kill_all();
     tailer.abort();
     lease_watch.abort();
-    outcome?;
     Ok(SuiteReport {
         profile: ctx.profile.name,
         seed: opts.seed,
@@ -201,44 +197,30 @@ async fn wait_bound(ctx: &Ctx, ns: &str, timeout: Duration) -> bool {
     false
 }
 
-async fn run_once(
-    ctx: &Ctx,
-    fault: Fault,
-    index: usize,
-    i6_from: &mut Timestamp,
-) -> anyhow::Result<RunResult> {
+/// One run; never fails: a harness error is recorded in the result (and the suite goes on with the next run).
+async fn run_once(ctx: &Ctx, fault: Fault, index: usize, i6_from: &mut Timestamp) -> RunResult {
     let started = Instant::now();
-    let ns = phalanx_testenv::create_namespace(&ctx.client, &format!("chaos-{}", fault.name())).await?;
     let from = ctx.checker.violation_count();
     let exits_from = ctx.replicas.exit_count();
-    let seed = ctx
-        .rng
-        .lock()
-        .map_err(|_| anyhow::anyhow!("rng poisoned"))?
-        .random();
-    let feeder = Feeder::start(
-        ctx.client.clone(),
-        ns.clone(),
-        ctx.profile.load.clone(),
-        StdRng::seed_from_u64(seed),
-        ctx.scheduler_name.clone(),
-        ctx.checker.clone(),
-    );
-    let mut outcome = Outcome::default();
-    if !wait_bound(ctx, &ns, Duration::from_secs(60)).await {
-        outcome
-            .notes
-            .push("nothing was bound within 60 s before the fault".into());
+    let mut r = RunResult {
+        fault,
+        index,
+        namespace: String::new(),
+        feed: FeedStats::default(),
+        bound: 0,
+        outcome: Outcome::default(),
+        recovery: None,
+        violations: Vec::new(),
+        exits: Vec::new(),
+        duration: Duration::ZERO,
+        error: None,
+    };
+    let mut violations = Vec::new();
+    if let Err(e) = run_body(ctx, &mut r, &mut violations).await {
+        r.error = Some(format!("{e:#}"));
     }
-    tokio::time::sleep(ctx.profile.warmup).await;
-    let injected = faults::inject(ctx, fault, &ns).await;
-    let feed = feeder.stop().await;
-    let injected = injected?;
-    outcome.failover = injected.failover;
-    outcome.notes.extend(injected.notes);
-    let (recovery, mut violations) = ctx.checker.await_gangs(&ns, ctx.profile.recovery_limit).await;
-    violations.extend(ctx.checker.await_pending_reasons(&ns, ctx.profile.settle).await);
-    ctx.audit.poll()?;
+    // I6 over everything the replicas wrote since the previous run, also after a harness error.
+    let _ = ctx.audit.poll();
     let now = Timestamp::now();
     let events = ctx.audit.events(*i6_from, now);
     violations.extend(check_writes(
@@ -254,20 +236,51 @@ async fn run_once(
     for v in &mut all {
         crate::evidence::enrich(&ctx.audit, v);
     }
-    let bound = ctx.checker.bound_count(&ns);
-    cleanup(ctx, &ns).await?;
-    Ok(RunResult {
-        fault,
-        index,
-        namespace: ns,
-        feed,
-        bound,
-        outcome,
-        recovery,
-        violations: all,
-        exits: ctx.replicas.exits_from(exits_from),
-        duration: started.elapsed(),
-    })
+    r.violations = all;
+    if !r.namespace.is_empty() {
+        r.bound = ctx.checker.bound_count(&r.namespace);
+        if let Err(e) = cleanup(ctx, &r.namespace).await {
+            r.error.get_or_insert(format!("cleanup: {e:#}"));
+        }
+    }
+    r.exits = ctx.replicas.exits_from(exits_from);
+    r.duration = started.elapsed();
+    r
+}
+
+/// The run proper: namespace, load, fault, then I3 and I4 (collected into `violations`).
+async fn run_body(ctx: &Ctx, r: &mut RunResult, violations: &mut Vec<Violation>) -> anyhow::Result<()> {
+    let ns = phalanx_testenv::create_namespace(&ctx.client, &format!("chaos-{}", r.fault.name())).await?;
+    r.namespace = ns.clone();
+    let seed = ctx
+        .rng
+        .lock()
+        .map_err(|_| anyhow::anyhow!("rng poisoned"))?
+        .random();
+    let feeder = Feeder::start(
+        ctx.client.clone(),
+        ns.clone(),
+        ctx.profile.load.clone(),
+        StdRng::seed_from_u64(seed),
+        ctx.scheduler_name.clone(),
+        ctx.checker.clone(),
+    );
+    if !wait_bound(ctx, &ns, Duration::from_secs(60)).await {
+        r.outcome
+            .notes
+            .push("nothing was bound within 60 s before the fault".into());
+    }
+    tokio::time::sleep(ctx.profile.warmup).await;
+    let injected = faults::inject(ctx, r.fault, &ns).await;
+    r.feed = feeder.stop().await;
+    let injected = injected?;
+    r.outcome.failover = injected.failover;
+    r.outcome.notes.extend(injected.notes);
+    let (recovery, gangs) = ctx.checker.await_gangs(&ns, ctx.profile.recovery_limit).await;
+    r.recovery = recovery;
+    violations.extend(gangs);
+    violations.extend(ctx.checker.await_pending_reasons(&ns, ctx.profile.settle).await);
+    Ok(())
 }
 
 /// Deletes the run's pods at once, then its groups and the namespace; waits until the checker has seen the pods

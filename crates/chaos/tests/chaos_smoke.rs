@@ -73,6 +73,11 @@ fn chaos_smoke() {
     assert_eq!(ran, Fault::ALL.to_vec(), "one run of every fault");
     assert_eq!(report.controls.len(), 6, "every invariant's control ran");
     assert!(
+        report.harness_errors().is_empty(),
+        "harness errors: {:?}",
+        report.harness_errors()
+    );
+    assert!(
         report.ok(),
         "{} violation(s) of I1-I6; the report is above and in {}",
         report.violations().len(),
