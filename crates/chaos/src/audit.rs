@@ -42,8 +42,51 @@ pub struct AuditEvent {
     pub completed: Timestamp,
     /// For a `pods/binding` create: the target node (`requestObject.target.name`).
     pub bind_target: Option<String>,
-    /// For an accepted write of the leader Lease: the holder it left (`responseObject.spec.holderIdentity`).
-    pub lease_holder: Option<Option<String>>,
+    /// For an accepted write of the leader Lease: what it did and the version it produced.
+    pub lease_write: Option<LeaseWrite>,
+}
+
+/// What an accepted write of the leader Lease did, from its `requestObject.spec`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseWriteKind {
+    /// Creates the Lease (the first replica to start does; kube-lease-manager creates it empty).
+    Create,
+    /// Sets `holderIdentity` to the writer: an election.
+    Acquire,
+    /// Sets `renewTime` without naming a holder: extends the writer's term (kube-lease-manager renews with an
+    /// unconditional strategic-merge patch, so it lands whoever holds the Lease).
+    Renew,
+    /// Clears `holderIdentity`.
+    Release,
+    /// Anything else (e.g. the `leaseTransitions` patch after an acquisition).
+    Other,
+}
+
+/// An accepted write of the leader Lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseWrite {
+    /// What it did.
+    pub kind: LeaseWriteKind,
+    /// resourceVersion of the version it produced.
+    pub rv_after: u64,
+    /// `holderIdentity` it left.
+    pub holder_after: Option<String>,
+}
+
+fn lease_write_kind(verb: &str, user: &str, request: Option<&serde_json::Value>) -> LeaseWriteKind {
+    if verb == "create" {
+        return LeaseWriteKind::Create;
+    }
+    let spec = request.map(|r| &r["spec"]);
+    match spec.and_then(|s| s.as_object()) {
+        Some(s) if s.contains_key("holderIdentity") => match s["holderIdentity"].as_str() {
+            Some(h) if h == user => LeaseWriteKind::Acquire,
+            Some(_) => LeaseWriteKind::Other,
+            None => LeaseWriteKind::Release,
+        },
+        Some(s) if s.contains_key("renewTime") => LeaseWriteKind::Renew,
+        _ => LeaseWriteKind::Other,
+    }
 }
 
 impl AuditEvent {
@@ -179,7 +222,7 @@ impl AuditLog {
 
     fn absorb(&self, raw: RawEvent) -> Option<AuditEvent> {
         let code = raw.response_status.map_or(0, |s| s.code);
-        let mut lease_holder = None;
+        let mut lease_write = None;
         if raw.object_ref.resource == "leases"
             && raw.object_ref.name == self.lease_name
             && (200..300).contains(&code)
@@ -192,7 +235,11 @@ impl AuditLog {
                 Source::Audit,
             )
         {
-            lease_holder = Some(state.holder.clone());
+            lease_write = Some(LeaseWrite {
+                kind: lease_write_kind(&raw.verb, &raw.user.username, raw.request_object.as_ref()),
+                rv_after: state.rv,
+                holder_after: state.holder.clone(),
+            });
             if let Ok(mut h) = self.leases.lock() {
                 h.insert(state);
             }
@@ -215,7 +262,7 @@ impl AuditLog {
             received: raw.request_received_timestamp,
             completed: raw.stage_timestamp,
             bind_target,
-            lease_holder,
+            lease_write,
         })
     }
 
@@ -285,9 +332,12 @@ impl AuditLog {
 /// I6 over `events`: every write by a replica (a user for which `is_replica` holds) must arrive while a Lease
 /// version that may have been in force names that replica and has not expired ([`LeaseHistory::candidates`]:
 /// while a Lease write is in flight, both the old and the new version count, so the writer gets the benefit of
-/// the doubt). Lease writes are the election itself and are judged by their result instead: an accepted write of
-/// the Lease by a replica that leaves it naming another holder (a renewal of a term the writer no longer holds)
-/// is a write without the Lease too.
+/// the doubt).
+///
+/// Writes of the leader Lease itself are the election: its creation and an acquisition are exempt; a renewal (and any other Lease
+/// write) is judged like every other write, against the versions before it, so a renewal that lands after the
+/// writer's term ended, or on a term another replica holds, is a write without the Lease; a release is a
+/// violation only when it clears an unexpired term of another replica.
 ///
 /// [`LeaseHistory::candidates`]: crate::lease::LeaseHistory::candidates
 pub fn check_writes(
@@ -310,27 +360,31 @@ pub fn check_writes(
             e.user,
             e.code
         );
-        if e.resource == "leases" {
-            if e.name == lease_name
-                && let Some(Some(h)) = &e.lease_holder
-                && *h != e.user
-            {
-                out.push(Violation {
-                    invariant: Invariant::NoWriteWithoutLease,
-                    at: e.received,
-                    object: None,
-                    detail: format!(
-                        "{what} at {}: left the Lease naming {h:?}: the writer did not hold it",
-                        e.received
-                    ),
-                });
+        let own = match (&e.resource[..], &e.lease_write) {
+            ("leases", _) if e.name != lease_name => continue,
+            ("leases", None) => continue, // refused (e.g. a conflicting acquisition): no effect
+            ("leases", Some(w)) if matches!(w.kind, LeaseWriteKind::Acquire | LeaseWriteKind::Create) => {
+                continue;
             }
-            continue;
-        }
-        let candidates = history.candidates(e.received);
-        let permitted = candidates.iter().any(|s| {
-            s.holder.as_deref() == Some(e.user.as_str()) && s.expiry().is_some_and(|x| e.received < x)
-        });
+            ("leases", Some(w)) => Some(w),
+            _ => None,
+        };
+        // The versions in force before this write (a Lease write is not judged by its own result).
+        let candidates: Vec<_> = history
+            .candidates(e.received)
+            .into_iter()
+            .filter(|s| own.is_none_or(|w| s.rv != w.rv_after))
+            .collect();
+        let live = |s: &&crate::lease::LeaseState| s.expiry().is_some_and(|x| e.received < x);
+        let permitted = match own.map(|w| w.kind) {
+            // A release is harmless unless it clears another replica's live term.
+            Some(LeaseWriteKind::Release) => !candidates
+                .iter()
+                .any(|s| s.holder.as_deref().is_some_and(|h| h != e.user) && live(s)),
+            _ => candidates
+                .iter()
+                .any(|s| s.holder.as_deref() == Some(e.user.as_str()) && live(s)),
+        };
         if permitted {
             continue;
         }
@@ -355,11 +409,17 @@ pub fn check_writes(
                 ),
             },
         };
+        let kind = match own.map(|w| w.kind) {
+            Some(LeaseWriteKind::Renew) => "Lease renewal ",
+            Some(LeaseWriteKind::Release) => "Lease release ",
+            Some(_) => "Lease write ",
+            None => "",
+        };
         out.push(Violation {
             invariant: Invariant::NoWriteWithoutLease,
             at: e.received,
             object: None,
-            detail: format!("{what} arrived at {}: {problem}", e.received),
+            detail: format!("{kind}{what} arrived at {}: {problem}", e.received),
         });
     }
     out
@@ -386,7 +446,7 @@ mod tests {
             received: ts(at),
             completed: ts(at),
             bind_target: Some("n".into()),
-            lease_holder: None,
+            lease_write: None,
         }
     }
 
@@ -426,21 +486,40 @@ mod tests {
         assert!(v[1].detail.contains("held by \"a\""), "{}", v[1].detail);
     }
 
+    fn lease_write(user: &str, at: i64, kind: LeaseWriteKind, rv_after: u64) -> AuditEvent {
+        let mut e = write(user, at);
+        e.resource = "leases".into();
+        e.subresource = String::new();
+        e.verb = "patch".into();
+        e.name = "lease".into();
+        e.code = 200;
+        e.lease_write = Some(LeaseWrite {
+            kind,
+            rv_after,
+            holder_after: None,
+        });
+        e
+    }
+
     #[test]
-    fn a_lease_write_leaving_another_holder_is_a_violation() {
+    fn lease_writes_are_judged_by_the_versions_before_them() {
         let l = leases();
-        let mut stale = write("a", 115);
-        stale.resource = "leases".into();
-        stale.subresource = String::new();
-        stale.verb = "patch".into();
-        stale.name = "lease".into();
-        stale.code = 200;
-        stale.lease_holder = Some(Some("b".into()));
-        let mut acquire = stale.clone();
-        acquire.user = "b".into();
-        let v = check_writes(&[stale, acquire], &l, "lease", |_| true);
-        assert_eq!(v.len(), 1, "{v:#?}");
-        assert!(v[0].detail.contains("by a"), "{}", v[0].detail);
+        let events = vec![
+            lease_write("a", 109, LeaseWriteKind::Renew, 7), // a's own live term: fine
+            lease_write("a", 111, LeaseWriteKind::Renew, 8), // a's term ended at 110
+            lease_write("a", 111, LeaseWriteKind::Release, 9), // releasing an expired term: fine
+            lease_write("b", 115, LeaseWriteKind::Acquire, 3), // the election itself: exempt
+            lease_write("a", 116, LeaseWriteKind::Renew, 10), // renewing b's term
+            lease_write("a", 116, LeaseWriteKind::Release, 11), // clearing b's live term
+        ];
+        let v = check_writes(&events, &l, "lease", |_| true);
+        let got: Vec<(i64, bool)> = v
+            .iter()
+            .map(|v| (v.at.as_second(), v.detail.starts_with("Lease release")))
+            .collect();
+        assert_eq!(got, vec![(111, false), (116, false), (116, true)], "{v:#?}");
+        assert!(v[0].detail.contains("expired"), "{}", v[0].detail);
+        assert!(v[1].detail.contains("held by \"b\""), "{}", v[1].detail);
     }
 
     #[test]
@@ -461,7 +540,11 @@ mod tests {
         assert_eq!(all().len(), 2);
         assert!(all()[1].is_bind());
         assert_eq!(all()[1].bind_target.as_deref(), Some("n7"));
-        assert_eq!(all()[0].lease_holder, Some(Some("replica-a-1".into())));
+        let w = all()[0].lease_write.clone().unwrap();
+        assert_eq!(
+            (w.kind, w.rv_after, w.holder_after.as_deref()),
+            (LeaseWriteKind::Other, 42, Some("replica-a-1"))
+        );
         assert_eq!(h.lock().unwrap().latest().unwrap().rv, 42);
         assert_eq!(log.bad_lines(), 0);
         let first = log.first_bind_by("replica-a-1", ts(0)).unwrap();

@@ -42,6 +42,36 @@ struct Args {
     /// Runs per fault (overrides the profile).
     #[arg(long)]
     runs: Option<usize>,
+    /// Instead of running the suite: check I6 over a saved audit log (e.g. `<work dir>/cluster/logs/audit.log`),
+    /// with the Lease history taken from the log alone, and print the violations.
+    #[arg(long, value_name = "AUDIT_LOG")]
+    recheck_audit: Option<PathBuf>,
+}
+
+/// `--recheck-audit`: I6 from an audit log alone (post-mortems, and checking a changed rule on old runs).
+fn recheck(path: PathBuf) -> ExitCode {
+    let leases = phalanx_chaos::lease::SharedLeases::default();
+    let log = phalanx_chaos::audit::AuditLog::new(path, phalanx_chaos::suite::LEASE_NAME, leases.clone());
+    if let Err(e) = log.poll() {
+        eprintln!("phalanx-chaos: reading the audit log: {e:#}");
+        return ExitCode::from(2);
+    }
+    let all = log.select(|_| true);
+    let v = phalanx_chaos::audit::check_writes(
+        &all,
+        &leases,
+        phalanx_chaos::suite::LEASE_NAME,
+        phalanx_chaos::processes::Supervisor::is_replica,
+    );
+    println!("{} audited requests, {} I6 violation(s)", all.len(), v.len());
+    for x in &v {
+        println!("  {x}");
+    }
+    if v.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
 }
 
 fn main() -> ExitCode {
@@ -52,6 +82,9 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
+    if let Some(path) = args.recheck_audit {
+        return recheck(path);
+    }
     let only: Result<Vec<Fault>, _> = args.only.iter().map(|s| Fault::parse(s)).collect();
     let only = match only {
         Ok(o) => o,
