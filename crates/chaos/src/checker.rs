@@ -32,8 +32,8 @@ struct PodInfo {
     deleting: bool,
     group: Option<String>,
     ours: bool,
-    /// `PodScheduled` condition: (status, reason).
-    scheduled: Option<(String, String)>,
+    /// `PodScheduled` condition: (status, reason, message).
+    scheduled: Option<(String, String, String)>,
 }
 
 /// A PodGroup as the checker needs it.
@@ -60,6 +60,8 @@ pub struct Gang {
     pub bound: usize,
     /// `pod@node` of the bound ones, for evidence.
     pub placement: Vec<String>,
+    /// The unbound ones with their `PodScheduled` condition, for evidence.
+    pub pending: Vec<String>,
 }
 
 impl Gang {
@@ -93,7 +95,13 @@ fn pod_info(pod: &Pod, scheduler_name: &str) -> PodInfo {
     let scheduled = status
         .and_then(|s| s.conditions.as_ref())
         .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled"))
-        .map(|c| (c.status.clone(), c.reason.clone().unwrap_or_default()));
+        .map(|c| {
+            (
+                c.status.clone(),
+                c.reason.clone().unwrap_or_default(),
+                c.message.clone().unwrap_or_default(),
+            )
+        });
     let requests = pod_requests(pod).unwrap_or_else(|e| {
         tracing::warn!(pod = ?pod.metadata.name, error = %e, "unparsable requests; counted as none");
         Requests::new()
@@ -506,7 +514,8 @@ impl Checker {
     /// The gangs (PodGroups with a gang policy, not being deleted) of namespace `ns`.
     pub fn gangs(&self, ns: &str) -> Vec<Gang> {
         let s = self.lock();
-        let mut by_group: BTreeMap<&str, (usize, usize, Vec<String>)> = BTreeMap::new();
+        type Tally = (usize, usize, Vec<String>, Vec<String>);
+        let mut by_group: BTreeMap<&str, Tally> = BTreeMap::new();
         for p in s.pods.values().filter(|p| p.namespace == ns) {
             if let Some(g) = p.group.as_deref() {
                 let e = by_group.entry(g).or_default();
@@ -514,6 +523,11 @@ impl Checker {
                 if let (Some(n), false) = (&p.node, p.terminal) {
                     e.1 += 1;
                     e.2.push(format!("{}@{n}", p.name));
+                } else if p.node.is_none() {
+                    e.3.push(match &p.scheduled {
+                        Some((st, reason, msg)) => format!("{} PodScheduled={st}/{reason}: {msg}", p.name),
+                        None => format!("{} without PodScheduled", p.name),
+                    });
                 }
             }
         }
@@ -523,13 +537,15 @@ impl Checker {
             .filter(|g| g.namespace == ns && !g.deleting)
             .filter_map(|g| {
                 let min_count = g.min_count?;
-                let (pods, bound, placement) = by_group.get(g.name.as_str()).cloned().unwrap_or_default();
+                let (pods, bound, placement, pending) =
+                    by_group.get(g.name.as_str()).cloned().unwrap_or_default();
                 Some(Gang {
                     name: g.name.clone(),
                     min_count,
                     pods,
                     bound,
                     placement,
+                    pending,
                 })
             })
             .collect();
@@ -545,11 +561,15 @@ impl Checker {
             .pods
             .values()
             .filter(|p| p.namespace == ns && p.ours && p.node.is_none() && !p.deleting && !p.terminal)
-            .filter(|p| p.scheduled.as_ref().is_none_or(|(_, reason)| reason.is_empty()))
+            .filter(|p| {
+                p.scheduled
+                    .as_ref()
+                    .is_none_or(|(_, reason, _)| reason.is_empty())
+            })
             .map(|p| {
                 let text = match &p.scheduled {
                     None => format!("{}/{} (no PodScheduled condition)", p.namespace, p.name),
-                    Some((st, _)) => {
+                    Some((st, _, _)) => {
                         format!("{}/{} (PodScheduled={st} without a reason)", p.namespace, p.name)
                     }
                 };
@@ -568,6 +588,33 @@ impl Checker {
             .values()
             .filter(|(key, _, _)| key.starts_with(&prefix))
             .count()
+    }
+
+    /// Free CPU and memory per node (allocatable minus the requests of the non-terminal pods bound there), for
+    /// evidence: whether a partly bound gang could still have been completed.
+    pub fn free_capacity(&self) -> String {
+        let s = self.lock();
+        let mut nodes: Vec<(&String, &Requests)> = s.nodes.iter().collect();
+        nodes.sort();
+        nodes
+            .into_iter()
+            .map(|(name, alloc)| {
+                let used = |res: &str| -> i128 {
+                    s.pods
+                        .values()
+                        .filter(|p| p.node.as_deref() == Some(name.as_str()) && !p.terminal)
+                        .map(|p| p.requests.get(res).copied().unwrap_or(0))
+                        .sum()
+                };
+                let free = |res: &str| alloc.get(res).copied().unwrap_or(0) - used(res);
+                format!(
+                    "{name} cpu {}m mem {}Mi",
+                    free("cpu"),
+                    free("memory") / 1000 / (1 << 20)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 
     /// Pods of `ns` that exist now.
@@ -589,6 +636,7 @@ impl Checker {
                 return (Some(start.elapsed()), Vec::new());
             }
             if start.elapsed() >= limit {
+                let free = self.free_capacity();
                 let v = broken
                     .into_iter()
                     .map(|g| Violation {
@@ -596,12 +644,13 @@ impl Checker {
                         at: Timestamp::now(),
                         object: Some((ns.to_owned(), g.name.clone())),
                         detail: format!(
-                            "gang {ns}/{}: {} of {} pods bound, minCount {}, {limit:?} after the fault: {}",
+                            "gang {ns}/{}: {} of {} pods bound, minCount {}, {limit:?} after the fault: {} | unbound: {} | free: {free}",
                             g.name,
                             g.bound,
                             g.pods,
                             g.min_count,
-                            g.placement.join(" ")
+                            g.placement.join(" "),
+                            g.pending.join("; ")
                         ),
                     })
                     .collect();
