@@ -152,7 +152,7 @@ impl Driver {
                         writer.event_failed(&pod, reasons::SCHEDULER_ERROR, &msg).await;
                     }
                 }
-                let _ = tx.send(BindResult { key, outcome });
+                let _ = tx.send(BindResult { key, node, outcome });
             });
         }
         self.apply_preemption(&d);
@@ -171,6 +171,8 @@ impl Driver {
                 );
                 continue;
             }
+            // A pod that cannot be placed even on the room kept for it gives that room up.
+            self.bind_reserved.remove(&key);
             if self.nominated.remove(&key).is_some()
                 && let Some(pod) = self.store.pod(&key)
             {
@@ -215,7 +217,13 @@ impl Driver {
             return;
         }
         let info = self.cache.pod(&p);
-        self.known.insert(r.key, info.clone());
+        self.known.insert(r.key.clone(), info.clone());
+        if info.group_name.is_some() && !matches!(r.outcome, BindOutcome::Conflict(_) | BindOutcome::NotFound)
+        {
+            // Its siblings are bound: keep its room on that node, or other work takes it and the gang stays half
+            // bound for good (found by the chaos suite's admission-deny fault).
+            self.bind_reserved.insert(r.key.clone(), (info.clone(), r.node));
+        }
         // Back to its place, with backoff (upstream `handleBindingCycleError`).
         self.queue.bind_failed(info, Instant::now());
     }

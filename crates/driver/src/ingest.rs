@@ -59,6 +59,11 @@ impl Driver {
                         self.nominated.remove(&key);
                     }
                 }
+                if pod_node(&p).is_some() {
+                    self.bind_reserved.remove(&key);
+                } else if let Some(r) = self.bind_reserved.get_mut(&key) {
+                    r.0 = info.clone();
+                }
                 if self.known.insert(key, info.clone()).is_some() {
                     self.queue.update_pod(info, now);
                 } else {

@@ -46,7 +46,7 @@ impl Driver {
         for c in self.composite_infos.values() {
             snap.upsert_composite_info(c.clone());
         }
-        for (key, (info, node)) in &self.nominated {
+        for (key, (info, node)) in self.nominated.iter().chain(&self.bind_reserved) {
             if self.known.contains_key(key) {
                 snap.set_nominated(info.clone(), node);
             }
@@ -177,6 +177,7 @@ impl Driver {
     /// A pod went away (deleted or terminal): it no longer blocks a preemption in flight, and no longer counts as
     /// terminating because of us. Clears its nomination too.
     pub(crate) fn preemption_pod_gone(&mut self, key: &PodKey) {
+        self.bind_reserved.remove(key);
         self.preempted.remove(key);
         self.nominated.remove(key);
         for f in self.in_flight.values_mut() {

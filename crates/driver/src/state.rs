@@ -41,6 +41,8 @@ pub(crate) enum WriteKey {
 /// Result of one background bind, sent back to the loop.
 pub(crate) struct BindResult {
     pub(crate) key: PodKey,
+    /// The node the bind was for.
+    pub(crate) node: String,
     pub(crate) outcome: BindOutcome,
 }
 
@@ -82,6 +84,9 @@ pub(crate) struct Driver {
     pub(crate) composite_infos: HashMap<GroupKey, Arc<phalanx_scheduler::CompositeGroupInfo>>,
     /// Our pending pods with `status.nominatedNodeName`, and the node.
     pub(crate) nominated: HashMap<PodKey, (Arc<PodInfo>, String)>,
+    /// Gang members whose bind failed, with the node it was for: their room stays reserved there (as a nomination)
+    /// until they bind or their group gives up, so that other work cannot take it and leave the gang half bound.
+    pub(crate) bind_reserved: HashMap<PodKey, (Arc<PodInfo>, String)>,
     /// Pods we preempted that may still be terminating.
     pub(crate) preempted: HashSet<PodKey>,
     /// Preemptions whose victims are not all gone, by preemptor entity.
@@ -129,6 +134,7 @@ impl Driver {
             group_infos: HashMap::new(),
             composite_infos: HashMap::new(),
             nominated: HashMap::new(),
+            bind_reserved: HashMap::new(),
             preempted: HashSet::new(),
             in_flight: HashMap::new(),
             write_permits: Arc::new(Semaphore::new(opts.status_concurrency.max(1))),

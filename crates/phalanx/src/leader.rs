@@ -246,7 +246,15 @@ pub async fn start(
         let mut tick = tokio::time::interval(guard.interval);
         let why = loop {
             tokio::select! {
-                _ = shutdown.cancelled() => { guard.fence.revoke(); let _ = tx.send(false); gauge.set(0); return; }
+                _ = shutdown.cancelled() => {
+                    guard.fence.revoke();
+                    let _ = tx.send(false);
+                    gauge.set(0);
+                    // Keep the lease manager's receiver until `Leadership::release` aborts this task: dropping it
+                    // now would release the Lease while binds and writes already sent are still in flight (the
+                    // chaos suite saw a standby take over under them).
+                    std::future::pending::<()>().await;
+                }
                 changed = rx.changed() => {
                     if changed.is_err() || !*rx.borrow_and_update() {
                         break "the lease manager reports it lost".to_owned();
