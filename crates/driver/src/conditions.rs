@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, PodCondition};
 use kube::ResourceExt;
 use phalanx_api::{conditions::reasons, v1alpha3::CompositePodGroup, v1beta1::PodGroup};
 use phalanx_scheduler::{EntityKey, Gate, GateReason, GroupKey, GroupKind, GroupPolicy, PodKey, is_terminal};
@@ -162,8 +162,8 @@ impl Driver {
             if pod_node(&pod).is_some() || store.assumed_node(&k).is_some() {
                 return;
             }
-            // A wait is announced once per reason: its message changes with every pod that arrives ("4 of 9
-            // pods present", "5 of 9 ..."), and the condition already carries the latest count.
+            // A wait is announced once per reason: a later message for the same wait (a count that moved, a
+            // foreign member noted) updates the condition without another event.
             let reason_changed = pod_scheduled_reason(&pod).as_deref() != Some(reason);
             let changed = match writer.pod_unschedulable(&pod, reason, &message).await {
                 Ok(c) => c,
@@ -292,20 +292,24 @@ impl Driver {
         }
         // A member of another scheduler is not counted, and that scheduler may bind it outside the gang: say so.
         let mut message = gate.message.clone();
+        let mut pod_message = gate.pod_message.clone();
         if let Some((foreign, _)) = self.foreign_member(&self.entity_leaves(k)) {
             let name = foreign
                 .spec
                 .as_ref()
                 .and_then(|s| s.scheduler_name.clone())
                 .unwrap_or_default();
-            message.push_str(&format!(
+            let note = format!(
                 "; pod {}/{} names schedulerName {name:?}, not {:?}: it is not counted, and another scheduler may \
                  bind it outside the gang",
                 foreign.namespace().unwrap_or_default(),
                 foreign.name_any(),
                 self.opts.scheduler_name
-            ));
+            );
+            message.push_str(&note);
+            pod_message.push_str(&note);
         }
+        let reason = names::gate_reason(gate.reason);
         let pods: Vec<Arc<Pod>> = match k {
             EntityKey::Pod(p) => self.store.pod(&p.clone()).into_iter().collect(),
             EntityKey::Group(g) if g.kind == GroupKind::CompositePodGroup => {
@@ -325,14 +329,15 @@ impl Driver {
             if !self.ours(&pod) || pod_node(&pod).is_some() || is_terminal(&pod) {
                 continue;
             }
+            // The gate changes with every arrival (its group message carries the count), but a member's message
+            // does not: members that already say it are not touched again.
+            if pod_scheduled(&pod).is_some_and(|c| {
+                c.reason.as_deref() == Some(reason) && c.message.as_deref() == Some(pod_message.as_str())
+            }) {
+                continue;
+            }
             let Some(key) = PodKey::of(&pod) else { continue };
-            self.submit_pod_condition(
-                key,
-                pod.metadata.uid.clone(),
-                names::gate_reason(gate.reason),
-                message.clone(),
-                false,
-            );
+            self.submit_pod_condition(key, pod.metadata.uid.clone(), reason, pod_message.clone(), false);
         }
         if let EntityKey::Group(g) = k {
             let sg = g.clone();
@@ -347,14 +352,17 @@ impl Driver {
     }
 }
 
-/// The reason of the pod's `PodScheduled` condition, if any.
-fn pod_scheduled_reason(pod: &Pod) -> Option<String> {
+/// The pod's `PodScheduled` condition, if any.
+fn pod_scheduled(pod: &Pod) -> Option<&PodCondition> {
     pod.status
         .as_ref()?
         .conditions
         .as_ref()?
         .iter()
-        .find(|c| c.type_ == "PodScheduled")?
-        .reason
-        .clone()
+        .find(|c| c.type_ == "PodScheduled")
+}
+
+/// The reason of the pod's `PodScheduled` condition, if any.
+fn pod_scheduled_reason(pod: &Pod) -> Option<String> {
+    pod_scheduled(pod)?.reason.clone()
 }

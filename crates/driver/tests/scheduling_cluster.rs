@@ -233,6 +233,21 @@ impl Ctx {
         .await
     }
 
+    /// Waits until the PodGroup's `PodGroupInitiallyScheduled` condition has this status, reason and message.
+    async fn wait_group_message(&self, name: &str, status: &str, reason: &str, message: &str) -> anyhow::Result<()> {
+        let api = self.groups();
+        wait_for(&format!("PodGroup {name} {status}/{reason} {message:?}"), SETTLE, || {
+            let api = api.clone();
+            async move {
+                let g = api.get(name).await?;
+                Ok(group_condition(&g)
+                    .filter(|c| c.status == status && c.reason == reason && c.message == message)
+                    .map(|_| ()))
+            }
+        })
+        .await
+    }
+
     /// Asserts that none of `names` gets bound during `d`.
     async fn stays_unbound(&self, names: &[&str], d: Duration) -> anyhow::Result<()> {
         let end = Instant::now() + d;
@@ -399,10 +414,14 @@ async fn s2_quorum_wait() -> anyhow::Result<()> {
     cx.group("pg1", Some(3)).await?;
     cx.pod("p1", "1", Some("pg1")).await?;
     cx.pod("p2", "1", Some("pg1")).await?;
-    let m = cx.wait_pod_reason("p2", "WaitingForQuorum").await?;
-    assert_eq!(m, "2 of 3 pods present (minCount 3)");
-    let gm = cx.wait_group("pg1", "False", "Unschedulable").await?;
-    assert_eq!(gm, m, "the PodGroup condition says the same as the pods");
+    // Each member says what it waits for in words that do not change as members arrive (upstream's Permit
+    // message), so a gang of N costs N pod writes; the one PodGroup carries the count.
+    for p in ["p1", "p2"] {
+        let m = cx.wait_pod_reason(p, "WaitingForQuorum").await?;
+        assert_eq!(m, "waiting for minCount pods from a gang to appear in scheduling queue");
+    }
+    cx.wait_group_message("pg1", "False", "Unschedulable", "2 of 3 pods present (minCount 3)")
+        .await?;
     cx.stays_unbound(&["p1", "p2"], Duration::from_secs(2)).await?;
     // The wait is announced once per pod, not once per count ("1 of 3 ...", "2 of 3 ...").
     let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(cx.client.clone(), &cx.ns);

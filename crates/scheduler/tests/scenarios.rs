@@ -70,6 +70,11 @@ fn s2_quorum_wait_then_all_bind() {
     let gate = s.gate("pg1").expect("gated");
     assert_eq!(gate.reason, GateReason::WaitingForQuorum);
     assert_eq!(gate.message, "2 of 3 pods present (minCount 3)");
+    // The members' words stay the same while the count moves.
+    assert_eq!(
+        gate.pod_message,
+        "waiting for minCount pods from a gang to appear in scheduling queue"
+    );
     s.add_group_pod("p3", 1000, "pg1");
     assert!(s.gate("pg1").is_none());
     s.run();

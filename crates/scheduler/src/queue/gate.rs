@@ -28,8 +28,24 @@ pub enum GateReason {
 pub struct Gate {
     /// Reason.
     pub reason: GateReason,
-    /// Message, e.g. `2 of 3 pods present (minCount 3)`.
+    /// The group's message, e.g. `2 of 3 pods present (minCount 3)`: it carries the counts, and is written to the
+    /// one group object.
     pub message: String,
+    /// The member pods' message. It stays the same while the counts change (upstream's Permit message, `waiting
+    /// for minCount pods from a gang to appear in scheduling queue`), so a gang of N arriving pod by pod costs N
+    /// pod writes, not N²/2.
+    pub pod_message: String,
+}
+
+impl Gate {
+    /// A gate whose pods say the same as its group.
+    fn same(reason: GateReason, message: String) -> Self {
+        Gate {
+            reason,
+            pod_message: message.clone(),
+            message,
+        }
+    }
 }
 
 impl SchedulingQueue {
@@ -37,10 +53,10 @@ impl SchedulingQueue {
     pub(super) fn gate_of(&self, e: &Entry, key: &EntityKey) -> Option<Gate> {
         for (p, _) in e.pods.values() {
             if !p.scheduling_gates.is_empty() {
-                return Some(Gate {
-                    reason: GateReason::SchedulingGated,
-                    message: format!("waiting for scheduling gates: [{}]", p.scheduling_gates.join(" ")),
-                });
+                return Some(Gate::same(
+                    GateReason::SchedulingGated,
+                    format!("waiting for scheduling gates: [{}]", p.scheduling_gates.join(" ")),
+                ));
             }
         }
         let EntityKey::Group(g) = key else { return None };
@@ -48,22 +64,22 @@ impl SchedulingQueue {
             return self.tree_gate(e, g);
         }
         let Some(group) = &e.group else {
-            return Some(Gate {
-                reason: GateReason::WaitingForPodGroup,
-                message: format!(
+            return Some(Gate::same(
+                GateReason::WaitingForPodGroup,
+                format!(
                     "waiting for pods's pod group {:?} to appear in scheduling queue",
                     &*g.name
                 ),
-            });
+            ));
         };
         if group.parent.is_some() && self.forest.root_of(g) == *key {
-            return Some(Gate {
-                reason: GateReason::InvalidHierarchy,
-                message: format!(
+            return Some(Gate::same(
+                GateReason::InvalidHierarchy,
+                format!(
                     "composite pod group hierarchy of pod group {:?} is invalid: its parent chain is a cycle or deeper than {MAX_CHAIN}",
                     &*g.name
                 ),
-            });
+            ));
         }
         let present = e.pods.len() + e.assigned.len();
         if let GroupPolicy::Gang { min_count } = group.policy
@@ -72,6 +88,7 @@ impl SchedulingQueue {
             return Some(Gate {
                 reason: GateReason::WaitingForQuorum,
                 message: format!("{present} of {min_count} pods present (minCount {min_count})"),
+                pod_message: "waiting for minCount pods from a gang to appear in scheduling queue".to_string(),
             });
         }
         None
@@ -83,13 +100,13 @@ impl SchedulingQueue {
     /// minCount pending + assigned pods, 1 for basic).
     pub(super) fn tree_gate(&self, e: &Entry, root: &GroupKey) -> Option<Gate> {
         let Some((cpg, _)) = self.forest.composites.get(root) else {
-            return Some(Gate {
-                reason: GateReason::WaitingForPodGroup,
-                message: format!(
+            return Some(Gate::same(
+                GateReason::WaitingForPodGroup,
+                format!(
                     "waiting for composite pod group {:?} to appear in scheduling queue",
                     &*root.name
                 ),
-            });
+            ));
         };
         let mut present: HashMap<GroupKey, usize> = HashMap::new();
         for (p, _) in e.pods.values() {
@@ -118,6 +135,10 @@ impl SchedulingQueue {
                     "composite pod group {:?} tree: {ready} of {} child groups ready (minGroupCount {min})",
                     &*root.name,
                     kids.len()
+                ),
+                pod_message: format!(
+                    "waiting for composite pod group {:?} tree to meet quorum",
+                    &*root.name
                 ),
             });
         }
