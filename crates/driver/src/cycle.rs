@@ -142,7 +142,9 @@ impl Driver {
                     store.finish_binding(&key);
                     writer.event_scheduled(&pod, &node).await;
                 } else {
-                    store.forget(&key);
+                    // The assumed pod is forgotten by the loop (`on_bind_result`), not here: a cycle running
+                    // between a forget here and the loop's handling of the result would see the room free and
+                    // give it to other work, leaving this pod's gang half bound.
                     tracing::info!(pod = %key, node, ?outcome, "bind failed");
                     if let BindOutcome::Failed(m) = &outcome {
                         let msg = format!("Binding rejected: {m}");
@@ -211,8 +213,11 @@ impl Driver {
         if r.outcome.is_success() {
             return;
         }
+        // The room moves from the assumed pod to the reservation in one step of the loop, with no cycle between.
+        let pod = self.store.pod(&r.key);
+        self.store.forget(&r.key);
         // The queue counted the pod as assigned when the decision was done; put it back unless it is gone or bound.
-        let Some(p) = self.store.pod(&r.key) else { return };
+        let Some(p) = pod else { return };
         if pod_node(&p).is_some() || is_terminal(&p) || !self.ours(&p) {
             return;
         }

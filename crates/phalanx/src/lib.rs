@@ -5,13 +5,15 @@
 //! - [`config`] reads the configuration file (`config/phalanx.yaml`), with errors that name the key;
 //! - [`options`] holds what `phalanx run` is told ([`RunOptions`]);
 //! - [`operator`] wires store, controllers and scheduler with leader election, probes, metrics and shutdown;
-//! - [`leader`] runs Lease-based leader election, fail-stop;
+//! - [`leader`] runs Lease-based leader election, fail-stop; [`lease_precondition`] gives its Lease writes the
+//!   `resourceVersion` precondition client-go uses;
 //! - [`server`] serves `/healthz`, `/readyz` and `/metrics`;
 //! - [`telemetry`] sets up logging.
 
 pub mod cli;
 pub mod config;
 pub mod leader;
+pub mod lease_precondition;
 pub mod operator;
 pub mod options;
 pub mod server;
