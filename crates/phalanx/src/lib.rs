@@ -8,7 +8,8 @@
 //! - [`leader`] runs Lease-based leader election, fail-stop; [`lease_precondition`] gives its Lease writes the
 //!   `resourceVersion` precondition client-go uses;
 //! - [`server`] serves `/healthz`, `/readyz` and `/metrics`;
-//! - [`telemetry`] sets up logging.
+//! - [`telemetry`] sets up logging;
+//! - [`write_fence`] refuses, at the last moment, a write by a replica that is not the leader.
 
 pub mod cli;
 pub mod config;
@@ -19,6 +20,7 @@ pub mod options;
 pub mod server;
 pub mod telemetry;
 mod wiring;
+pub mod write_fence;
 
 pub use operator::run;
 pub use options::RunOptions;
