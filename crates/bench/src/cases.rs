@@ -81,6 +81,8 @@ enum Running {
         shutdown: CancellationToken,
         tasks: Vec<tokio::task::JoinHandle<anyhow::Result<()>>>,
         _leader: tokio::sync::watch::Sender<bool>,
+        /// The scheduler's metrics, read at the end for the snapshot cost per cycle.
+        registry: Registry,
     },
 }
 
@@ -353,14 +355,41 @@ fn start_phalanx(ctx: &Ctx) -> Running {
         shutdown,
         tasks,
         _leader: leader_tx,
+        registry,
     }
+}
+
+/// `bench-e2e: phalanx snapshot ...`: the mean time to bring a cycle's snapshot up to date, per mode (incremental:
+/// only what changed since the last cycle; full: built from scratch), from `scheduler_snapshot_duration_seconds`.
+fn snapshot_cost(registry: &Registry) -> String {
+    let mut text = String::new();
+    let _ = prometheus_client::encoding::text::encode(&mut text, registry);
+    let value = |name: &str, mode: &str| -> f64 {
+        let prefix = format!("scheduler_snapshot_duration_seconds_{name}{{mode=\"{mode}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&prefix)?.trim().parse().ok())
+            .unwrap_or(0.0)
+    };
+    let mut out = String::from("bench-e2e: phalanx snapshot");
+    for mode in ["incremental", "full"] {
+        let (sum, count) = (value("sum", mode), value("count", mode));
+        let mean_us = if count > 0.0 { sum / count * 1e6 } else { 0.0 };
+        out.push_str(&format!(" {mode}_cycles={count} {mode}_mean_us={mean_us:.1}"));
+    }
+    out
 }
 
 async fn stop(r: Running) {
     match r {
         Running::Binder(h) => h.abort(),
         Running::Upstream(k) => k.stop().await,
-        Running::Phalanx { shutdown, tasks, .. } => {
+        Running::Phalanx {
+            shutdown,
+            tasks,
+            registry,
+            ..
+        } => {
+            println!("{}", snapshot_cost(&registry));
             shutdown.cancel();
             for t in tasks {
                 match tokio::time::timeout(Duration::from_secs(10), t).await {

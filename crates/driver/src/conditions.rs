@@ -17,6 +17,10 @@ use crate::{
     state::{Driver, WantedCondition, WriteKey},
 };
 
+/// Tries of one group condition write that meets a conflict (the object changed after the store's copy was read);
+/// with 50 ms more wait each time, about 1.5 s in all, ample for the watch to deliver the newer object.
+const GROUP_WRITE_ATTEMPTS: u32 = 8;
+
 impl Driver {
     /// Writes `PodGroupInitiallyScheduled=True` for standalone PodGroups of ours whose bound members already
     /// reach the quorum (`minCount`, 1 for basic) but whose condition is not True.
@@ -247,30 +251,41 @@ impl Driver {
             let Some(uid) = ws.first().map(|w| w.uid.clone()) else {
                 return;
             };
-            let res = match g.kind {
-                GroupKind::PodGroup => {
-                    let Some(obj) = store.pod_group(&g.namespace, &g.name) else {
-                        return;
-                    };
-                    if obj.metadata.uid.as_deref() != Some(uid.as_str()) {
+            // The write carries the version it read (see `StatusWriter::group_conditions`); on a conflict the watch
+            // brings the newer object shortly, and the decision is made again on it.
+            for attempt in 1..=GROUP_WRITE_ATTEMPTS {
+                let res = match g.kind {
+                    GroupKind::PodGroup => {
+                        let Some(obj) = store.pod_group(&g.namespace, &g.name) else {
+                            return;
+                        };
+                        if obj.metadata.uid.as_deref() != Some(uid.as_str()) {
+                            return;
+                        }
+                        let cur = convert::pod_group_conditions(&obj);
+                        writer.group_conditions::<PodGroup>(&obj, cur, &ws).await
+                    }
+                    GroupKind::CompositePodGroup => {
+                        let Some(obj) = store.composite_pod_group(&g.namespace, &g.name) else {
+                            return;
+                        };
+                        if obj.metadata.uid.as_deref() != Some(uid.as_str()) {
+                            return;
+                        }
+                        let cur = convert::composite_conditions(&obj);
+                        writer.group_conditions::<CompositePodGroup>(&obj, cur, &ws).await
+                    }
+                };
+                match res {
+                    Err(kube::Error::Api(s)) if s.code == 409 && attempt < GROUP_WRITE_ATTEMPTS => {
+                        tokio::time::sleep(std::time::Duration::from_millis(50 * u64::from(attempt))).await;
+                    }
+                    Err(e) => {
+                        tracing::debug!(group = %g, error = %e, "group condition not written");
                         return;
                     }
-                    let cur = convert::pod_group_conditions(&obj);
-                    writer.group_conditions::<PodGroup>(&obj, cur, &ws).await
+                    Ok(_) => return,
                 }
-                GroupKind::CompositePodGroup => {
-                    let Some(obj) = store.composite_pod_group(&g.namespace, &g.name) else {
-                        return;
-                    };
-                    if obj.metadata.uid.as_deref() != Some(uid.as_str()) {
-                        return;
-                    }
-                    let cur = convert::composite_conditions(&obj);
-                    writer.group_conditions::<CompositePodGroup>(&obj, cur, &ws).await
-                }
-            };
-            if let Err(e) = res {
-                tracing::debug!(group = %g, error = %e, "group condition not written");
             }
         };
         self.writes.submit(&mut self.tasks, WriteKey::Group(key), job);

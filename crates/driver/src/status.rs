@@ -234,9 +234,13 @@ impl StatusWriter {
             return Ok(false);
         };
         let api: Api<K> = Api::namespaced(self.client.clone(), &ns);
+        // The version the decision was based on is a precondition (409 if the object changed since): a writer
+        // whose view is stale, a replica resumed after another took over for one, cannot turn a condition the
+        // newer writer set True back to False (upstream: no regression from True).
         let body = json!({
             "apiVersion": K::api_version(&()),
             "kind": K::kind(&()),
+            "metadata": { "resourceVersion": obj.meta().resource_version },
             "status": { "conditions": body },
         });
         api.patch_status(
