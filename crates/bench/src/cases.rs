@@ -142,6 +142,7 @@ async fn run_in(ctx: &Ctx, case: Case, ns: &str) -> anyhow::Result<(Outcome, Opt
         tracker.bound()
     );
 
+    let writes_before = crate::measure::mutating_requests(&ctx.admin).await.ok();
     let start = Instant::now();
     let running = match case {
         Case::BindRate => Running::Binder(tokio::spawn(bind_all(
@@ -206,6 +207,13 @@ async fn run_in(ctx: &Ctx, case: Case, ns: &str) -> anyhow::Result<(Outcome, Opt
     } else {
         0
     };
+    if let (Some(before), Ok(after)) = (writes_before, crate::measure::mutating_requests(&ctx.admin).await) {
+        println!(
+            "bench-e2e: {case} api_writes_per_pod={:.2} (mutating API requests of all clients from start to the \
+             last group scheduled, per pod; minus bind-rate's figure and plus 1 = the scheduler's own)",
+            (after - before) / s.pods() as f64
+        );
+    }
     Ok((
         Outcome::Done {
             summary,

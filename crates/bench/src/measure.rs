@@ -103,6 +103,33 @@ impl BindTracker {
     }
 }
 
+/// The API server's count of mutating requests so far (`apiserver_request_total` summed over the verbs POST, PUT,
+/// PATCH, APPLY and DELETE, all clients), read from its `/metrics`. The difference over a run's window is the
+/// writes of the scheduler under test plus those of kwok and kube-controller-manager, which are the same for every
+/// case: subtracting the bind-rate case's figure (one bind per pod and nothing else) leaves the scheduler's own.
+///
+/// # Errors
+/// `/metrics` cannot be read.
+pub async fn mutating_requests(admin: &Client) -> anyhow::Result<f64> {
+    let req = http::Request::get("/metrics").body(Vec::new())?;
+    let text = admin.request_text(req).await?;
+    Ok(sum_mutating(&text))
+}
+
+fn sum_mutating(text: &str) -> f64 {
+    const VERBS: [&str; 5] = [
+        "verb=\"POST\"",
+        "verb=\"PUT\"",
+        "verb=\"PATCH\"",
+        "verb=\"APPLY\"",
+        "verb=\"DELETE\"",
+    ];
+    text.lines()
+        .filter(|l| l.starts_with("apiserver_request_total{") && VERBS.iter().any(|v| l.contains(v)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 /// What one run measured. Times are seconds from `start` (the moment the scheduler or binder was started).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Summary {
@@ -180,6 +207,16 @@ mod tests {
         assert!((s.pods_per_sec - 11.0 / 3.0).abs() < 1e-9);
         assert!((s.steady_pods_per_sec - 10.0).abs() < 1e-9);
         assert!(summarize(t0, &[]).is_none());
+    }
+
+    #[test]
+    fn mutating_requests_are_summed_by_verb() {
+        let text = "# HELP apiserver_request_total x\n\
+            apiserver_request_total{code=\"201\",resource=\"pods\",subresource=\"binding\",verb=\"POST\"} 40\n\
+            apiserver_request_total{code=\"200\",resource=\"pods\",subresource=\"status\",verb=\"PATCH\"} 2.5\n\
+            apiserver_request_total{code=\"200\",resource=\"pods\",verb=\"LIST\"} 99\n\
+            apiserver_request_total{code=\"200\",resource=\"podgroups\",verb=\"APPLY\"} 7\n";
+        assert_eq!(sum_mutating(text), 49.5);
     }
 
     #[test]

@@ -45,9 +45,18 @@ pub async fn fenced_client(
     context: Option<&str>,
     fence: &crate::write_fence::WriteFence,
 ) -> anyhow::Result<Client> {
-    let config = config(kubeconfig, context).await?;
+    let mut config = config(kubeconfig, context).await?;
+    // kube retries 429/503/504 inside its stack, below any layer added here: a write that met a busy API server
+    // before a pause would be sent again after it without passing the fence. So the same retry policy runs outside
+    // the fence instead, and every attempt is judged.
+    config.default_retry = false;
+    let retry = tower::retry::RetryLayer::new(kube::client::retry::RetryPolicy::server_retry());
+    // `Retry` clones its inner service for each attempt; kube's stack is a `BoxService`, which is not `Clone`, so a
+    // `Buffer` (a cloneable handle to it) sits between them.
     Ok(kube::client::ClientBuilder::try_from(config)?
         .with_layer(fence)
+        .with_layer(&tower::buffer::BufferLayer::new(1024))
+        .with_layer(&retry)
         .build())
 }
 

@@ -4,9 +4,11 @@
 //! Every writer already asks [`phalanx_store::Leader::is_leader`] before it sends. That check and the socket are
 //! apart by the client's queue (kube's `Buffer`, the connection pool): a replica stopped (SIGSTOP, a VM pause) right
 //! after the check resumes with requests queued there, and they go out although another replica leads by then (the
-//! chaos suite's leader-pause fault saw nine such PodGroup status patches). This layer sits inside kube's `Buffer`,
-//! so it judges a queued request again when it leaves the queue. What it cannot see is a request already inside
-//! the connection; kube-scheduler has the same window (`cmd/kube-scheduler/app/server.go` only stops on
+//! chaos suite's leader-pause fault saw nine such PodGroup status patches). So do kube's retries of a request the
+//! API server answered 429, 503 or 504: they wait out a backoff and go again. This layer sits inside kube's
+//! `Buffer` and inside the retry layer (`crate::operator::fenced_client` moves kube's retry policy outside it), so it
+//! judges a queued request when it leaves the queue, and every retry again. What it cannot see is a request already
+//! inside the connection; kube-scheduler has the same window (`cmd/kube-scheduler/app/server.go` only stops on
 //! `OnStoppedLeading`), and the deadline fencing of [`phalanx_store::Leader`] keeps it short.
 
 use std::future::Future;
