@@ -100,7 +100,7 @@ fn s3_group_missing_then_capacity() {
     assert_eq!(gate.reason, GateReason::WaitingForPodGroup);
     assert_eq!(
         gate.message,
-        "waiting for pods's pod group \"pg1\" to appear in scheduling queue"
+        "waiting for pod group \"pg1\" to appear in scheduling queue"
     );
     s.add_group(Sim::gang("pg1", 3));
     s.run();
