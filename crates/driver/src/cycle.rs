@@ -20,13 +20,17 @@ use crate::{
 impl Driver {
     /// Builds the cycle's snapshot: considered nodes, the pods bound to them, and assumed pods.
     pub(crate) fn snapshot(&mut self, entity: &QueuedEntity) -> Snapshot {
-        let nodes: Vec<_> = self
+        let mut nodes: Vec<_> = self
             .store
             .nodes()
             .state()
             .into_iter()
             .filter(|n| self.filter.matches(n.metadata.labels.as_ref()))
             .collect();
+        // The core breaks score ties by node index: in name order, not the cache's hash order, so that the same
+        // cluster state always gives the same placement (`phalanx simulate` must agree with the scheduler). Upstream
+        // picks among ties at random (`selectHost`); a fixed order is one of the choices that rule allows.
+        nodes.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
         let mut statics = Vec::with_capacity(nodes.len());
         for n in &nodes {
             match self.cache.node(n) {
