@@ -7,15 +7,21 @@
 //! - [`operator`] wires store, controllers and scheduler with leader election, probes, metrics and shutdown;
 //! - [`leader`] runs Lease-based leader election, fail-stop;
 //! - [`server`] serves `/healthz`, `/readyz` and `/metrics`;
-//! - [`telemetry`] sets up logging.
+//! - [`telemetry`] sets up logging;
+//! - [`entry`] is the command line's entry point, shared by the `phalanx` and `kubectl-phalanx` binaries;
+//! - [`explain`], [`simulate`] and [`tools`] are the read-only tools (`phalanx explain`, `simulate`, `snapshot`).
 
 pub mod cli;
 pub mod config;
+pub mod entry;
+pub mod explain;
 pub mod leader;
 pub mod operator;
 pub mod options;
 pub mod server;
+pub mod simulate;
 pub mod telemetry;
+pub mod tools;
 mod wiring;
 
 pub use operator::run;
