@@ -12,6 +12,7 @@ use phalanx_scheduler::{EntityKey, GroupKey, Outcome, PodKey};
 use phalanx_store::{ClusterState, MAX_TREE_DEPTH, Store};
 use serde::Serialize;
 
+use crate::explain::Placed;
 use crate::tools::{self, Source};
 
 /// The verdict for one group or group-less pod of the manifests.
@@ -25,13 +26,13 @@ pub struct Verdict {
     /// `Scheduled` (it would land), `Unschedulable`, `SchedulerError`, `Preempting` (it would evict lower-priority
     /// pods first), or a gate reason (`WaitingForQuorum`, `WaitingForPodGroup`, `SchedulingGated`).
     pub result: String,
-    /// Pod name -> node, when it would land.
-    pub placement: Vec<(String, String)>,
+    /// Where each pod would be bound, when it would land.
+    pub placement: Vec<Placed>,
     /// Why not (the core's message), when it would not.
     pub message: String,
 }
 
-/// Reads `files` (`-` = stdin) and places their objects on the state of `source`. Errors: a file that does not read
+/// Reads `files` (`-` = stdin; objects without a namespace go to `default`) and places their objects on the state of `source`. Errors: a file that does not read
 /// or parse (named), a failed cluster read.
 pub async fn simulate(
     files: &[PathBuf],
@@ -89,7 +90,10 @@ pub async fn simulate(
                 .bindings
                 .iter()
                 .filter(|b| own.contains(&b.pod))
-                .map(|b| (b.pod.name.to_string(), b.node.to_string()))
+                .map(|b| Placed {
+                    pod: b.pod.name.to_string(),
+                    node: b.node.to_string(),
+                })
                 .collect();
             v.result = match d.outcome {
                 _ if d.preemption.as_ref().is_some_and(|p| p.success) => "Preempting",
@@ -212,8 +216,8 @@ pub fn render(verdicts: &[Verdict]) -> String {
     let mut s = String::new();
     for v in verdicts {
         let _ = writeln!(s, "{} {}: {}", v.kind, v.name, v.result);
-        for (p, n) in &v.placement {
-            let _ = writeln!(s, "  {p} -> {n}");
+        for p in &v.placement {
+            let _ = writeln!(s, "  {} -> {}", p.pod, p.node);
         }
         if !v.message.is_empty() && v.result != "Scheduled" {
             let _ = writeln!(s, "  {}", v.message);

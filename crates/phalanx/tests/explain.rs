@@ -5,6 +5,7 @@
 //! testenv fails the test.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
@@ -218,6 +219,39 @@ async fn explain_group_missing() -> anyhow::Result<()> {
     let (_, jp) = cx.explain("pod", "p1")?;
     assert_eq!(s(&jp, "/state"), "WaitingForPodGroup");
     assert_eq!(s(&jp, "/podGroup"), "ghost");
+    // As a kubectl plugin: kubectl finds `kubectl-phalanx` on PATH and passes the arguments through.
+    let plugin = Path::new(env!("CARGO_BIN_EXE_kubectl-phalanx"));
+    let path = format!(
+        "{}:{}",
+        plugin
+            .parent()
+            .map(|d| d.display().to_string())
+            .unwrap_or_default(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let selector = format!("{TEST_NS_LABEL}={}", cx.ns);
+    let out = Command::new(TestEnv::shared().bin_dir().join("kubectl"))
+        .env("PATH", path)
+        .args([
+            "phalanx",
+            "explain",
+            "ppg",
+            "ghost",
+            "-n",
+            &cx.ns,
+            "--scheduler-name",
+            &cx.sched,
+        ])
+        .args(["--node-selector", &selector, "--kubeconfig"])
+        .arg(TestEnv::shared().kubeconfig_path())
+        .output()?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "kubectl phalanx: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("WaitingForPodGroup"), "{stdout}");
     let r = cx.cli(&["explain", "podgroup", "nothing", "-n", &cx.ns]);
     assert!(!r.ok, "a missing object fails");
     assert!(
@@ -246,6 +280,15 @@ async fn explain_quorum() -> anyhow::Result<()> {
     assert!(text.contains("2 of 3 pods present (minCount 3)"), "{text}");
     assert!(text.contains("1 more must be created"), "{text}");
     assert!(text.contains("g-0, g-1"), "{text}");
+    // A pod without a group is explained as kube-scheduler would schedule it, on its own.
+    cx.pod("solo", "100", None).await?;
+    let (text, j) = cx.explain("pod", "solo")?;
+    assert_eq!(s(&j, "/state"), "Unschedulable", "{j}");
+    assert!(j.get("podGroup").is_some_and(Value::is_null), "{j}");
+    assert!(
+        text.contains("0/1 nodes are available: 1 Insufficient cpu."),
+        "{text}"
+    );
     Ok(())
 }
 
@@ -480,8 +523,8 @@ async fn simulate_matches_the_scheduler() -> anyhow::Result<()> {
     for verdict in v.as_array().cloned().unwrap_or_default() {
         for pn in verdict["placement"].as_array().cloned().unwrap_or_default() {
             predicted.insert(
-                pn[0].as_str().unwrap_or_default().into(),
-                pn[1].as_str().unwrap_or_default().into(),
+                pn["pod"].as_str().unwrap_or_default().into(),
+                pn["node"].as_str().unwrap_or_default().into(),
             );
         }
     }

@@ -77,7 +77,7 @@ pub async fn explain(
     let entity = match (&group, &pod) {
         (Some(g), _) => EntityKey::Group(store.hierarchy().root_of(g, MAX_TREE_DEPTH + 1)),
         (None, Some(p)) => EntityKey::Pod(PodKey::of(p).unwrap_or_else(|| PodKey::new(namespace, name))),
-        (None, None) => unreachable!("a target is a group or a pod"),
+        (None, None) => bail!("{} {namespace}/{name}: nothing to explain", kind.to_lowercase()),
     };
     let dry = tools::run_dry(client.clone(), store.clone(), view)?;
     let gate = dry.gate(&entity);
@@ -204,7 +204,10 @@ pub async fn explain(
         Some(d) if state == State::Schedulable => d
             .bindings
             .iter()
-            .map(|b| (b.pod.name.to_string(), b.node.to_string()))
+            .map(|b| super::Placed {
+                pod: b.pod.name.to_string(),
+                node: b.node.to_string(),
+            })
             .collect(),
         _ => vec![],
     };

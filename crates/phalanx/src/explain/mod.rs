@@ -113,6 +113,15 @@ pub struct EventFacts {
     pub count: i32,
 }
 
+/// A pod and the node it would be bound to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Placed {
+    /// Pod name (the namespace is the group's).
+    pub pod: String,
+    /// Node name.
+    pub node: String,
+}
+
 /// The whole answer of `phalanx explain` (the JSON of `-o json`).
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -147,8 +156,8 @@ pub struct Explanation {
     pub holders: Vec<facts::Holder>,
     /// Preemption, when it ran.
     pub preemption: Option<PreemptionFacts>,
-    /// Where each pending pod would go when it fits now: pod -> node.
-    pub placement: Vec<(String, String)>,
+    /// Where each pending pod would go when it fits now.
+    pub placement: Vec<Placed>,
     /// Last events, newest last.
     pub events: Vec<EventFacts>,
 }

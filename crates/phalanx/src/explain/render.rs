@@ -113,8 +113,8 @@ pub fn text(e: &Explanation) -> String {
     }
     if !e.placement.is_empty() {
         let _ = writeln!(s, "  Would be placed:");
-        for (p, n) in &e.placement {
-            let _ = writeln!(s, "    {p} -> {n}");
+        for p in &e.placement {
+            let _ = writeln!(s, "    {} -> {}", p.pod, p.node);
         }
     }
     if !e.events.is_empty() {
