@@ -42,8 +42,8 @@ pub fn gate_reason(r: GateReason) -> &'static str {
     }
 }
 
-/// Group condition reason of a group held by a PreEnqueue gate: the wait itself (`WaitingForPodGroup`,
-/// `WaitingForQuorum`, `SchedulingGated`), so `kubectl get ppg` tells a group still gathering its pods from one that
+/// Group condition reason of a group held by a PreEnqueue gate: the wait itself (`WaitingForQuorum`; also
+/// `WaitingForPodGroup` and `SchedulingGated`, the gates' pod reasons), so `kubectl get ppg` tells a group still gathering its pods from one that
 /// was tried and did not fit (`Unschedulable`); an invalid hierarchy is `SchedulerError`. The condition type and
 /// status stay upstream's (`PodGroupInitiallyScheduled=False`, `scheduling/v1beta1/types.go`); upstream's
 /// GangScheduling leaves such a group without a condition (k/k#141900).

@@ -338,7 +338,7 @@ async fn explain_resources() -> anyhow::Result<()> {
     );
     assert!(text.contains("nodes are available"), "{text}");
     assert!(
-        text.contains("cpu: needs 9 CPU, 6 CPU free on the considered nodes, 3 CPU missing"),
+        text.contains("cpu: 9 requested, 6 free on the considered nodes: 3 short"),
         "{text}"
     );
     assert!(

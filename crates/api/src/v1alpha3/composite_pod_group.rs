@@ -60,7 +60,7 @@ use crate::v1beta1::{
         name = "Status",
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"CompositePodGroupInitiallyScheduled\")].reason",
-        description = "Reason of the CompositePodGroupInitiallyScheduled condition: WaitingForPodGroup or WaitingForQuorum while gathering pods, Unschedulable after a failed attempt, Scheduled"
+        description = "Reason of the CompositePodGroupInitiallyScheduled condition: WaitingForQuorum while gathering its child groups, Unschedulable after a failed attempt, Scheduled"
     ),
     printcolumn(
         name = "Message",

@@ -69,7 +69,7 @@ use crate::schema::{
         name = "Status",
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"PodGroupInitiallyScheduled\")].reason",
-        description = "Reason of the PodGroupInitiallyScheduled condition: WaitingForPodGroup or WaitingForQuorum while gathering pods, Unschedulable after a failed attempt, Scheduled"
+        description = "Reason of the PodGroupInitiallyScheduled condition: WaitingForQuorum while gathering pods, Unschedulable after a failed attempt, Scheduled"
     ),
     printcolumn(
         name = "Message",

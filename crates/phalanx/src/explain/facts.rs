@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 use phalanx_scheduler::{NodeInfo, PodInfo, resources::Resources};
 use serde::Serialize;
 
-/// One resource the pending pods need more of than the considered nodes have free, summed over all nodes.
+/// One resource the pending pods need more of than the considered nodes have free: summed over all nodes, or for
+/// the largest single pod against the most free on one node.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Shortfall {
@@ -18,8 +19,12 @@ pub struct Shortfall {
     pub needed: i64,
     /// Sum over considered nodes of allocatable minus requested.
     pub free: i64,
-    /// `needed - free` (> 0).
+    /// `needed - free`, 0 when the sum fits.
     pub missing: i64,
+    /// The largest request of one pending pod.
+    pub largest_pod: i64,
+    /// The most free on one considered node.
+    pub largest_free: i64,
 }
 
 /// How much of a group one topology domain can hold, by resources.
@@ -50,8 +55,8 @@ pub struct Holder {
     pub group: Option<String>,
     /// Its priority (`spec.priority`).
     pub priority: i32,
-    /// Its cpu request in millicores.
-    pub cpu_milli: i64,
+    /// Its requests of the resources the pending pods request (same units as [`Shortfall`]), zeros left out.
+    pub requests: BTreeMap<String, i64>,
 }
 
 fn free_of(n: &NodeInfo) -> Resources {
@@ -72,19 +77,29 @@ fn names(pods: &[std::sync::Arc<PodInfo>]) -> Vec<String> {
     v
 }
 
-/// Per resource, what the pending `pods` need beyond the free capacity of all `nodes`; empty when the sum fits
-/// (then the group fails on how the room is split, not on the total).
+/// Per resource, what the pending `pods` need beyond the free capacity of `nodes`: more than all nodes have free
+/// together, or a pod larger than the most free on any one node. Empty when neither holds (then the group fails on
+/// how the room is split between nodes or domains, or on something else than resources).
 pub fn shortfall(nodes: &[NodeInfo], pods: &[std::sync::Arc<PodInfo>]) -> Vec<Shortfall> {
     let mut out = Vec::new();
     for r in names(pods) {
         let needed: i64 = pods.iter().map(|p| p.spec.requests.get(&r)).sum();
-        let free: i64 = nodes.iter().map(|n| free_of(n).get(&r).max(0)).sum();
-        if needed > free {
+        let largest_pod = pods.iter().map(|p| p.spec.requests.get(&r)).max().unwrap_or(0);
+        let frees: Vec<i64> = nodes
+            .iter()
+            .filter(|n| !n.node.unschedulable)
+            .map(|n| free_of(n).get(&r).max(0))
+            .collect();
+        let free: i64 = frees.iter().sum();
+        let largest_free = frees.iter().copied().max().unwrap_or(0);
+        if needed > free || largest_pod > largest_free {
             out.push(Shortfall {
                 resource: r,
                 needed,
                 free,
-                missing: needed - free,
+                missing: (needed - free).max(0),
+                largest_pod,
+                largest_free,
             });
         }
     }
@@ -144,24 +159,55 @@ pub fn domains(nodes: &[NodeInfo], pods: &[std::sync::Arc<PodInfo>], key: &str) 
 }
 
 /// The pods on `nodes` (only those whose name is in `on`, or all when `on` is `None`), lowest priority first:
-/// what preemption would look at first. At most `limit`.
-pub fn holders(nodes: &[NodeInfo], on: Option<&[String]>, limit: usize) -> Vec<Holder> {
+/// what preemption would look at first, each with its requests of what `pods` request. With `short` non-empty,
+/// only pods that request one of those resources (what is missing is what they hold). At most `limit`.
+pub fn holders(
+    nodes: &[NodeInfo],
+    pods: &[std::sync::Arc<PodInfo>],
+    on: Option<&[String]>,
+    short: &[String],
+    limit: usize,
+) -> Vec<Holder> {
+    let rnames = names(pods);
     let mut out: Vec<Holder> = nodes
         .iter()
         .filter(|n| on.is_none_or(|on| on.iter().any(|x| x == n.name())))
         .flat_map(|n| {
+            let rnames = &rnames;
             n.pods.iter().map(move |p| Holder {
                 node: n.name().to_owned(),
                 pod: p.key.to_string(),
                 group: p.group_name.as_ref().map(|g| g.to_string()),
                 priority: p.priority,
-                cpu_milli: p.spec.requests.milli_cpu,
+                requests: rnames
+                    .iter()
+                    .map(|r| (r.clone(), p.spec.requests.get(r)))
+                    .filter(|(_, v)| *v != 0)
+                    .collect(),
             })
         })
+        .filter(|h: &Holder| short.is_empty() || short.iter().any(|r| h.requests.contains_key(r)))
         .collect();
     out.sort_by(|a, b| a.priority.cmp(&b.priority).then(a.pod.cmp(&b.pod)));
     out.truncate(limit);
     out
+}
+
+/// `amount` of `resource` without its name: cores for cpu (`3`, `500m`), binary units for memory (`2Gi`), a count
+/// otherwise (what `kubectl describe node` prints in its Allocated resources table).
+pub fn quantity(resource: &str, amount: i64) -> String {
+    match resource {
+        "cpu" if amount % 1000 == 0 => format!("{}", amount / 1000),
+        "cpu" => format!("{amount}m"),
+        "memory" | "ephemeral-storage" => {
+            let units = [("Gi", 1i64 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)];
+            match units.iter().find(|(_, u)| amount >= *u && amount % u == 0) {
+                Some((s, u)) => format!("{}{s}", amount / u),
+                None => format!("{amount}"),
+            }
+        }
+        _ => format!("{amount}"),
+    }
 }
 
 /// `amount` of `resource` in the words `kubectl describe node` uses: cpu in cores (`3 CPU`, `500m CPU`), memory
@@ -217,8 +263,20 @@ mod tests {
         let s = shortfall(&nodes, &pods);
         assert_eq!(s.len(), 1);
         assert_eq!((s[0].needed, s[0].free, s[0].missing), (9000, 6000, 3000));
+        assert_eq!((s[0].largest_pod, s[0].largest_free), (3000, 3000));
+        let big = vec![Arc::new(PodInfo::simple("ns", "big", 3500))];
+        let s = shortfall(&nodes, &big);
+        assert_eq!(
+            (s[0].missing, s[0].largest_pod, s[0].largest_free),
+            (0, 3500, 3000),
+            "fits in sum, not on a node"
+        );
         assert_eq!(amount("cpu", 3000), "3 CPU");
         assert_eq!(amount("cpu", 1500), "1500m CPU");
         assert_eq!(amount("memory", 2 << 30), "2Gi memory");
+        assert_eq!(quantity("cpu", 9000), "9");
+        assert_eq!(quantity("memory", 3 << 20), "3Mi");
+        let h = holders(&nodes, &pods, None, &[], 10);
+        assert!(h.is_empty(), "no pods on the nodes");
     }
 }

@@ -173,11 +173,10 @@ pub async fn explain(
                     .map(|n| n.name().to_owned())
                     .collect()
             });
-            (
-                facts::shortfall(&a.nodes, &a.entity.pods),
-                domains,
-                facts::holders(&a.nodes, on.as_deref(), HOLDERS),
-            )
+            let shortfall = facts::shortfall(&a.nodes, &a.entity.pods);
+            let short: Vec<String> = shortfall.iter().map(|x| x.resource.clone()).collect();
+            let holders = facts::holders(&a.nodes, &a.entity.pods, on.as_deref(), &short, HOLDERS);
+            (shortfall, domains, holders)
         }
         _ => (vec![], vec![], vec![]),
     };
@@ -403,7 +402,9 @@ fn summary(
         State::SchedulingGated => {
             "Held by spec.schedulingGates: the pods are not scheduled until the gates are removed.".into()
         }
-        State::Unschedulable => format!("Unschedulable: {}", reasons.unwrap_or("it does not fit")),
+        State::Unschedulable => format!(
+            "Tried, and it does not fit now: none of its {pending} pending pod(s) is bound (all-or-nothing)."
+        ),
         State::Preempting => match preemption {
             Some(p) if p.success => format!(
                 "Preempting: {} lower-priority pod(s) would be evicted to make room; it binds when they are gone.",

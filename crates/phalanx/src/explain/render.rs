@@ -20,7 +20,8 @@ pub fn text(e: &Explanation) -> String {
             .map(|t| format!(" since {t}"))
             .unwrap_or_default();
         let _ = writeln!(s, "  Condition: {}={} ({}){since}", c.type_, c.status, c.reason);
-        if !c.message.is_empty() {
+        // The message is shown once: here only when it says something else than the verdict below.
+        if !c.message.is_empty() && e.reasons.as_deref() != Some(c.message.as_str()) {
             let _ = writeln!(s, "    {}", c.message);
         }
     }
@@ -44,16 +45,27 @@ pub fn text(e: &Explanation) -> String {
         let _ = writeln!(s, "  Why: {r}");
     }
     if !e.shortfall.is_empty() {
-        let _ = writeln!(s, "  Short in total:");
+        let _ = writeln!(s, "  Short:");
         for x in &e.shortfall {
-            let _ = writeln!(
-                s,
-                "    {}: needs {}, {} free on the considered nodes, {} missing",
+            let q = |v| facts::quantity(&x.resource, v);
+            let mut line = format!(
+                "    {}: {} requested, {} free on the considered nodes",
                 x.resource,
-                facts::amount(&x.resource, x.needed),
-                facts::amount(&x.resource, x.free),
-                facts::amount(&x.resource, x.missing)
+                q(x.needed),
+                q(x.free)
             );
+            if x.missing > 0 {
+                let _ = write!(line, ": {} short", q(x.missing));
+            }
+            if x.largest_pod > x.largest_free {
+                let _ = write!(
+                    line,
+                    "; one pod requests {}, the most free on one node is {}",
+                    q(x.largest_pod),
+                    q(x.largest_free)
+                );
+            }
+            let _ = writeln!(s, "{line}");
         }
     }
     if !e.domains.is_empty() {
@@ -85,13 +97,14 @@ pub fn text(e: &Explanation) -> String {
                 .as_deref()
                 .map(|g| format!(", group {g}"))
                 .unwrap_or_default();
+            let uses: Vec<String> = h.requests.iter().map(|(r, v)| facts::amount(r, *v)).collect();
             let _ = writeln!(
                 s,
-                "    {} on {}: priority {}{g}, {}",
+                "    {} on {}: priority {}{g}; {}",
                 h.pod,
                 h.node,
                 h.priority,
-                facts::amount("cpu", h.cpu_milli)
+                uses.join(", ")
             );
         }
     }
