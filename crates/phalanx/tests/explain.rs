@@ -292,6 +292,45 @@ async fn explain_quorum() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A CompositePodGroup tree with one of its two child groups: the root and the leaf both wait for the tree's
+/// quorum, and say so with the tree's count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_composite_quorum() -> anyhow::Result<()> {
+    let cx = setup("ex-cpg").await?;
+    cx.node("n1", "8", &[]).await?;
+    let root: phalanx_api::v1alpha3::CompositePodGroup = serde_json::from_value(json!({
+        "apiVersion": "scheduling.phalanx.dev/v1alpha3",
+        "kind": "CompositePodGroup",
+        "metadata": { "name": "root", "namespace": cx.ns },
+        "spec": {
+            "workloadRef": { "workloadName": "w", "templateName": "root" },
+            "schedulingPolicy": { "gang": { "minGroupCount": 2 } },
+        },
+    }))?;
+    Api::<phalanx_api::v1alpha3::CompositePodGroup>::namespaced(cx.client.clone(), &cx.ns)
+        .create(&PostParams::default(), &root)
+        .await?;
+    let mut leaf = cx.group_json("leaf", 1, None, None);
+    leaf["spec"]["parentCompositePodGroupName"] = json!("root");
+    leaf["spec"]["workloadRef"] = json!({ "workloadName": "w", "templateName": "leaf" });
+    cx.create_group(leaf).await?;
+    cx.pod("leaf-0", "1", Some("leaf")).await?;
+    let (text, j) = cx.explain("pcpg", "root")?;
+    assert_eq!(s(&j, "/kind"), "CompositePodGroup");
+    assert_eq!(s(&j, "/state"), "WaitingForQuorum", "{j}");
+    assert!(
+        text.contains("composite pod group \"root\" tree: 1 of 1 child groups ready (minGroupCount 2)"),
+        "{text}"
+    );
+    let (text, j) = cx.explain("podgroup", "leaf")?;
+    assert_eq!(s(&j, "/state"), "WaitingForQuorum", "{j}");
+    assert!(
+        text.contains("(minGroupCount 2)"),
+        "the leaf names the tree's count: {text}"
+    );
+    Ok(())
+}
+
 /// A gang bigger than the free CPU: Unschedulable since the scheduler's condition, the kube-scheduler style
 /// filter reasons, the shortfall, and the pod holding the room with its priority.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

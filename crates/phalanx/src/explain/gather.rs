@@ -387,14 +387,15 @@ fn summary(
             "Waiting for its group object: {pending} pod(s) name {what}, which does not exist yet; create it."
         ),
         State::WaitingForQuorum => match quorum {
-            Some(q) => format!(
+            // A leaf whose own quorum is met waits for its CompositePodGroup tree: the gate's message says which.
+            Some(q) if q.present < q.min_count as usize => format!(
                 "Waiting for quorum: {} of {} pods present (minCount {}); {} more must be created.",
                 q.present,
                 q.min_count,
                 q.min_count,
                 (q.min_count as usize).saturating_sub(q.present)
             ),
-            None => format!(
+            _ => format!(
                 "Waiting for quorum: {}.",
                 reasons.unwrap_or("too few child groups are ready")
             ),
