@@ -59,6 +59,13 @@ pub fn main() -> ExitCode {
         Command::Snapshot(a) => tool(async move {
             eprintln!("phalanx: reading the cluster");
             let (_, state) = tools::load(&live(&a.cluster)).await?;
+            eprintln!(
+                "phalanx: {} nodes, {} pods, {} PodGroups, {} CompositePodGroups",
+                state.nodes.len(),
+                state.pods.len(),
+                state.pod_groups.len(),
+                state.composite_pod_groups.len()
+            );
             let list = tools::objects::to_list(&state)?;
             Ok(match a.output {
                 SnapshotFormat::Yaml => serde_saphyr::to_string(&list)?,

@@ -216,6 +216,14 @@ async fn explain_group_missing() -> anyhow::Result<()> {
     assert_eq!(s(&j, "/state"), "WaitingForPodGroup", "{j}");
     assert!(text.contains("Waiting for its group object"), "{text}");
     assert!(text.contains("\"ghost\", which does not exist"), "{text}");
+    cx.create_pod(cx.pod_json("theirs", "1", None, "other-scheduler"))
+        .await?;
+    let r = cx.cli(&["explain", "pod", "theirs", "-n", &cx.ns]);
+    assert!(
+        !r.ok && r.stderr.contains("names schedulerName \"other-scheduler\""),
+        "{}",
+        r.stderr
+    );
     let (_, jp) = cx.explain("pod", "p1")?;
     assert_eq!(s(&jp, "/state"), "WaitingForPodGroup");
     assert_eq!(s(&jp, "/podGroup"), "ghost");

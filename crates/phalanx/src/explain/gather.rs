@@ -35,7 +35,8 @@ const HOLDERS: usize = 10;
 
 /// Explains `target` `namespace/name` over `state` (read from the cluster `client` talks to; `client` is also used
 /// to read the events, verb `list` on `events`). Errors: the target does not exist and nothing refers to it
-/// (`podgroup ns/x not found`), a failed events LIST, an invalid scheduler configuration.
+/// (`podgroup ns/x not found`), a pod without a group that another scheduler places, a failed events LIST, an
+/// invalid node selector.
 pub async fn explain(
     client: &kube::Client,
     state: ClusterState,
@@ -52,6 +53,18 @@ pub async fn explain(
                 bail!("pod {namespace}/{name} not found")
             };
             let group = pod_group_name(&pod).map(|g| GroupKey::pod_group(namespace, g));
+            if group.is_none() && !tools::is_ours(&pod, &view.scheduler_name) {
+                let theirs = pod
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.scheduler_name.as_deref())
+                    .unwrap_or("default-scheduler");
+                bail!(
+                    "pod {namespace}/{name} names schedulerName {theirs:?}, not {:?}: this scheduler does not place it \
+                     (--scheduler-name takes another instance's view)",
+                    view.scheduler_name
+                )
+            }
             ("Pod", group, Some(pod))
         }
         Target::Podgroup => ("PodGroup", Some(GroupKey::pod_group(namespace, name)), None),
