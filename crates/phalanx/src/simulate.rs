@@ -130,7 +130,8 @@ enum Target {
 }
 
 /// Adds `m` to `state` (an object with the same namespace and name replaces the cluster's) and returns what to
-/// report: every PodGroup and CompositePodGroup of the manifests, then every pod without a group.
+/// report: every PodGroup and CompositePodGroup of the manifests, every other PodGroup a manifest pod joins, and
+/// every pod without a group.
 fn merge(state: &mut ClusterState, m: ClusterState) -> Vec<(&'static str, Target)> {
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let classes = state
@@ -187,11 +188,19 @@ fn merge(state: &mut ClusterState, m: ClusterState) -> Vec<(&'static str, Target
                 spec.priority = Some(class.and_then(|c| c.value).unwrap_or(0));
             }
         }
-        if phalanx_store::pod_group_name(&p).is_none() {
-            targets.push((
-                "Pod",
-                Target::Pod(PodKey::new(&p.namespace().unwrap_or_default(), &p.name_any())),
-            ));
+        let ns = p.namespace().unwrap_or_default();
+        match phalanx_store::pod_group_name(&p) {
+            None => targets.push(("Pod", Target::Pod(PodKey::new(&ns, &p.name_any())))),
+            // A pod joining a group the cluster already has: report that group once.
+            Some(g) => {
+                let key = GroupKey::pod_group(&ns, g);
+                if !targets
+                    .iter()
+                    .any(|(_, t)| matches!(t, Target::Group(k) if *k == key))
+                {
+                    targets.push(("PodGroup", Target::Group(key)));
+                }
+            }
         }
         replace(&mut state.pods, p);
     }
@@ -224,4 +233,48 @@ pub fn render(verdicts: &[Verdict]) -> String {
         }
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merge_fills_what_the_api_would_and_reports_joined_groups() {
+        let mut state = ClusterState::default();
+        tools::objects::read_objects(
+            "apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: high}\nvalue: 1000\n---\n\
+             apiVersion: v1\nkind: Pod\nmetadata: {name: old, namespace: ns}\nspec: {containers: []}\n",
+            "cluster",
+            &mut state,
+        )
+        .expect("cluster");
+        let mut m = ClusterState::default();
+        tools::objects::read_objects(
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: a, labels: {scheduling.phalanx.dev/pod-group: g}}\n\
+             spec: {priorityClassName: high, containers: []}\n---\n\
+             apiVersion: v1\nkind: Pod\nmetadata: {name: b, labels: {scheduling.phalanx.dev/pod-group: g}}\n\
+             spec: {containers: []}\n---\n\
+             apiVersion: v1\nkind: Pod\nmetadata: {name: old, namespace: ns}\nspec: {containers: []}\n",
+            "m.yaml",
+            &mut m,
+        )
+        .expect("manifests");
+        let targets = merge(&mut state, m);
+        let names: Vec<String> = targets
+            .iter()
+            .map(|(k, t)| match t {
+                Target::Group(g) => format!("{k} {}/{}", g.namespace, g.name),
+                Target::Pod(p) => format!("{k} {p}"),
+            })
+            .collect();
+        assert_eq!(names, vec!["PodGroup default/g", "Pod ns/old"]);
+        assert_eq!(state.pods.len(), 3, "old is replaced, not doubled");
+        let a = state.pods.iter().find(|p| p.name_any() == "a").expect("a");
+        let spec = a.spec.as_ref().expect("spec");
+        assert_eq!(spec.priority, Some(1000), "from priorityClassName");
+        assert_eq!(spec.scheduler_name.as_deref(), Some("default-scheduler"));
+        assert!(a.metadata.uid.is_some() && a.metadata.creation_timestamp.is_some());
+        assert_eq!(a.namespace().as_deref(), Some("default"));
+    }
 }

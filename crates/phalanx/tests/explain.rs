@@ -584,6 +584,28 @@ async fn simulate_matches_the_scheduler() -> anyhow::Result<()> {
     assert_eq!(result_of("too-big").as_deref(), Some("Unschedulable"), "{v}");
     assert_eq!(result_of("solo").as_deref(), Some("Scheduled"), "{v}");
     assert_eq!(predicted.len(), 3, "rack-0, rack-1, solo: {v}");
+    // Against the live cluster instead of the file: the same placement.
+    let live = cx.cli(&["simulate", "-f", &m_file.display().to_string(), "-o", "json"]);
+    ensure!(live.ok, "simulate (live) failed: {}", live.stderr);
+    let lv: Value = serde_json::from_str(&live.stdout)?;
+    assert_eq!(
+        lv, v,
+        "the snapshot file and the live cluster give the same verdicts"
+    );
+    // A manifest of a kind the simulator does not read is refused, naming it.
+    let bad_file = dir.join("bad.yaml");
+    std::fs::write(
+        &bad_file,
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\n",
+    )?;
+    let bad = cx.cli(&["simulate", "-f", &bad_file.display().to_string()]);
+    assert!(!bad.ok, "a Deployment is refused");
+    assert!(
+        bad.stderr.contains("document 1 (Deployment \"web\")"),
+        "{}",
+        bad.stderr
+    );
+    assert!(!bad.stderr.contains("panicked"), "{}", bad.stderr);
     // Nothing was written by the simulation.
     assert_eq!(cx.bindings().await?.len(), 1, "only `used` is bound");
     // Now for real, in the order of the manifests.
