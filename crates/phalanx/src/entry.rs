@@ -10,7 +10,7 @@ use crate::RunOptions;
 use crate::cli::{Cli, ClusterArgs, Command, Output, RunArgs, SnapshotFormat};
 use crate::config::PhalanxConfig;
 use crate::leader::{LeaderConfig, OnLeaseLost};
-use crate::tools::Source;
+use crate::tools::ClusterSource;
 use crate::{explain, operator, simulate, tools};
 
 /// Parses the command line and runs the command; the process's exit code.
@@ -37,7 +37,7 @@ pub fn main() -> ExitCode {
         }
         Command::Explain(a) => tool(async move {
             let source = live(&a.cluster);
-            let (client, state) = tools::load(&source).await?;
+            let (client, state) = tools::read_cluster(&source).await?;
             let e =
                 explain::explain(&client, state, a.kind, &a.namespace, &a.name, &view(&a.cluster)).await?;
             Ok(match a.output {
@@ -47,7 +47,7 @@ pub fn main() -> ExitCode {
         }),
         Command::Simulate(a) => tool(async move {
             let source = match &a.snapshot {
-                Some(f) => Source::File(f.clone()),
+                Some(f) => ClusterSource::File(f.clone()),
                 None => live(&a.cluster),
             };
             let v = simulate::simulate(&a.files, &source, &view(&a.cluster)).await?;
@@ -58,7 +58,7 @@ pub fn main() -> ExitCode {
         }),
         Command::Snapshot(a) => tool(async move {
             eprintln!("phalanx: reading the cluster");
-            let (_, state) = tools::load(&live(&a.cluster)).await?;
+            let (_, state) = tools::read_cluster(&live(&a.cluster)).await?;
             eprintln!(
                 "phalanx: {} nodes, {} pods, {} PodGroups, {} CompositePodGroups",
                 state.nodes.len(),
@@ -75,8 +75,8 @@ pub fn main() -> ExitCode {
     }
 }
 
-fn live(c: &ClusterArgs) -> Source {
-    Source::Live {
+fn live(c: &ClusterArgs) -> ClusterSource {
+    ClusterSource::Live {
         kubeconfig: c.kubeconfig.clone(),
         context: c.context.clone(),
     }

@@ -13,7 +13,7 @@ use phalanx_store::{ClusterState, MAX_TREE_DEPTH, Store};
 use serde::Serialize;
 
 use crate::explain::Placed;
-use crate::tools::{self, Source};
+use crate::tools::{self, ClusterSource};
 
 /// The verdict for one group or group-less pod of the manifests.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -36,7 +36,7 @@ pub struct Verdict {
 /// or parse (named), a failed cluster read.
 pub async fn simulate(
     files: &[PathBuf],
-    source: &Source,
+    source: &ClusterSource,
     view: &tools::View,
 ) -> anyhow::Result<Vec<Verdict>> {
     let mut manifests = ClusterState::default();
@@ -50,19 +50,19 @@ pub async fn simulate(
     {
         anyhow::bail!("the manifests hold no Pod, PodGroup or CompositePodGroup to place");
     }
-    let (client, mut state) = tools::load(source).await?;
+    let (client, mut state) = tools::read_cluster(source).await?;
     let targets = merge(&mut state, manifests);
     let store = Store::from_state(state);
     let dry = tools::run_dry(client, store.clone(), view)?;
     let mut out = Vec::new();
     for (kind, key) in targets {
         let entity = match &key {
-            Target::Group(g) => EntityKey::Group(store.hierarchy().root_of(g, MAX_TREE_DEPTH + 1)),
-            Target::Pod(p) => EntityKey::Pod(p.clone()),
+            Subject::Group(g) => EntityKey::Group(store.hierarchy().root_of(g, MAX_TREE_DEPTH + 1)),
+            Subject::Pod(p) => EntityKey::Pod(p.clone()),
         };
         let name = match &key {
-            Target::Group(g) => format!("{}/{}", g.namespace, g.name),
-            Target::Pod(p) => p.to_string(),
+            Subject::Group(g) => format!("{}/{}", g.namespace, g.name),
+            Subject::Pod(p) => p.to_string(),
         };
         let mut v = Verdict {
             kind: kind.into(),
@@ -77,14 +77,14 @@ pub async fn simulate(
         } else if let Some(a) = dry.attempt(&entity) {
             let d = &a.decision;
             let own: Vec<PodKey> = match &key {
-                Target::Group(g) => store
+                Subject::Group(g) => store
                     .hierarchy()
                     .subtree(g)
                     .iter()
                     .chain(std::iter::once(g))
                     .flat_map(|l| store.hierarchy().members(l))
                     .collect(),
-                Target::Pod(p) => vec![p.clone()],
+                Subject::Pod(p) => vec![p.clone()],
             };
             v.placement = d
                 .bindings
@@ -104,12 +104,12 @@ pub async fn simulate(
             }
             .into();
             let cond = match &key {
-                Target::Group(g) => d
+                Subject::Group(g) => d
                     .conditions
                     .iter()
                     .find(|c| &c.group == g)
                     .map(|c| c.message.clone()),
-                Target::Pod(_) => None,
+                Subject::Pod(_) => None,
             };
             v.message = cond
                 .filter(|m| !m.is_empty())
@@ -124,7 +124,7 @@ pub async fn simulate(
     Ok(out)
 }
 
-enum Target {
+enum Subject {
     Group(GroupKey),
     Pod(PodKey),
 }
@@ -132,7 +132,7 @@ enum Target {
 /// Adds `m` to `state` (an object with the same namespace and name replaces the cluster's) and returns what to
 /// report: every PodGroup and CompositePodGroup of the manifests, every other PodGroup a manifest pod joins, and
 /// every pod without a group.
-fn merge(state: &mut ClusterState, m: ClusterState) -> Vec<(&'static str, Target)> {
+fn merge(state: &mut ClusterState, m: ClusterState) -> Vec<(&'static str, Subject)> {
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let classes = state
         .priority_classes
@@ -157,7 +157,7 @@ fn merge(state: &mut ClusterState, m: ClusterState) -> Vec<(&'static str, Target
         fill(&mut g.metadata, "podgroup", &now);
         targets.push((
             "PodGroup",
-            Target::Group(GroupKey::pod_group(
+            Subject::Group(GroupKey::pod_group(
                 &g.namespace().unwrap_or_default(),
                 &g.name_any(),
             )),
@@ -168,7 +168,7 @@ fn merge(state: &mut ClusterState, m: ClusterState) -> Vec<(&'static str, Target
         fill(&mut g.metadata, "compositepodgroup", &now);
         targets.push((
             "CompositePodGroup",
-            Target::Group(GroupKey::composite(
+            Subject::Group(GroupKey::composite(
                 &g.namespace().unwrap_or_default(),
                 &g.name_any(),
             )),
@@ -190,15 +190,15 @@ fn merge(state: &mut ClusterState, m: ClusterState) -> Vec<(&'static str, Target
         }
         let ns = p.namespace().unwrap_or_default();
         match phalanx_store::pod_group_name(&p) {
-            None => targets.push(("Pod", Target::Pod(PodKey::new(&ns, &p.name_any())))),
+            None => targets.push(("Pod", Subject::Pod(PodKey::new(&ns, &p.name_any())))),
             // A pod joining a group the cluster already has: report that group once.
             Some(g) => {
                 let key = GroupKey::pod_group(&ns, g);
                 if !targets
                     .iter()
-                    .any(|(_, t)| matches!(t, Target::Group(k) if *k == key))
+                    .any(|(_, t)| matches!(t, Subject::Group(k) if *k == key))
                 {
-                    targets.push(("PodGroup", Target::Group(key)));
+                    targets.push(("PodGroup", Subject::Group(key)));
                 }
             }
         }
@@ -264,8 +264,8 @@ mod tests {
         let names: Vec<String> = targets
             .iter()
             .map(|(k, t)| match t {
-                Target::Group(g) => format!("{k} {}/{}", g.namespace, g.name),
-                Target::Pod(p) => format!("{k} {p}"),
+                Subject::Group(g) => format!("{k} {}/{}", g.namespace, g.name),
+                Subject::Pod(p) => format!("{k} {p}"),
             })
             .collect();
         assert_eq!(names, vec!["PodGroup default/g", "Pod ns/old"]);

@@ -112,7 +112,7 @@ fn fits(free: &Resources, req: &Resources, names: &[String]) -> bool {
 
 /// For each value of `key` among `nodes`: how many of `pods` fit there by resources (first fit), closest domain
 /// (most pods fitting, then name) first. Nodes without the label belong to no domain.
-pub fn domains(nodes: &[NodeInfo], pods: &[std::sync::Arc<PodInfo>], key: &str) -> Vec<DomainFit> {
+pub fn domain_fits(nodes: &[NodeInfo], pods: &[std::sync::Arc<PodInfo>], key: &str) -> Vec<DomainFit> {
     let rnames = names(pods);
     let mut by: BTreeMap<String, Vec<Resources>> = BTreeMap::new();
     for n in nodes {
@@ -256,7 +256,7 @@ mod tests {
         let pods: Vec<Arc<PodInfo>> = (0..3)
             .map(|i| Arc::new(PodInfo::simple("ns", &format!("p{i}"), 3000)))
             .collect();
-        let d = domains(&nodes, &pods, "rack");
+        let d = domain_fits(&nodes, &pods, "rack");
         assert_eq!((d[0].value.as_str(), d[0].fit, d[0].pods), ("r2", 2, 3));
         assert_eq!(d[0].more_needed.get("cpu"), Some(&3000));
         assert_eq!((d[1].value.as_str(), d[1].fit), ("r1", 0));

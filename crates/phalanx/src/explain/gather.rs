@@ -11,7 +11,7 @@ use phalanx_api::conditions::{self, reasons};
 use phalanx_scheduler::{EntityKey, GateReason, GroupKey, GroupKind, Outcome, PodKey, is_terminal};
 use phalanx_store::{ClusterState, MAX_TREE_DEPTH, Store, pod_group_name, pod_node};
 
-use super::{ConditionFacts, EventFacts, Explanation, Member, PreemptionFacts, Quorum, State, facts};
+use super::{ConditionFacts, EventFacts, Explanation, MemberFacts, PreemptionFacts, Quorum, Standing, facts};
 use crate::tools;
 
 /// What to explain.
@@ -127,34 +127,34 @@ pub async fn explain(
         .filter(pending)
         .any(|p| pod_condition(p).is_some_and(|c| c.reason == reasons::WAITING_FOR_PREEMPTION));
     let decision = attempt.map(|a| &a.decision);
-    let state = if !object_exists {
-        State::WaitingForPodGroup
+    let standing = if !object_exists {
+        Standing::WaitingForPodGroup
     } else if let Some(g) = gate {
         match g.reason {
-            GateReason::WaitingForPodGroup => State::WaitingForPodGroup,
-            GateReason::WaitingForQuorum => State::WaitingForQuorum,
-            GateReason::SchedulingGated => State::SchedulingGated,
-            GateReason::InvalidHierarchy => State::SchedulerError,
+            GateReason::WaitingForPodGroup => Standing::WaitingForPodGroup,
+            GateReason::WaitingForQuorum => Standing::WaitingForQuorum,
+            GateReason::SchedulingGated => Standing::SchedulingGated,
+            GateReason::InvalidHierarchy => Standing::SchedulerError,
         }
     } else if preempting_live
         || decision
             .and_then(|d| d.preemption.as_ref())
             .is_some_and(|p| p.success)
     {
-        State::Preempting
+        Standing::Preempting
     } else if let Some(d) = decision {
         match d.outcome {
-            Outcome::Scheduled => State::Schedulable,
-            Outcome::Unschedulable => State::Unschedulable,
-            Outcome::Error => State::SchedulerError,
-            Outcome::Skipped => State::Scheduled,
+            Outcome::Scheduled => Standing::Schedulable,
+            Outcome::Unschedulable => Standing::Unschedulable,
+            Outcome::Error => Standing::SchedulerError,
+            Outcome::Skipped => Standing::Scheduled,
         }
     } else if ours.iter().any(|p| pod_node(p).is_none()) {
         // Pending members that the queue did not hand out: held for their group's sake (e.g. its CompositePodGroup
         // is missing) without a gate of their own.
-        State::WaitingForPodGroup
+        Standing::WaitingForPodGroup
     } else {
-        State::Scheduled
+        Standing::Scheduled
     };
     let reasons_text = gate.map(|g| g.message.clone()).or_else(|| {
         let d = decision?;
@@ -165,7 +165,7 @@ pub async fn explain(
             .filter(|m| !m.is_empty())
             .or_else(|| d.failures.first().map(|f| f.message.clone()))
     });
-    let failing = matches!(state, State::Unschedulable | State::Preempting);
+    let failing = matches!(standing, Standing::Unschedulable | Standing::Preempting);
     let (shortfall, domains, holders) = match attempt {
         Some(a) if failing && !a.nodes.is_empty() => {
             let key = a
@@ -176,7 +176,7 @@ pub async fn explain(
                 .or_else(|| a.entity.tree.as_ref().and_then(|t| t.root().topology_key.clone()));
             let domains = key
                 .as_deref()
-                .map(|k| facts::domains(&a.nodes, &a.entity.pods, k))
+                .map(|k| facts::domain_fits(&a.nodes, &a.entity.pods, k))
                 .unwrap_or_default();
             // Who holds the room: on the closest domain's nodes when there is a topology, else on every node.
             let on: Option<Vec<String>> = domains.first().map(|d| {
@@ -213,7 +213,7 @@ pub async fn explain(
         })
     });
     let placement = match decision {
-        Some(d) if state == State::Schedulable => d
+        Some(d) if standing == Standing::Schedulable => d
             .bindings
             .iter()
             .map(|b| super::Placed {
@@ -223,14 +223,14 @@ pub async fn explain(
             .collect(),
         _ => vec![],
     };
-    let member_facts: Vec<Member> = members
+    let member_facts: Vec<MemberFacts> = members
         .iter()
         .filter(|p| !is_terminal(p))
         .map(|p| member(p))
         .collect();
     let gang_breakers = gang_breakers(&member_facts, scheduler_name, group.is_some());
     let summary = summary(
-        state,
+        standing,
         &group,
         &quorum,
         reasons_text.as_deref(),
@@ -246,7 +246,7 @@ pub async fn explain(
             Target::Pod => group.as_ref().map(|g| g.name.to_string()),
             _ => None,
         },
-        state,
+        state: standing,
         summary,
         condition,
         quorum,
@@ -330,8 +330,8 @@ fn pod_condition(p: &Pod) -> Option<ConditionFacts> {
     })
 }
 
-fn member(p: &Pod) -> Member {
-    Member {
+fn member(p: &Pod) -> MemberFacts {
+    MemberFacts {
         name: p.name_any(),
         node: pod_node(p).map(str::to_owned),
         scheduler_name: p
@@ -347,7 +347,7 @@ fn member(p: &Pod) -> Member {
 /// Members that break the gang: a pending member of another scheduler is not counted and may be bound outside the
 /// gang (upstream `validatePodGroup` fails the group, `schedule_one_podgroup.go`); a member whose priority differs
 /// from the group's most common one is preempted and ordered apart from its siblings.
-fn gang_breakers(members: &[Member], scheduler_name: &str, grouped: bool) -> Vec<String> {
+fn gang_breakers(members: &[MemberFacts], scheduler_name: &str, grouped: bool) -> Vec<String> {
     if !grouped {
         return vec![];
     }
@@ -382,12 +382,12 @@ fn gang_breakers(members: &[Member], scheduler_name: &str, grouped: bool) -> Vec
 }
 
 fn summary(
-    state: State,
+    state: Standing,
     group: &Option<GroupKey>,
     quorum: &Option<Quorum>,
     reasons: Option<&str>,
     preemption: &Option<PreemptionFacts>,
-    members: &[Member],
+    members: &[MemberFacts],
 ) -> String {
     let what = match group {
         Some(g) if g.kind == GroupKind::CompositePodGroup => format!("composite pod group {:?}", &*g.name),
@@ -396,10 +396,10 @@ fn summary(
     };
     let pending = members.iter().filter(|m| m.node.is_none()).count();
     match state {
-        State::WaitingForPodGroup => format!(
+        Standing::WaitingForPodGroup => format!(
             "Waiting for its group object: {pending} pod(s) name {what}, which does not exist yet; create it."
         ),
-        State::WaitingForQuorum => match quorum {
+        Standing::WaitingForQuorum => match quorum {
             // A leaf whose own quorum is met waits for its CompositePodGroup tree: the gate's message says which.
             Some(q) if q.present < q.min_count as usize => format!(
                 "Waiting for quorum: {} of {} pods present (minCount {}); {} more must be created.",
@@ -413,24 +413,24 @@ fn summary(
                 reasons.unwrap_or("too few child groups are ready")
             ),
         },
-        State::SchedulingGated => {
+        Standing::SchedulingGated => {
             "Held by spec.schedulingGates: the pods are not scheduled until the gates are removed.".into()
         }
-        State::Unschedulable => format!(
+        Standing::Unschedulable => format!(
             "Tried, and it does not fit now: none of its {pending} pending pod(s) is bound (all-or-nothing)."
         ),
-        State::Preempting => match preemption {
+        Standing::Preempting => match preemption {
             Some(p) if p.success => format!(
                 "Preempting: {} lower-priority pod(s) would be evicted to make room; it binds when they are gone.",
                 p.victims.len()
             ),
             _ => "Preempting: lower-priority pods were preempted for it; it binds when they are gone.".into(),
         },
-        State::SchedulerError => format!("Cannot be scheduled: {}", reasons.unwrap_or("scheduler error")),
-        State::Schedulable => {
+        Standing::SchedulerError => format!("Cannot be scheduled: {}", reasons.unwrap_or("scheduler error")),
+        Standing::Schedulable => {
             format!("Fits now: {pending} pod(s) would be placed at the scheduler's next attempt.")
         }
-        State::Scheduled => format!("Scheduled: {} pod(s) bound.", members.len()),
+        Standing::Scheduled => format!("Scheduled: {} pod(s) bound.", members.len()),
     }
 }
 

@@ -18,7 +18,7 @@ pub use gather::explain;
 
 /// Where the target stands, in the words of its condition reasons (`phalanx_api::conditions::reasons`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub enum State {
+pub enum Standing {
     /// Pods name a PodGroup (or a tree a CompositePodGroup) that does not exist.
     WaitingForPodGroup,
     /// Fewer member pods than `minCount` (or ready child groups than `minGroupCount`).
@@ -60,7 +60,7 @@ pub struct ConditionFacts {
 pub struct Quorum {
     /// `minCount` (1 for basic).
     pub min_count: u32,
-    /// Member pods of this scheduler that exist and are not terminal.
+    /// MemberFacts pods of this scheduler that exist and are not terminal.
     pub present: usize,
     /// Their names.
     pub members: Vec<String>,
@@ -69,7 +69,7 @@ pub struct Quorum {
 /// One member pod.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Member {
+pub struct MemberFacts {
     /// Name.
     pub name: String,
     /// Node, when bound.
@@ -135,15 +135,15 @@ pub struct Explanation {
     /// For a pod: the PodGroup it names.
     pub pod_group: Option<String>,
     /// Where it stands.
-    pub state: State,
+    pub state: Standing,
     /// One sentence saying so.
     pub summary: String,
     /// The group's `…InitiallyScheduled` condition (for a pod without group: its `PodScheduled`).
     pub condition: Option<ConditionFacts>,
     /// Quorum, for a PodGroup.
     pub quorum: Option<Quorum>,
-    /// Member pods.
-    pub members: Vec<Member>,
+    /// MemberFacts pods.
+    pub members: Vec<MemberFacts>,
     /// Members that break the gang, each a sentence.
     pub gang_breakers: Vec<String>,
     /// The core's failure message (kube-scheduler's `0/N nodes are available: …` wording).

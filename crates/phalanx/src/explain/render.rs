@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use super::{Explanation, State, facts};
+use super::{Explanation, Standing, facts};
 
 /// Renders `e` as the lines `phalanx explain -o text` prints (ends with a newline).
 pub fn text(e: &Explanation) -> String {
@@ -40,7 +40,7 @@ pub fn text(e: &Explanation) -> String {
         );
     }
     if let Some(r) = &e.reasons
-        && e.state != State::WaitingForQuorum
+        && e.state != Standing::WaitingForQuorum
     {
         let _ = writeln!(s, "  Why: {r}");
     }

@@ -11,7 +11,7 @@ use phalanx_store::{ClusterState, Store};
 
 /// Where the tools read the cluster from.
 #[derive(Debug, Clone)]
-pub enum Source {
+pub enum ClusterSource {
     /// The live cluster (kubeconfig file and context; `None` = kube's `Config::infer`).
     Live {
         /// Kubeconfig file.
@@ -37,14 +37,14 @@ pub fn offline_client() -> kube::Client {
 /// The client and the state of `source`. For a live cluster: one LIST per kind (read-only; needs `list` on nodes,
 /// pods, podgroups, compositepodgroups, workloads, priorityclasses and poddisruptionbudgets). Errors name the file
 /// or the failed LIST.
-pub async fn load(source: &Source) -> anyhow::Result<(kube::Client, ClusterState)> {
+pub async fn read_cluster(source: &ClusterSource) -> anyhow::Result<(kube::Client, ClusterState)> {
     match source {
-        Source::Live { kubeconfig, context } => {
+        ClusterSource::Live { kubeconfig, context } => {
             let client = crate::operator::client(kubeconfig.as_ref(), context.as_deref()).await?;
             let state = ClusterState::list(&client).await?;
             Ok((client, state))
         }
-        Source::File(path) => Ok((offline_client(), read_state_file(path)?)),
+        ClusterSource::File(path) => Ok((offline_client(), read_state_file(path)?)),
     }
 }
 
