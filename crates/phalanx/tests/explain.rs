@@ -450,6 +450,19 @@ async fn explain_foreign_member() -> anyhow::Result<()> {
     cx.pod("f-1", "1", Some("f")).await?;
     cx.create_pod(cx.pod_json("f-x", "1", Some("f"), "other-scheduler"))
         .await?;
+    // And one of ours whose priority differs from its siblings'.
+    let class = format!("{}-mid", cx.ns);
+    let pc: PriorityClass = serde_json::from_value(json!({ "metadata": { "name": class }, "value": 50 }))?;
+    Api::<PriorityClass>::all(cx.client.clone())
+        .create(&PostParams::default(), &pc)
+        .await?;
+    let mut odd = cx.pod_json("f-2", "1", Some("f"), &cx.sched);
+    odd["spec"]["priorityClassName"] = json!(class);
+    let created = cx.create_pod(odd).await;
+    Api::<PriorityClass>::all(cx.client.clone())
+        .delete(&class, &Default::default())
+        .await?;
+    created?;
     let (text, j) = cx.explain("podgroup", "f")?;
     assert_eq!(s(&j, "/state"), "SchedulerError", "{j}");
     let breakers = j
@@ -461,6 +474,12 @@ async fn explain_foreign_member() -> anyhow::Result<()> {
         breakers.iter().any(|b| b
             .as_str()
             .is_some_and(|b| b.contains("pod f-x names schedulerName \"other-scheduler\""))),
+        "{j}"
+    );
+    assert!(
+        breakers.iter().any(|b| b
+            .as_str()
+            .is_some_and(|b| b.contains("pod f-2 has priority 50, the rest of the gang 0"))),
         "{j}"
     );
     assert!(text.contains("Members that break the gang:"), "{text}");
