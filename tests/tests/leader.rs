@@ -155,3 +155,60 @@ async fn one_leader_standby_takes_over_and_lost_lease_stops() -> anyhow::Result<
     );
     Ok(())
 }
+
+/// The Lease writes of the elector carry the `resourceVersion` they were based on (client-go's optimistic
+/// concurrency): a renewal sent after someone else changed the Lease fails with 409 and changes nothing; after a
+/// fresh read it succeeds. Against the real API server, which is what decides whether a patch's
+/// `metadata.resourceVersion` is a precondition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_lease_write_is_refused_with_conflict() -> anyhow::Result<()> {
+    let env = TestEnv::shared();
+    let client = env.client().await?;
+    let ns = create_namespace(&client, "lease-rv").await?;
+    let plain: Api<Lease> = Api::namespaced(client.clone(), &ns);
+    let lease: Lease = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "rv"},
+        "spec": {"holderIdentity": "a", "leaseDurationSeconds": 6}
+    }))?;
+    plain.create(&Default::default(), &lease).await?;
+    let fenced: Api<Lease> = Api::namespaced(
+        phalanx::lease_precondition::client(client.clone(), &ns, "rv"),
+        &ns,
+    );
+    fenced.get("rv").await?;
+    // Another replica takes the Lease after our read.
+    let take = serde_json::json!({"spec": {"holderIdentity": "b"}});
+    plain
+        .patch("rv", &PatchParams::default(), &Patch::Strategic(&take))
+        .await?;
+    let renew = serde_json::json!({"spec": {"renewTime": MicroTime(k8s_openapi::jiff::Timestamp::now())}});
+    let err = fenced
+        .patch("rv", &PatchParams::default(), &Patch::Strategic(&renew))
+        .await
+        .expect_err("a renewal based on a stale read must be refused");
+    ensure!(
+        matches!(&err, kube::Error::Api(s) if s.code == 409),
+        "expected 409 Conflict, got {err}"
+    );
+    let now = plain.get("rv").await?;
+    let spec = now.spec.context("spec")?;
+    ensure!(spec.holder_identity.as_deref() == Some("b"));
+    ensure!(spec.renew_time.is_none(), "the refused renewal changed the Lease");
+    // A write based on a fresh read goes through, and so does the next one (the patch's response is remembered).
+    fenced.get("rv").await?;
+    fenced
+        .patch("rv", &PatchParams::default(), &Patch::Strategic(&renew))
+        .await?;
+    fenced
+        .patch("rv", &PatchParams::default(), &Patch::Strategic(&renew))
+        .await?;
+    // Requests for other objects pass through unchanged.
+    let other: Api<Lease> = Api::namespaced(phalanx::lease_precondition::client(client, &ns, "rv"), &ns);
+    let mut l2 = lease.clone();
+    l2.metadata.name = Some("other".into());
+    other.create(&Default::default(), &l2).await?;
+    other
+        .patch("other", &PatchParams::default(), &Patch::Strategic(&take))
+        .await?;
+    Ok(())
+}

@@ -2,64 +2,26 @@
 //! `pkg/scheduler/schedule_one*.go`): build the snapshot, run the pure core, then act on its
 //! decision: assume and bind in the background, write conditions and events.
 //!
-//! A failed bind was already forgotten in the store, and its pod goes back to its place in the queue with backoff
+//! A failed bind is forgotten in the store by the loop, and its pod goes back to its place in the queue with backoff
 //! (upstream `handleBindingCycleError`: `ForgetPod`, then requeue with backoff).
 
-use std::{sync::Arc, time::Instant};
+use std::time::Instant;
 
-use kube::ResourceExt;
 use phalanx_api::conditions::reasons;
 use phalanx_scheduler::{Decision, GroupKey, Outcome, PodKey, QueuedEntity, Snapshot, is_terminal};
 use phalanx_store::pod_node;
 
 use crate::{
-    BindOutcome, names, snapshot,
+    BindOutcome, names,
     state::{BindResult, Driver},
 };
 
 impl Driver {
-    /// Builds the cycle's snapshot: considered nodes, the pods bound to them, and assumed pods.
-    pub(crate) fn snapshot(&mut self, entity: &QueuedEntity) -> Snapshot {
-        let mut nodes: Vec<_> = self
-            .store
-            .nodes()
-            .state()
-            .into_iter()
-            .filter(|n| self.filter.matches(n.metadata.labels.as_ref()))
-            .collect();
-        // The core breaks score ties by node index: in name order, not the cache's hash order, so that the same
-        // cluster state always gives the same placement (`phalanx simulate` must agree with the scheduler). Upstream
-        // picks among ties at random (`selectHost`); a fixed order is one of the choices that rule allows.
-        nodes.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-        let mut statics = Vec::with_capacity(nodes.len());
-        for n in &nodes {
-            match self.cache.node(n) {
-                Ok(s) => statics.push(s),
-                Err(e) => tracing::warn!(node = %n.name_any(), error = %e, "node skipped"),
-            }
-        }
-        let mut snap = Snapshot::new(statics);
-        let names: Vec<String> = nodes.iter().map(|n| n.name_any()).collect();
-        // Only pods of lower priority than the entity's can be preemption victims: only their start times matter
-        // (victim order), so a cycle among equal priorities pays nothing for them.
-        let top = entity.pods.iter().map(|p| p.priority).max().unwrap_or(i32::MIN);
-        let mut candidates = Vec::new();
-        for sp in snapshot::pods_for_snapshot(&self.store, &names) {
-            let info = self.cache.pod(&sp.pod);
-            if info.priority < top {
-                candidates.push(sp.pod.clone());
-            }
-            match sp.assumed_on {
-                None => {
-                    snap.add_pod(info);
-                }
-                Some(node) => {
-                    let mut info = (*info).clone();
-                    info.node_name = Some(node.as_str().into());
-                    snap.add_pod(Arc::new(info));
-                }
-            }
-        }
+    /// The cycle's snapshot: the base (considered nodes, the pods bound to them, assumed pods; see
+    /// [`crate::snapshot_cache`]) plus this entity's extras and the preemption inputs. Returns the extras added,
+    /// which [`Driver::cycle`] removes again.
+    pub(crate) fn snapshot(&mut self, entity: &QueuedEntity) -> (Snapshot, Vec<PodKey>) {
+        let mut snap = self.base_snapshot();
         // Members bound to nodes outside this instance's partition still count for their group's quorum (for a
         // CompositePodGroup tree: the members of every leaf).
         let mut groups: Vec<GroupKey> = Vec::new();
@@ -69,16 +31,19 @@ impl Driver {
         if let Some(t) = &entity.tree {
             groups.extend(t.leaves_under(&t.root().key).iter().cloned());
         }
+        let mut extras = Vec::new();
         for g in &groups {
             for p in self.store.group_members(g) {
                 let Some(key) = PodKey::of(&p) else { continue };
                 if pod_node(&p).is_some() && !is_terminal(&p) && !snap.contains_pod(&key) {
                     snap.add_pod(self.cache.pod(&p));
+                    extras.push(key);
                 }
             }
         }
-        self.preemption_inputs(&mut snap, &candidates);
-        snap
+        snap.clear_preemption_inputs();
+        self.preemption_inputs(&mut snap);
+        (snap, extras)
     }
 
     pub(crate) fn cycle(&mut self, entity: QueuedEntity) {
@@ -86,8 +51,24 @@ impl Driver {
         let decision = match self.foreign_decision(&entity) {
             Some(d) => d,
             None => {
-                let mut snap = self.snapshot(&entity);
-                self.scheduler.schedule(&mut snap, &entity)
+                let (mut snap, extras) = self.snapshot(&entity);
+                let mark = snap.mark();
+                let decision = self.scheduler.schedule(&mut snap, &entity);
+                // The snapshot is kept for the next cycle: only a scheduled decision's assumptions stay in it
+                // (the core reverts the others; this makes sure), and the cycle's extras leave it.
+                if decision.outcome != Outcome::Scheduled {
+                    snap.revert_to(mark);
+                }
+                snap.commit();
+                for k in &extras {
+                    snap.remove_pod(k);
+                    self.snapshots.pod_changed(k);
+                }
+                self.snapshots.put(snap);
+                for b in &decision.bindings {
+                    self.snapshots.pod_changed(&b.pod);
+                }
+                decision
             }
         };
         self.queue.done(&decision, Instant::now());
@@ -146,7 +127,9 @@ impl Driver {
                     store.finish_binding(&key);
                     writer.event_scheduled(&pod, &node).await;
                 } else {
-                    store.forget(&key);
+                    // The assumed pod is forgotten by the loop (`on_bind_result`), not here: a cycle running
+                    // between a forget here and the loop's handling of the result would see the room free and
+                    // give it to other work, leaving this pod's gang half bound.
                     tracing::info!(pod = %key, node, ?outcome, "bind failed");
                     if let BindOutcome::Failed(m) = &outcome {
                         let msg = format!("Binding rejected: {m}");
@@ -215,8 +198,12 @@ impl Driver {
         if r.outcome.is_success() {
             return;
         }
+        // The room moves from the assumed pod to the reservation in one step of the loop, with no cycle between.
+        let pod = self.store.pod(&r.key);
+        self.store.forget(&r.key);
+        self.snapshots.pod_changed(&r.key);
         // The queue counted the pod as assigned when the decision was done; put it back unless it is gone or bound.
-        let Some(p) = self.store.pod(&r.key) else { return };
+        let Some(p) = pod else { return };
         if pod_node(&p).is_some() || is_terminal(&p) || !self.ours(&p) {
             return;
         }

@@ -92,7 +92,9 @@ pub fn dry_run(
         let (decision, nodes) = match d.foreign_decision(&entity) {
             Some(dec) => (dec, Vec::new()),
             None => {
-                let mut snap = d.snapshot(&entity);
+                // A fresh snapshot per cycle (none is kept: `base_snapshot` builds a full one), so it holds the
+                // placements assumed below.
+                let (mut snap, _extras) = d.snapshot(&entity);
                 let nodes = snap.nodes().to_vec();
                 (d.scheduler.schedule(&mut snap, &entity), nodes)
             }

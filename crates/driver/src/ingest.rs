@@ -45,6 +45,7 @@ impl Driver {
         deleted: bool,
         now: Instant,
     ) {
+        self.snapshots.pod_changed(&key);
         let pod = if deleted { None } else { self.store.pod(&key) };
         match pod {
             Some(p) if !is_terminal(&p) && self.ours(&p) => {
@@ -136,6 +137,7 @@ impl Driver {
     }
 
     pub(crate) fn on_node(&mut self, name: &str, now: Instant) {
+        self.snapshots.node_changed(name);
         let node = self
             .store
             .nodes()
@@ -201,6 +203,7 @@ impl Driver {
 
     /// Reconciles the queue with the whole store (start, relist, lagged events).
     pub(crate) fn resync(&mut self) {
+        self.snapshots.invalidate();
         let now = Instant::now();
         let classes = self.store.priority_classes().state();
         // Both kinds in creation order (then namespace and name), as upstream orders siblings: the queue's

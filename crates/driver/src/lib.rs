@@ -34,6 +34,7 @@ mod preempt;
 pub mod progress;
 pub mod runtime;
 mod snapshot;
+mod snapshot_cache;
 mod state;
 pub mod status;
 mod writes;
@@ -72,6 +73,10 @@ pub struct SchedulerOptions {
     pub config: SchedulerConfig,
     /// Beaten by the scheduling loop on every iteration (the liveness probe reads it).
     pub progress: Progress,
+    /// Also build every cycle's snapshot from scratch and compare it with the one kept between cycles; a
+    /// difference is logged, counted (`phalanx_scheduler_snapshot_mismatches_total`) and the fresh one is used.
+    /// Costs a full build per cycle: on in debug builds (tests, the chaos suite), off in release builds.
+    pub verify_snapshot: bool,
 }
 
 impl Default for SchedulerOptions {
@@ -85,6 +90,7 @@ impl Default for SchedulerOptions {
             instance: None,
             config: SchedulerConfig::default(),
             progress: Progress::default(),
+            verify_snapshot: cfg!(debug_assertions),
         }
     }
 }

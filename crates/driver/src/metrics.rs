@@ -28,6 +28,8 @@ pub struct Metrics {
     preemption_attempts: Family<Labels, Counter>,
     preemption_victims: Family<Labels, Counter>,
     preemption_latency: Histogram,
+    snapshot_latency: Family<Labels, Histogram>,
+    snapshot_mismatches: Counter,
 }
 
 impl Metrics {
@@ -42,7 +44,22 @@ impl Metrics {
             preemption_attempts: Family::default(),
             preemption_victims: Family::default(),
             preemption_latency: Histogram::new(exponential_buckets(0.0005, 2.0, 16)),
+            snapshot_latency: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.00001, 2.0, 20))
+            }),
+            snapshot_mismatches: Counter::default(),
         };
+        registry.register(
+            "scheduler_snapshot_duration_seconds",
+            "Time to bring a cycle's snapshot up to date, by mode: incremental (only what changed since the last \
+             cycle) or full (built from scratch: the first cycle, after a resync, or to verify)",
+            m.snapshot_latency.clone(),
+        );
+        registry.register(
+            "scheduler_snapshot_mismatches",
+            "Cycles whose snapshot kept between cycles differed from one built from scratch (verification on)",
+            m.snapshot_mismatches.clone(),
+        );
         registry.register(
             "scheduler_schedule_attempts",
             "Scheduling attempts of entities (pods or pod groups) by result: scheduled, unschedulable, error, skipped",
@@ -106,6 +123,18 @@ impl Metrics {
         self.cycle
             .get_or_create(&vec![("kind", kind.to_owned()), ("result", result.to_owned())])
             .observe(seconds);
+    }
+
+    /// Records how long a snapshot update took; `mode` is `incremental` or `full`.
+    pub fn snapshot(&self, mode: &'static str, seconds: f64) {
+        self.snapshot_latency
+            .get_or_create(&vec![("mode", mode.to_owned())])
+            .observe(seconds);
+    }
+
+    /// Counts one snapshot that differed from a fresh build.
+    pub fn snapshot_mismatch(&self) {
+        self.snapshot_mismatches.inc();
     }
 
     /// Sets the number of pending entities in `queue`.

@@ -15,10 +15,8 @@
 //! previous victims still terminate (k/k#140641).
 
 use std::collections::HashSet;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Pod;
 use phalanx_api::conditions::{DISRUPTION_TARGET, reasons};
 use phalanx_scheduler::model::DisruptionMode;
 use phalanx_scheduler::{Decision, EntityKey, GroupKey, GroupKind, Pdb, PodKey, Snapshot};
@@ -37,9 +35,9 @@ pub(crate) struct InFlight {
 }
 
 impl Driver {
-    /// Tells the snapshot what preemption needs (see the module docs). `pods` are the pods the snapshot holds, for
-    /// their start times.
-    pub(crate) fn preemption_inputs(&mut self, snap: &mut Snapshot, pods: &[Arc<Pod>]) {
+    /// Tells the snapshot what preemption needs (see the module docs); the pods' start times are kept with the
+    /// pods themselves (see [`crate::snapshot_cache`]).
+    pub(crate) fn preemption_inputs(&mut self, snap: &mut Snapshot) {
         for g in self.group_infos.values() {
             snap.upsert_group_info(g.clone());
         }
@@ -68,15 +66,6 @@ impl Driver {
             .filter_map(|p| Pdb::from_api(p).ok())
             .collect();
         snap.set_pdbs(pdbs);
-        for p in pods {
-            let Some(key) = PodKey::of(p) else { continue };
-            let start = p
-                .status
-                .as_ref()
-                .and_then(|s| s.start_time.as_ref())
-                .map(|t| t.0.as_millisecond());
-            snap.set_pod_start_time(&key, start);
-        }
     }
 
     /// Acts on the preemption part of a decision: evictions, victim group conditions, nominations. Returns the

@@ -72,6 +72,7 @@ impl Driver {
             }
         }
         tracing::info!(assumed = added, took = ?started.elapsed(), "read bound pods fresh after gaining leadership");
+        self.snapshots.invalidate();
     }
 
     pub(crate) async fn run(mut self, shutdown: CancellationToken) -> anyhow::Result<()> {

@@ -93,6 +93,8 @@ pub(crate) struct Driver {
     pub(crate) in_flight: HashMap<phalanx_scheduler::EntityKey, crate::preempt::InFlight>,
     pub(crate) bind_tx: mpsc::UnboundedSender<BindResult>,
     pub(crate) bind_rx: mpsc::UnboundedReceiver<BindResult>,
+    /// The snapshot kept between cycles (see [`crate::snapshot_cache`]).
+    pub(crate) snapshots: crate::snapshot_cache::SnapshotCache,
 }
 
 impl Driver {
@@ -154,6 +156,7 @@ impl Driver {
             tasks: JoinSet::new(),
             bind_tx,
             bind_rx,
+            snapshots: Default::default(),
             opts,
         }
     }

@@ -35,10 +35,12 @@ struct Sched {
     shutdown: CancellationToken,
     handle: JoinHandle<anyhow::Result<()>>,
     _leader: watch::Sender<bool>,
+    registry: Registry,
 }
 
 impl Sched {
     async fn stop(self) -> anyhow::Result<()> {
+        report_snapshot_mismatches(&self.registry);
         self.shutdown.cancel();
         self.handle.await.context("scheduler task")?
     }
@@ -84,6 +86,7 @@ impl Ctx {
             shutdown,
             handle: tokio::spawn(fut),
             _leader: tx,
+            registry,
         }
     }
 
@@ -402,4 +405,17 @@ async fn bound_tree_without_conditions_is_caught_up_after_restart() -> anyhow::R
     cx.wait_pg("a", "True", "Scheduled").await?;
     cx.wait_pg("b", "True", "Scheduled").await?;
     s.stop().await
+}
+
+/// Prints how many cycles found the snapshot kept between cycles different from a fresh build (verification is on
+/// in debug builds). Not asserted: a watch event not yet handled by the loop shows in the fresh build only.
+fn report_snapshot_mismatches(registry: &Registry) {
+    let mut s = String::new();
+    prometheus_client::encoding::text::encode(&mut s, registry).unwrap_or_default();
+    if let Some(line) = s
+        .lines()
+        .find(|l| l.starts_with("phalanx_scheduler_snapshot_mismatches_total") && !l.ends_with(" 0"))
+    {
+        eprintln!("snapshot verification: {line}");
+    }
 }

@@ -132,7 +132,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         Some(path) => PhalanxConfig::load(path)?,
         None => PhalanxConfig::default(),
     };
-    let client = operator::client(args.kubeconfig.as_ref(), args.context.as_deref()).await?;
+    let fence = crate::write_fence::WriteFence::default();
+    let client = operator::fenced_client(args.kubeconfig.as_ref(), args.context.as_deref(), &fence).await?;
     let shutdown = operator::shutdown_on_signals();
     let opts = RunOptions {
         scheduler_name: args.scheduler_name,
@@ -151,6 +152,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         instance: std::env::var("POD_NAME").ok().filter(|p| !p.is_empty()),
         on_lease_lost: OnLeaseLost::ExitProcess,
         bound_addr: None,
+        write_fence: Some(fence),
     };
     tracing::info!(
         version = crate::VERSION,

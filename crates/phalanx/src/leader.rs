@@ -156,7 +156,9 @@ pub async fn start(
             config.lease_duration_secs
         );
     }
-    let manager = LeaseManagerBuilder::new(client.clone(), &config.lease_name)
+    // Its writes carry the resourceVersion it last read, as client-go's do (see `lease_precondition`).
+    let lease_client = crate::lease_precondition::client(client.clone(), &namespace, &config.lease_name);
+    let manager = LeaseManagerBuilder::new(lease_client, &config.lease_name)
         .with_namespace(&namespace)
         .with_identity(&identity)
         .with_duration(config.lease_duration_secs)

@@ -5,9 +5,11 @@
 //! - [`config`] reads the configuration file (`config/phalanx.yaml`), with errors that name the key;
 //! - [`options`] holds what `phalanx run` is told ([`RunOptions`]);
 //! - [`operator`] wires store, controllers and scheduler with leader election, probes, metrics and shutdown;
-//! - [`leader`] runs Lease-based leader election, fail-stop;
+//! - [`leader`] runs Lease-based leader election, fail-stop; [`lease_precondition`] gives its Lease writes the
+//!   `resourceVersion` precondition client-go uses;
 //! - [`server`] serves `/healthz`, `/readyz` and `/metrics`;
 //! - [`telemetry`] sets up logging;
+//! - [`write_fence`] refuses, at the last moment, a write by a replica that is not the leader;
 //! - [`entry`] is the command line's entry point, shared by the `phalanx` and `kubectl-phalanx` binaries;
 //! - [`explain`], [`simulate`] and [`tools`] are the read-only tools (`phalanx explain`, `simulate`, `snapshot`).
 
@@ -16,6 +18,7 @@ pub mod config;
 pub mod entry;
 pub mod explain;
 pub mod leader;
+pub mod lease_precondition;
 pub mod operator;
 pub mod options;
 pub mod server;
@@ -23,6 +26,7 @@ pub mod simulate;
 pub mod telemetry;
 pub mod tools;
 mod wiring;
+pub mod write_fence;
 
 pub use operator::run;
 pub use options::RunOptions;

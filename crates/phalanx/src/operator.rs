@@ -33,6 +33,25 @@ pub const STOP_TIMEOUT: Duration = Duration::from_secs(20);
 /// # Errors
 /// The kubeconfig cannot be read or has no usable context.
 pub async fn client(kubeconfig: Option<&PathBuf>, context: Option<&str>) -> anyhow::Result<Client> {
+    Ok(Client::try_from(config(kubeconfig, context).await?)?)
+}
+
+/// [`client`] with the write fence in its stack (see [`crate::write_fence`]), for `phalanx run`.
+///
+/// # Errors
+/// As [`client`].
+pub async fn fenced_client(
+    kubeconfig: Option<&PathBuf>,
+    context: Option<&str>,
+    fence: &crate::write_fence::WriteFence,
+) -> anyhow::Result<Client> {
+    let config = config(kubeconfig, context).await?;
+    Ok(kube::client::ClientBuilder::try_from(config)?
+        .with_layer(fence)
+        .build())
+}
+
+async fn config(kubeconfig: Option<&PathBuf>, context: Option<&str>) -> anyhow::Result<kube::Config> {
     let config = match kubeconfig {
         Some(path) => {
             let kc = Kubeconfig::read_from(path)
@@ -58,7 +77,7 @@ pub async fn client(kubeconfig: Option<&PathBuf>, context: Option<&str>) -> anyh
             )
         })?,
     };
-    Ok(Client::try_from(config)?)
+    Ok(config)
 }
 
 /// Runs the operator until `shutdown` is cancelled or a component fails.
@@ -91,6 +110,9 @@ pub async fn run(client: Client, mut opts: RunOptions, shutdown: CancellationTok
         leader_gauge,
     )
     .await?;
+    if let Some(fence) = &opts.write_fence {
+        fence.set(leadership.leader.clone());
+    }
 
     let progress = phalanx_driver::Progress::default();
     let scheduler = wiring::scheduler(

@@ -29,6 +29,9 @@ pub struct RunOptions {
     pub on_lease_lost: OnLeaseLost,
     /// Receives the bound metrics address once the server listens (useful with port 0).
     pub bound_addr: Option<oneshot::Sender<SocketAddr>>,
+    /// The write fence in the client's stack ([`crate::operator::fenced_client`]), given the leadership once
+    /// election starts; `None` when the client has none (in-process tests).
+    pub write_fence: Option<crate::write_fence::WriteFence>,
 }
 
 impl Default for RunOptions {
@@ -43,6 +46,7 @@ impl Default for RunOptions {
             instance: None,
             on_lease_lost: OnLeaseLost::Cancel,
             bound_addr: None,
+            write_fence: None,
         }
     }
 }

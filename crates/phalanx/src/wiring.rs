@@ -59,6 +59,7 @@ pub fn scheduler(
         instance: opts.instance.clone(),
         config: opts.config.scheduler.clone(),
         progress,
+        ..phalanx_driver::SchedulerOptions::default()
     };
     let fut = phalanx_driver::run(
         client.clone(),

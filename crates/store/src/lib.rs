@@ -274,6 +274,11 @@ impl Store {
         self.assumed_cache().all()
     }
 
+    /// The assumption for `key`, if any (the pod object as assumed, and its node).
+    pub fn assumed_pod(&self, key: &PodKey) -> Option<AssumedPod> {
+        self.assumed_cache().get(key).cloned()
+    }
+
     /// The node `key` is assumed on, if any.
     pub fn assumed_node(&self, key: &PodKey) -> Option<String> {
         self.assumed_cache().get(key).map(|a| a.node.clone())

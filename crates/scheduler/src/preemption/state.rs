@@ -42,6 +42,15 @@ pub struct PreemptionState {
 }
 
 impl PreemptionState {
+    /// The same start times, every other input forgotten (see `Snapshot::clear_preemption_inputs`).
+    pub(crate) fn keep_start_times(&mut self) {
+        let start_times = std::mem::take(&mut self.start_times);
+        *self = PreemptionState {
+            start_times,
+            ..Default::default()
+        };
+    }
+
     pub(crate) fn group(&self, key: &GroupKey) -> Option<&Arc<GroupInfo>> {
         self.groups.get(key)
     }

@@ -13,6 +13,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crate::model::{GroupKey, NodeInfo, NodeStatic, PodInfo, PodKey};
 use crate::preemption::PreemptionState;
 
+mod diff;
+
 static SNAPSHOT_IDS: AtomicU64 = AtomicU64::new(1);
 
 /// Node indices partitioned by the value of one label key, sorted by value.

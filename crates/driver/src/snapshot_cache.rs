@@ -1,0 +1,198 @@
+//! The cycle's snapshot, kept between cycles and brought up to date from what changed (upstream's cache does the
+//! same with node generations, `pkg/scheduler/backend/cache/cache.go` `UpdateSnapshot`): a cycle pays for the nodes
+//! and pods that changed since the last one, not for the whole cluster.
+//!
+//! What changes a snapshot, and how it is told:
+//! - a watched pod or node changed: ingest marks it (`pod_changed`, `node_changed`);
+//! - a pod was assumed by a decision, or forgotten after a failed bind: the cycle and `on_bind_result` mark it;
+//! - a node became considered or stopped being so: the pods bound to it are marked with it;
+//! - anything else (a resync, a fresh read after gaining leadership): the snapshot is dropped and built again.
+//!
+//! A marked pod is looked up again in the store, in the order [`crate::snapshot`] explains (the assume overlay
+//! before the bound pods), and put into the snapshot as it is now, or taken out. The cycle's own extras (members
+//! of the entity's groups bound outside this instance's nodes) and its preemption inputs are added for the cycle
+//! and removed after it.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Instant;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use phalanx_scheduler::{PodKey, Snapshot, is_terminal};
+use phalanx_store::pod_node;
+
+use crate::{snapshot, state::Driver};
+
+/// The snapshot kept between cycles and what changed since it was last brought up to date.
+#[derive(Default)]
+pub(crate) struct SnapshotCache {
+    snap: Option<Snapshot>,
+    dirty_nodes: HashSet<String>,
+    dirty_pods: HashSet<PodKey>,
+}
+
+impl SnapshotCache {
+    /// The next cycle builds its snapshot from scratch.
+    pub(crate) fn invalidate(&mut self) {
+        self.snap = None;
+        self.dirty_nodes.clear();
+        self.dirty_pods.clear();
+    }
+
+    /// A pod's state (bound, assumed, gone) may have changed.
+    pub(crate) fn pod_changed(&mut self, key: &PodKey) {
+        if self.snap.is_some() {
+            self.dirty_pods.insert(key.clone());
+        }
+    }
+
+    /// A node may have changed, appeared or gone.
+    pub(crate) fn node_changed(&mut self, name: &str) {
+        if self.snap.is_some() {
+            self.dirty_nodes.insert(name.to_owned());
+        }
+    }
+
+    /// Keeps the snapshot a cycle ran on, for the next cycle.
+    pub(crate) fn put(&mut self, snap: Snapshot) {
+        self.snap = Some(snap);
+    }
+}
+
+/// `status.startTime` in Unix milliseconds (victim order among equal priorities).
+fn start_millis(p: &Pod) -> Option<i64> {
+    p.status
+        .as_ref()
+        .and_then(|s| s.start_time.as_ref())
+        .map(|t| t.0.as_millisecond())
+}
+
+impl Driver {
+    /// The snapshot of the considered nodes, the pods bound to them and the assumed pods, without any cycle's
+    /// extras or preemption inputs: the one kept from the last cycle brought up to date, or a new one. With
+    /// `verify_snapshot` a fresh build is compared with it, and wins on a difference.
+    pub(crate) fn base_snapshot(&mut self) -> Snapshot {
+        let started = Instant::now();
+        let Some(mut snap) = self.snapshots.snap.take() else {
+            self.snapshots.invalidate();
+            let snap = self.full_snapshot();
+            self.metrics.snapshot("full", started.elapsed().as_secs_f64());
+            return snap;
+        };
+        self.update_snapshot(&mut snap);
+        self.metrics
+            .snapshot("incremental", started.elapsed().as_secs_f64());
+        if self.opts.verify_snapshot {
+            let fresh = self.full_snapshot();
+            if let Some(diff) = snap.cluster_state_diff(&fresh) {
+                // A watch event the loop has not handled yet shows in the fresh build only; a real bug shows again
+                // and again. Either way the fresh build is right now.
+                tracing::warn!(%diff, "the snapshot kept between cycles differs from a fresh one; using the fresh one");
+                self.metrics.snapshot_mismatch();
+                return fresh;
+            }
+        }
+        snap
+    }
+
+    /// A snapshot built from scratch from the store, with the start times of all its pods.
+    pub(crate) fn full_snapshot(&mut self) -> Snapshot {
+        let nodes: Vec<_> = self
+            .store
+            .nodes()
+            .state()
+            .into_iter()
+            .filter(|n| self.filter.matches(n.metadata.labels.as_ref()))
+            .collect();
+        let mut statics = Vec::with_capacity(nodes.len());
+        let mut names = Vec::with_capacity(nodes.len());
+        for n in &nodes {
+            match self.cache.node(n) {
+                Ok(s) => {
+                    statics.push(s);
+                    names.push(n.name_any());
+                }
+                Err(e) => tracing::warn!(node = %n.name_any(), error = %e, "node skipped"),
+            }
+        }
+        let mut snap = Snapshot::new(statics);
+        for sp in snapshot::pods_for_snapshot(&self.store, &names) {
+            let info = self.cache.pod(&sp.pod);
+            let Some(key) = PodKey::of(&sp.pod) else { continue };
+            snap.set_pod_start_time(&key, start_millis(&sp.pod));
+            match sp.assumed_on {
+                None => {
+                    snap.add_pod(info);
+                }
+                Some(node) => {
+                    let mut info = (*info).clone();
+                    info.node_name = Some(node.as_str().into());
+                    snap.add_pod(Arc::new(info));
+                }
+            }
+        }
+        snap
+    }
+
+    /// Applies the marked nodes, then the marked pods.
+    fn update_snapshot(&mut self, snap: &mut Snapshot) {
+        for name in std::mem::take(&mut self.snapshots.dirty_nodes) {
+            let node = self
+                .store
+                .nodes()
+                .get(&kube::runtime::reflector::ObjectRef::new(&name))
+                .filter(|n| self.filter.matches(n.metadata.labels.as_ref()));
+            let wanted = node.and_then(|n| self.cache.node(&n).ok());
+            match wanted {
+                Some(st) => {
+                    let added = snap.node_index(&name).is_none();
+                    snap.upsert_node(st);
+                    if added {
+                        for p in self.store.pods_on_node(&name) {
+                            if let Some(k) = PodKey::of(&p) {
+                                self.snapshots.dirty_pods.insert(k);
+                            }
+                        }
+                    }
+                }
+                None => {
+                    if let Some(i) = snap.node_index(&name) {
+                        for p in &snap.node(i).pods {
+                            self.snapshots.dirty_pods.insert(p.key.clone());
+                        }
+                        snap.remove_node(&name);
+                    }
+                }
+            }
+        }
+        for key in std::mem::take(&mut self.snapshots.dirty_pods) {
+            self.refresh_pod(snap, &key);
+        }
+    }
+
+    /// Puts one pod into `snap` as the store has it now (bound to a considered node, else assumed), or takes it
+    /// out. The overlay is read before the bound pod (see [`crate::snapshot`]); a pod in both counts as bound.
+    fn refresh_pod(&mut self, snap: &mut Snapshot, key: &PodKey) {
+        let assumed = self.store.assumed_pod(key);
+        let bound = self
+            .store
+            .pod(key)
+            .filter(|p| !is_terminal(p) && pod_node(p).is_some_and(|n| snap.node_index(n).is_some()));
+        let (info, start) = match (bound, assumed) {
+            (Some(p), _) => (self.cache.pod(&p), start_millis(&p)),
+            (None, Some(a)) => {
+                let mut info = (*self.cache.pod(&a.pod)).clone();
+                info.node_name = Some(a.node.as_str().into());
+                (Arc::new(info), start_millis(&a.pod))
+            }
+            (None, None) => {
+                snap.remove_pod(key);
+                snap.set_pod_start_time(key, None);
+                return;
+            }
+        };
+        snap.add_pod(info);
+        snap.set_pod_start_time(key, start);
+    }
+}
