@@ -200,6 +200,7 @@ Explore (kubectl and helm are in $PHALANX_BIN_DIR):
   kubectl -n $NS get $pg too-big -o jsonpath='{.status.conditions[?(@.type=="PodGroupInitiallyScheduled")].message}'
   kubectl -n $NS get pods -o wide
   kubectl -n $NS describe pod too-big-0                # PodScheduled condition and FailedScheduling events
+  $PHALANX explain ppg too-big -n $NS     # why it is pending (also: kubectl phalanx ..., README)
   kubectl -n $NS get events --sort-by=.lastTimestamp
   kubectl -n $RELEASE_NS get lease phalanx -o jsonpath='{.spec.holderIdentity}'
   curl -s http://$METRICS_ADDR/metrics | grep ^phalanx_

@@ -29,11 +29,12 @@ pub mod reasons {
     pub const SCHEDULER_ERROR: &str = "SchedulerError";
     /// `DisruptionTarget` True: the scheduler preempted the group for higher-priority work.
     pub const PREEMPTION_BY_SCHEDULER: &str = "PreemptionByScheduler";
-    /// Pod `PodScheduled=False`: the pod names a PodGroup (or its tree a CompositePodGroup) that does not exist yet.
-    /// Phalanx's own reason: upstream hides such pods in the queue without a condition (k/k#141900).
+    /// Pod `PodScheduled=False`: the pod names a PodGroup (or its tree a CompositePodGroup) that does not exist
+    /// yet. Phalanx's own reason: upstream hides such pods in the queue without a condition (k/k#141900).
     pub const WAITING_FOR_POD_GROUP: &str = "WaitingForPodGroup";
-    /// Pod `PodScheduled=False` and group `*InitiallyScheduled=False` message: the group has fewer pods than its
-    /// `minCount` (or its tree fewer ready groups than `minGroupCount`). Phalanx's own reason.
+    /// Pod `PodScheduled=False` and group `*InitiallyScheduled=False` reason: the group has fewer pods than its
+    /// `minCount` (or its tree fewer ready groups than `minGroupCount`). Phalanx's own reason (upstream's
+    /// GangScheduling holds such a group without a condition, k/k#141900).
     pub const WAITING_FOR_QUORUM: &str = "WaitingForQuorum";
     /// Pod `PodScheduled=False`: the pod (or its group) preempted lower-priority pods and waits for them to terminate
     /// (upstream's `waitingOnPreemption`); `status.nominatedNodeName` names the node kept for it. Phalanx's own

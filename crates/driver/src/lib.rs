@@ -12,7 +12,7 @@
 //! Nothing is written unless `leader` is true.
 //!
 //! Modules by role (docs/architecture.md): [`runtime`] (the loop), `ingest` (watch events into the queue),
-//! `cycle` (snapshot, core, decision, binds), `conditions` (pod and group conditions and events), [`binder`]
+//! `cycle` (snapshot, core, decision, binds), [`dry_run`] (the same cycles writing nothing, for explain/simulate), `conditions` (pod and group conditions and events), [`binder`]
 //! (`pods/binding` calls), [`evict`] (preemption victims and nominations), [`status`] (the status writer), `writes` (per-object write serialisation), [`names`]
 //! (the core's enums as API strings), [`convert`] (PodGroups and CompositePodGroups into the core's model),
 //! [`metrics`], [`node_filter`].
@@ -23,6 +23,7 @@ pub mod binder;
 mod conditions;
 pub mod convert;
 mod cycle;
+pub mod dry_run;
 pub mod evict;
 mod ingest;
 mod members;
@@ -45,6 +46,7 @@ use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 
 pub use binder::{BindOutcome, Binder};
+pub use dry_run::{Attempt, DryRun, dry_run};
 pub use evict::{EvictOutcome, Evictor};
 pub use metrics::Metrics;
 pub use node_filter::{NodeFilter, NodeFilterError};

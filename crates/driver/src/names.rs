@@ -42,13 +42,16 @@ pub fn gate_reason(r: GateReason) -> &'static str {
     }
 }
 
-/// Group condition reason of a group held by a PreEnqueue gate: a wait is `Unschedulable` (upstream's GangScheduling
-/// reports a group below quorum so), an invalid hierarchy is `SchedulerError`.
+/// Group condition reason of a group held by a PreEnqueue gate: the wait itself (`WaitingForQuorum`; also
+/// `WaitingForPodGroup` and `SchedulingGated`, the gates' pod reasons), so `kubectl get ppg` tells a group still gathering its pods from one that
+/// was tried and did not fit (`Unschedulable`); an invalid hierarchy is `SchedulerError`. The condition type and
+/// status stay upstream's (`PodGroupInitiallyScheduled=False`, `scheduling/v1beta1/types.go`); upstream's
+/// GangScheduling leaves such a group without a condition (k/k#141900).
 pub fn gate_group_reason(r: GateReason) -> &'static str {
     match r {
         GateReason::InvalidHierarchy => reasons::SCHEDULER_ERROR,
         GateReason::WaitingForPodGroup | GateReason::WaitingForQuorum | GateReason::SchedulingGated => {
-            reasons::UNSCHEDULABLE
+            gate_reason(r)
         }
     }
 }

@@ -437,7 +437,7 @@ async fn s2_quorum_wait() -> anyhow::Result<()> {
     cx.wait_group_message(
         "pg1",
         "False",
-        "Unschedulable",
+        "WaitingForQuorum",
         "2 of 3 pods present (minCount 3)",
     )
     .await?;

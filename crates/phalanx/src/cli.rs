@@ -31,6 +31,107 @@ pub enum Command {
     Crds,
     /// Print the version.
     Version,
+    /// Explain why a PodGroup, CompositePodGroup or pod is pending (read-only; runs the scheduler's cycles on a
+    /// read of the cluster, writes nothing).
+    Explain(ExplainArgs),
+    /// Show where the PodGroups, CompositePodGroups and pods of some manifests would land, writing nothing.
+    Simulate(SimulateArgs),
+    /// Print the cluster state the simulator reads (nodes, pods, groups, workloads, priority classes, PDBs) as
+    /// one `v1 List`, for `phalanx simulate --snapshot FILE`.
+    Snapshot(SnapshotArgs),
+}
+
+/// How to reach the cluster (the read-only tools).
+#[derive(Debug, Clone, Args)]
+pub struct ClusterArgs {
+    /// Kubeconfig file. Without it the in-cluster ServiceAccount or `~/.kube/config` is used.
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Kubeconfig context to use (default: the file's current context).
+    #[arg(long)]
+    pub context: Option<String>,
+
+    /// The scheduler whose view to take: pods with this `spec.schedulerName` are the ones it places.
+    #[arg(long, default_value = phalanx_api::DEFAULT_SCHEDULER_NAME)]
+    pub scheduler_name: String,
+
+    /// The nodes that scheduler considers (its `--node-selector`, kubectl `-l` syntax). Empty = all nodes.
+    #[arg(long, default_value = "")]
+    pub node_selector: String,
+}
+
+/// Output format of the read-only tools.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    /// Sentences for people.
+    Text,
+    /// One JSON document for programs.
+    Json,
+}
+
+/// `phalanx explain <kind> NAME`.
+#[derive(Debug, Clone, Args)]
+pub struct ExplainArgs {
+    /// What to explain: podgroup (ppg), compositepodgroup (pcpg) or pod.
+    #[arg(value_enum)]
+    pub kind: crate::explain::gather::Target,
+
+    /// Its name.
+    pub name: String,
+
+    /// Its namespace.
+    #[arg(short = 'n', long, default_value = "default")]
+    pub namespace: String,
+
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value_t = Output::Text)]
+    pub output: Output,
+
+    /// The cluster.
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+}
+
+/// `phalanx simulate -f MANIFESTS`.
+#[derive(Debug, Clone, Args)]
+pub struct SimulateArgs {
+    /// Manifest files (multi-document YAML or JSON; `-` = stdin). Repeatable.
+    #[arg(short = 'f', long = "filename", required = true)]
+    pub files: Vec<PathBuf>,
+
+    /// Place against this file (written by `phalanx snapshot`) instead of the live cluster.
+    #[arg(long)]
+    pub snapshot: Option<PathBuf>,
+
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value_t = Output::Text)]
+    pub output: Output,
+
+    /// The cluster (when no --snapshot).
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+}
+
+/// Format of `phalanx snapshot`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SnapshotFormat {
+    /// YAML.
+    Yaml,
+    /// JSON.
+    Json,
+}
+
+/// `phalanx snapshot`.
+#[derive(Debug, Clone, Args)]
+pub struct SnapshotArgs {
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value_t = SnapshotFormat::Yaml)]
+    pub output: SnapshotFormat,
+
+    /// The cluster.
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
 }
 
 /// Log line format of `phalanx run`.
@@ -152,6 +253,41 @@ mod tests {
         assert_eq!(args.bind_concurrency, 4);
         assert_eq!(args.log_format, LogFormat::Json);
         assert_eq!(args.node_selector, "a=b");
+    }
+
+    #[test]
+    fn tool_flags_parse() {
+        let cli = Cli::try_parse_from(["phalanx", "explain", "ppg", "g", "-n", "ns", "-o", "json"])
+            .expect("parses");
+        let Command::Explain(a) = cli.command else {
+            panic!("expected explain")
+        };
+        assert_eq!(a.kind, crate::explain::gather::Target::Podgroup);
+        assert_eq!(
+            (a.name.as_str(), a.namespace.as_str(), a.output),
+            ("g", "ns", Output::Json)
+        );
+        assert!(Cli::try_parse_from(["phalanx", "explain", "deployment", "g"]).is_err());
+        assert!(
+            Cli::try_parse_from(["phalanx", "simulate"]).is_err(),
+            "-f is required"
+        );
+        let cli = Cli::try_parse_from([
+            "phalanx",
+            "simulate",
+            "-f",
+            "a.yaml",
+            "-f",
+            "-",
+            "--snapshot",
+            "s.yaml",
+        ])
+        .expect("parses");
+        let Command::Simulate(a) = cli.command else {
+            panic!("expected simulate")
+        };
+        assert_eq!(a.files.len(), 2);
+        assert!(a.snapshot.is_some());
     }
 
     #[test]

@@ -9,16 +9,22 @@
 //!   `resourceVersion` precondition client-go uses;
 //! - [`server`] serves `/healthz`, `/readyz` and `/metrics`;
 //! - [`telemetry`] sets up logging;
-//! - [`write_fence`] refuses, at the last moment, a write by a replica that is not the leader.
+//! - [`write_fence`] refuses, at the last moment, a write by a replica that is not the leader;
+//! - [`entry`] is the command line's entry point, shared by the `phalanx` and `kubectl-phalanx` binaries;
+//! - [`explain`], [`simulate`] and [`tools`] are the read-only tools (`phalanx explain`, `simulate`, `snapshot`).
 
 pub mod cli;
 pub mod config;
+pub mod entry;
+pub mod explain;
 pub mod leader;
 pub mod lease_precondition;
 pub mod operator;
 pub mod options;
 pub mod server;
+pub mod simulate;
 pub mod telemetry;
+pub mod tools;
 mod wiring;
 pub mod write_fence;
 

@@ -196,12 +196,14 @@ pub fn placement_algorithm_in(
     if let Some(r) = placement_by_counts(ctx, snapshot, group, pods, &placements) {
         return r;
     }
-    let mut successes = match simulate_placements(snapshot, &placements, |snapshot, p| {
-        default_algorithm(ctx, snapshot, group, pods, Some(&p.nodes))
-    }) {
-        Ok(successes) => successes,
-        Err(r) => return r,
-    };
+    let key = group.topology_key.as_deref().unwrap_or_default();
+    let mut successes =
+        match simulate_placements(snapshot, &placements, Some((key, pods.len())), |snapshot, p| {
+            default_algorithm(ctx, snapshot, group, pods, Some(&p.nodes))
+        }) {
+            Ok(successes) => successes,
+            Err(r) => return r,
+        };
     ctx.stats.feasible_placements += successes.len() as u32;
     let best = if successes.len() == 1 {
         0
@@ -268,6 +270,10 @@ pub(crate) trait PlacementResult {
     fn set_status(&mut self, status: Status);
     /// An empty Unschedulable result (when no placement produced one to report).
     fn unschedulable() -> Self;
+    /// Pods placed before the attempt failed, when the result knows (a leaf group); `None` for a subtree.
+    fn placed(&self) -> Option<usize> {
+        None
+    }
 }
 
 impl PlacementResult for GroupResult {
@@ -280,6 +286,29 @@ impl PlacementResult for GroupResult {
     fn unschedulable() -> Self {
         GroupResult::status_only(Status::new(Code::Unschedulable, ""))
     }
+    fn placed(&self) -> Option<usize> {
+        // Assignments are cleared on failure; every pod tried either fit or has a failure entry.
+        Some(self.tried.saturating_sub(self.pod_failures.len()))
+    }
+}
+
+/// The end of a failed topology group's message: the key and the domain that came closest, so the reader knows
+/// where to add room (`; topology key "rack": closest domain rack=r2 (2 of 3 pods fit)`). `placed` holds the pods
+/// placed per placement, in placement order; the first of the most wins. Empty when nothing is known.
+pub(crate) fn closest_domain(key: &str, placements: &[Placement], placed: &[usize], pods: usize) -> String {
+    let mut best: Option<(usize, usize)> = None;
+    for (i, &n) in placed.iter().enumerate() {
+        if best.is_none_or(|(_, b)| n > b) {
+            best = Some((i, n));
+        }
+    }
+    match best {
+        Some((i, n)) if i < placements.len() => format!(
+            "; topology key {key:?}: closest domain {key}={} ({n} of {pods} pods fit)",
+            placements[i].name
+        ),
+        _ => String::new(),
+    }
 }
 
 /// Upstream `podGroupSchedulingPlacementAlgorithm` steps 3–4 (also used for composite groups): runs
@@ -287,14 +316,17 @@ impl PlacementResult for GroupResult {
 ///
 /// Returns the feasible results with their placement index (in placement order), or the result to report:
 /// the first `Error` at once, or, when no placement is feasible, the first failure re-worded
-/// `0/<placements> placements are available: <its message>`.
+/// `0/<placements> placements are available: <its message>` (upstream's wording), followed for a leaf group with
+/// `topology` = (key, pods) by the closest domain ([`closest_domain`]).
 pub(crate) fn simulate_placements<R: PlacementResult>(
     snapshot: &mut Snapshot,
     placements: &[Placement],
+    topology: Option<(&str, usize)>,
     mut run: impl FnMut(&mut Snapshot, &Placement) -> R,
 ) -> Result<Vec<(usize, R)>, R> {
     let mut first: Option<R> = None;
     let mut successes = Vec::new();
+    let mut placed = Vec::with_capacity(placements.len());
     for (i, p) in placements.iter().enumerate() {
         let mark = snapshot.mark();
         let r = run(snapshot, p);
@@ -302,6 +334,7 @@ pub(crate) fn simulate_placements<R: PlacementResult>(
         if r.status().code == Code::Error {
             return Err(r);
         }
+        placed.push(r.placed());
         if r.status().is_success() {
             successes.push((i, r));
         } else if first.is_none() {
@@ -310,8 +343,12 @@ pub(crate) fn simulate_placements<R: PlacementResult>(
     }
     if successes.is_empty() {
         let mut r = first.unwrap_or_else(R::unschedulable);
+        let closest = match (topology, placed.iter().copied().collect::<Option<Vec<usize>>>()) {
+            (Some((key, pods)), Some(placed)) => closest_domain(key, placements, &placed, pods),
+            _ => String::new(),
+        };
         let message = format!(
-            "0/{} placements are available: {}",
+            "0/{} placements are available: {}{closest}",
             placements.len(),
             r.status().message
         );
@@ -345,6 +382,7 @@ fn placement_by_counts(
     }
     let scheduled = snapshot.scheduled_count(&group.key);
     let mut successes: Vec<(usize, GroupResult)> = Vec::new();
+    let mut placed_per = Vec::with_capacity(placements.len());
     for (i, p) in placements.iter().enumerate() {
         let mut fits = 0;
         for &n in &p.nodes {
@@ -355,6 +393,7 @@ fn placement_by_counts(
             }
         }
         let (st, placed) = replay_status(ctx.feasible, group, scheduled, pods.len(), fits, ctx.in_tree);
+        placed_per.push(fits.min(pods.len()));
         if st.is_success() {
             let assignments = pods[..placed]
                 .iter()
@@ -385,12 +424,14 @@ fn placement_by_counts(
             return None;
         }
         let mut r = r;
+        let key = group.topology_key.as_deref().unwrap_or_default();
         r.status = Status::new(
             Code::Unschedulable,
             format!(
-                "0/{} placements are available: {}",
+                "0/{} placements are available: {}{}",
                 placements.len(),
-                r.status.message
+                r.status.message,
+                closest_domain(key, placements, &placed_per, pods.len())
             ),
         );
         return Some(r);

@@ -130,7 +130,7 @@ fn run_composite(
             ),
         );
     }
-    let mut successes = match simulate_placements(snapshot, &placements, |snapshot, p| {
+    let mut successes = match simulate_placements(snapshot, &placements, None, |snapshot, p| {
         composite_default(ctx, snapshot, input, &cpg, Some(&p.nodes))
     }) {
         Ok(successes) => successes,

@@ -1,7 +1,7 @@
 //! The per-pod pass (upstream `schedule_one.go` `schedulePod`): PreFilter, Filter over the
 //! nodes of the current placement starting at a rotating index until
 //! `numFeasibleNodesToFind` feasible nodes are found (percentageOfNodesToScore), then PreScore,
-//! Score, NormalizeScore, weights, and select the best node (ties: lowest node index). The
+//! Score, NormalizeScore, weights, and select the best node (ties: the first node by name). The
 //! plugins are those of a [`Profile`] (by default every in-tree plugin, weighted from
 //! [`SchedulerConfig::plugin_weights`]), run through the traits of [`crate::framework`].
 //!
@@ -404,9 +404,16 @@ impl PodScheduler {
             let w = self.profile.weight(j);
             total.iter_mut().zip(col.iter()).for_each(|(t, c)| *t += c * w);
         }
+        // Ties go to the first node by name, not by index: a snapshot's node order depends on how it was built
+        // (kept between cycles, nodes appended as they come), so by name the same cluster state gives the same
+        // node whichever way the snapshot was built (`phalanx simulate` relies on it). Upstream picks among ties
+        // at random (`selectHost`, `schedule_one.go`); any fixed rule is one of its outcomes.
         let mut best = 0;
         for i in 1..len {
-            if total[i] > total[best] || (total[i] == total[best] && feasible[i] < feasible[best]) {
+            if total[i] > total[best]
+                || (total[i] == total[best]
+                    && snapshot.node(feasible[i]).name() < snapshot.node(feasible[best]).name())
+            {
                 best = i;
             }
         }

@@ -100,7 +100,7 @@ fn s3_group_missing_then_capacity() {
     assert_eq!(gate.reason, GateReason::WaitingForPodGroup);
     assert_eq!(
         gate.message,
-        "waiting for pods's pod group \"pg1\" to appear in scheduling queue"
+        "waiting for pod group \"pg1\" to appear in scheduling queue"
     );
     s.add_group(Sim::gang("pg1", 3));
     s.run();
@@ -300,6 +300,11 @@ fn s14_no_rack_big_enough() {
     let (status, reason, msg) = s.condition("pg1").unwrap();
     assert_eq!((status, reason), (false, ConditionReason::Unschedulable));
     assert!(msg.starts_with("0/3 placements are available: "), "{msg}");
+    // Phalanx adds the key and the domain that came closest (rack-1 holds two of the three).
+    assert!(
+        msg.contains("; topology key \"rack\": closest domain rack=rack-1 (2 of 3 pods fit)"),
+        "{msg}"
+    );
 }
 
 /// S15: the only rack has two of its three nodes full: the gang is unschedulable; deleting one

@@ -3,11 +3,13 @@
 //! One [`Store`] per process watches Nodes, Pods, PodGroups, CompositePodGroups, Workloads, PriorityClasses and
 //! PodDisruptionBudgets, keeps them in `kube::runtime::reflector` stores, maintains secondary indexes (pods per node,
 //! pods per group, the group tree; see [`index`]) and the assume/forget overlay ([`assumed`]) the scheduler uses to
-//! account for binds the watch has not confirmed yet. Every change is also published as a [`StoreEvent`] so the
+//! account for binds the watch has not confirmed yet ([`Store::from_state`] builds the same store over a fixed set of
+//! objects, for read-only tools). Every change is also published as a [`StoreEvent`] so the
 //! scheduling queue can react. Follows the shape of kube-scheduler's cache + informers
 //! (`pkg/scheduler/backend/cache`) with kube-rs reflectors (`kube::runtime::reflector`).
 
 pub mod assumed;
+pub mod fixed;
 pub mod index;
 pub mod leader;
 pub mod priority;
@@ -28,6 +30,7 @@ use phalanx_api::{
 use tokio::{sync::broadcast, time::Instant};
 
 pub use assumed::{AssumeCache, AssumedPod};
+pub use fixed::{ClusterState, ListError};
 pub use index::{ClusterIndex, pod_group_key, pod_group_name, pod_node};
 pub use leader::{Leader, LeaderFence};
 // Keys and hierarchy rules are defined once, in the pure core, and shared with the driver and the controllers.

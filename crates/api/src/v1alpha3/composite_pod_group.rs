@@ -60,7 +60,14 @@ use crate::v1beta1::{
         name = "Status",
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"CompositePodGroupInitiallyScheduled\")].reason",
-        description = "Reason of the CompositePodGroupInitiallyScheduled condition"
+        description = "Reason of the CompositePodGroupInitiallyScheduled condition: WaitingForQuorum while gathering its child groups, Unschedulable after a failed attempt, Scheduled"
+    ),
+    printcolumn(
+        name = "Message",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"CompositePodGroupInitiallyScheduled\")].message",
+        description = "Message of the CompositePodGroupInitiallyScheduled condition (why the group waits or does not fit)",
+        priority = 1
     ),
     printcolumn(
         name = "Parent",

@@ -69,7 +69,14 @@ use crate::schema::{
         name = "Status",
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"PodGroupInitiallyScheduled\")].reason",
-        description = "Reason of the PodGroupInitiallyScheduled condition"
+        description = "Reason of the PodGroupInitiallyScheduled condition: WaitingForQuorum while gathering pods, Unschedulable after a failed attempt, Scheduled"
+    ),
+    printcolumn(
+        name = "Message",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"PodGroupInitiallyScheduled\")].message",
+        description = "Message of the PodGroupInitiallyScheduled condition (why the group waits or does not fit)",
+        priority = 1
     ),
     printcolumn(
         name = "Parent",

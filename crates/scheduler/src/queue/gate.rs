@@ -67,7 +67,7 @@ impl SchedulingQueue {
             return Some(Gate::same(
                 GateReason::WaitingForPodGroup,
                 format!(
-                    "waiting for pods's pod group {:?} to appear in scheduling queue",
+                    "waiting for pod group {:?} to appear in scheduling queue",
                     &*g.name
                 ),
             ));

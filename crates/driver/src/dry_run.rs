@@ -1,0 +1,116 @@
+//! Scheduling cycles that write nothing: what `phalanx explain` and `phalanx simulate` run.
+//!
+//! A dry run builds the same [`Driver`] the scheduler runs, over a [`Store`] (usually
+//! [`Store::from_state`](phalanx_store::Store::from_state), a fixed list of the cluster's objects), with leadership
+//! held false, so no bind, eviction, condition or event can be written (every write checks leadership first). It
+//! feeds the queue from the store exactly as a scheduler does at start (`resync`), then pops every ready entity in
+//! queue order and runs the same cycle as `Driver::cycle` (members of another scheduler first, then snapshot and
+//! `Scheduler::schedule`). Each placement is assumed in the store, so later entities see it, as after a real bind;
+//! preemption victims are reported, not evicted, so later entities still see them.
+
+use std::time::Instant;
+
+use phalanx_scheduler::{Decision, EntityKey, Gate, NodeInfo, QueuedEntity};
+use phalanx_store::{Leader, Store};
+use prometheus_client::registry::Registry;
+
+use crate::{NodeFilter, SchedulerOptions, SchedulingError, metrics::Metrics, state::Driver};
+
+/// One cycle of a dry run.
+#[derive(Debug, Clone)]
+pub struct Attempt {
+    /// The entity as the queue handed it out (its group or tree, and its pending pods in queue order).
+    pub entity: QueuedEntity,
+    /// What the core decided (bindings are the placement; nothing was written).
+    pub decision: Decision,
+    /// The considered nodes as the cycle's snapshot held them before the core ran (allocatable, requested, the pods
+    /// on each); empty when the driver decided without the core (a member of another scheduler).
+    pub nodes: Vec<NodeInfo>,
+}
+
+/// Everything a dry run found.
+#[derive(Debug, Clone, Default)]
+pub struct DryRun {
+    /// Cycles in the order they ran.
+    pub attempts: Vec<Attempt>,
+    /// Entities the queue holds before scheduling (PreEnqueue gates: waiting for the group object, for quorum, ...),
+    /// with the gate's messages.
+    pub gated: Vec<(EntityKey, Gate)>,
+}
+
+impl DryRun {
+    /// The attempt of `entity`, if it ran.
+    pub fn attempt(&self, entity: &EntityKey) -> Option<&Attempt> {
+        self.attempts.iter().find(|a| a.decision.entity == *entity)
+    }
+
+    /// The gate holding `entity`, if any.
+    pub fn gate(&self, entity: &EntityKey) -> Option<&Gate> {
+        self.gated.iter().find(|(k, _)| k == entity).map(|(_, g)| g)
+    }
+}
+
+/// Upper bound on cycles per dry run: every entity runs once; this guards against an entity that requeues itself
+/// at once for ever.
+const MAX_CYCLES: usize = 100_000;
+
+/// Runs one cycle per ready entity of `store` with the scheduler's options `opts` and writes nothing.
+///
+/// `client` is only held, never called (leadership is false); a dry run over a file can pass a client for an
+/// unreachable server. `progress` is called after each cycle with (cycles done, entities ready at start).
+/// Must run inside a tokio runtime (the driver owns a task set). Errors: an invalid `node_selector` or configuration,
+/// as [`crate::run`].
+pub fn dry_run(
+    client: kube::Client,
+    store: Store,
+    opts: SchedulerOptions,
+    mut progress: impl FnMut(usize, usize),
+) -> Result<DryRun, SchedulingError> {
+    let filter = NodeFilter::parse(opts.node_selector.as_deref().unwrap_or_default())?;
+    opts.config
+        .validate()
+        .map_err(|e| SchedulingError::Config(e.to_string()))?;
+    let (_never, rx) = tokio::sync::watch::channel(false);
+    let metrics = Metrics::register(&mut Registry::default());
+    let mut d = Driver::new(client, store, opts, filter, Leader::from(rx), metrics);
+    d.resync();
+    let gated = d.queue.gated();
+    let total = d.queue.counts().active;
+    let mut out = DryRun {
+        attempts: Vec::new(),
+        gated,
+    };
+    let mut seen = std::collections::HashSet::new();
+    while out.attempts.len() < MAX_CYCLES {
+        let Some(entity) = d.queue.pop(Instant::now()) else {
+            break;
+        };
+        if !seen.insert(entity.key.clone()) {
+            // Its first decision is the answer; a second one would only repeat it against its own assumptions.
+            continue;
+        }
+        let (decision, nodes) = match d.foreign_decision(&entity) {
+            Some(dec) => (dec, Vec::new()),
+            None => {
+                // A fresh snapshot per cycle (none is kept: `base_snapshot` builds a full one), so it holds the
+                // placements assumed below.
+                let (mut snap, _extras) = d.snapshot(&entity);
+                let nodes = snap.nodes().to_vec();
+                (d.scheduler.schedule(&mut snap, &entity), nodes)
+            }
+        };
+        for b in &decision.bindings {
+            if let Some(pod) = d.store.pod(&b.pod) {
+                d.store.assume(pod, &b.node);
+            }
+        }
+        d.queue.done(&decision, Instant::now());
+        out.attempts.push(Attempt {
+            entity,
+            decision,
+            nodes,
+        });
+        progress(out.attempts.len(), total);
+    }
+    Ok(out)
+}

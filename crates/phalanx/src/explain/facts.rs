@@ -1,0 +1,282 @@
+//! Capacity facts about one scheduling attempt, computed from the nodes of the cycle's snapshot (the core's
+//! `NodeInfo`: allocatable and requested per node, as the NodeResourcesFit filter sees them, upstream
+//! `pkg/scheduler/framework/plugins/noderesources/fit.go`). These explain the core's verdict in numbers; the
+//! verdict itself (which nodes pass Filter, which placement wins) is the core's and is quoted, never recomputed.
+
+use std::collections::BTreeMap;
+
+use phalanx_scheduler::{NodeInfo, PodInfo, resources::Resources};
+use serde::Serialize;
+
+/// One resource the pending pods need more of than the considered nodes have free: summed over all nodes, or for
+/// the largest single pod against the most free on one node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Shortfall {
+    /// Resource name (`cpu`, `memory`, an extended resource such as `nvidia.com/gpu`).
+    pub resource: String,
+    /// Sum of the pending pods' requests, in the resource's unit (millicores for cpu, bytes for memory).
+    pub needed: i64,
+    /// Sum over considered nodes of allocatable minus requested.
+    pub free: i64,
+    /// `needed - free`, 0 when the sum fits.
+    pub missing: i64,
+    /// The largest request of one pending pod.
+    pub largest_pod: i64,
+    /// The most free on one considered node.
+    pub largest_free: i64,
+}
+
+/// How much of a group one topology domain can hold, by resources.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DomainFit {
+    /// The topology key (`spec.schedulingConstraints.topology[].key`).
+    pub key: String,
+    /// The domain: the key's value.
+    pub value: String,
+    /// Pending pods that fit on the domain's free resources (first fit in queue order).
+    pub fit: usize,
+    /// Pending pods of the group.
+    pub pods: usize,
+    /// Summed requests of the pods that do not fit, by resource (same units as [`Shortfall`]).
+    pub more_needed: BTreeMap<String, i64>,
+}
+
+/// A pod that holds capacity on a node the group needs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Holder {
+    /// Node.
+    pub node: String,
+    /// `namespace/name` of the pod.
+    pub pod: String,
+    /// Its PodGroup, if any.
+    pub group: Option<String>,
+    /// Its priority (`spec.priority`).
+    pub priority: i32,
+    /// Its requests of the resources the pending pods request (same units as [`Shortfall`]), zeros left out.
+    pub requests: BTreeMap<String, i64>,
+}
+
+fn free_of(n: &NodeInfo) -> Resources {
+    let mut free = n.node.allocatable.clone();
+    free.sub(&n.requested);
+    free
+}
+
+fn names(pods: &[std::sync::Arc<PodInfo>]) -> Vec<String> {
+    let mut v: Vec<String> = vec!["cpu".into(), "memory".into()];
+    for p in pods {
+        for (s, _) in &p.spec.requests.scalar {
+            if !v.iter().any(|x| x == &**s) {
+                v.push(s.to_string());
+            }
+        }
+    }
+    v
+}
+
+/// Per resource, what the pending `pods` need beyond the free capacity of `nodes`: more than all nodes have free
+/// together, or a pod larger than the most free on any one node. Empty when neither holds (then the group fails on
+/// how the room is split between nodes or domains, or on something else than resources).
+pub fn shortfall(nodes: &[NodeInfo], pods: &[std::sync::Arc<PodInfo>]) -> Vec<Shortfall> {
+    let mut out = Vec::new();
+    for r in names(pods) {
+        let needed: i64 = pods.iter().map(|p| p.spec.requests.get(&r)).sum();
+        let largest_pod = pods.iter().map(|p| p.spec.requests.get(&r)).max().unwrap_or(0);
+        let frees: Vec<i64> = nodes
+            .iter()
+            .filter(|n| !n.node.unschedulable)
+            .map(|n| free_of(n).get(&r).max(0))
+            .collect();
+        let free: i64 = frees.iter().sum();
+        let largest_free = frees.iter().copied().max().unwrap_or(0);
+        if needed > free || largest_pod > largest_free {
+            out.push(Shortfall {
+                resource: r,
+                needed,
+                free,
+                missing: (needed - free).max(0),
+                largest_pod,
+                largest_free,
+            });
+        }
+    }
+    out
+}
+
+fn fits(free: &Resources, req: &Resources, names: &[String]) -> bool {
+    names.iter().all(|r| req.get(r) <= free.get(r))
+}
+
+/// For each value of `key` among `nodes`: how many of `pods` fit there by resources (first fit), closest domain
+/// (most pods fitting, then name) first. Nodes without the label belong to no domain.
+pub fn domain_fits(nodes: &[NodeInfo], pods: &[std::sync::Arc<PodInfo>], key: &str) -> Vec<DomainFit> {
+    let rnames = names(pods);
+    let mut by: BTreeMap<String, Vec<Resources>> = BTreeMap::new();
+    for n in nodes {
+        if n.node.unschedulable {
+            continue;
+        }
+        if let Some(v) = n.node.labels.get(key) {
+            by.entry(v.clone()).or_default().push(free_of(n));
+        }
+    }
+    let mut out: Vec<DomainFit> = by
+        .into_iter()
+        .map(|(value, mut free)| {
+            let mut fit = 0;
+            let mut more_needed: BTreeMap<String, i64> = BTreeMap::new();
+            for p in pods {
+                let req = &p.spec.requests;
+                match free.iter_mut().find(|f| fits(f, req, &rnames)) {
+                    Some(f) => {
+                        f.sub(req);
+                        fit += 1;
+                    }
+                    None => {
+                        for r in &rnames {
+                            let v = req.get(r);
+                            if v > 0 {
+                                *more_needed.entry(r.clone()).or_default() += v;
+                            }
+                        }
+                    }
+                }
+            }
+            DomainFit {
+                key: key.to_owned(),
+                value,
+                fit,
+                pods: pods.len(),
+                more_needed,
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| b.fit.cmp(&a.fit).then(a.value.cmp(&b.value)));
+    out
+}
+
+/// The pods on `nodes` (only those whose name is in `on`, or all when `on` is `None`), lowest priority first:
+/// what preemption would look at first, each with its requests of what `pods` request. With `short` non-empty,
+/// only pods that request one of those resources (what is missing is what they hold). At most `limit`.
+pub fn holders(
+    nodes: &[NodeInfo],
+    pods: &[std::sync::Arc<PodInfo>],
+    on: Option<&[String]>,
+    short: &[String],
+    limit: usize,
+) -> Vec<Holder> {
+    let rnames = names(pods);
+    let mut out: Vec<Holder> = nodes
+        .iter()
+        .filter(|n| on.is_none_or(|on| on.iter().any(|x| x == n.name())))
+        .flat_map(|n| {
+            let rnames = &rnames;
+            n.pods.iter().map(move |p| Holder {
+                node: n.name().to_owned(),
+                pod: p.key.to_string(),
+                group: p.group_name.as_ref().map(|g| g.to_string()),
+                priority: p.priority,
+                requests: rnames
+                    .iter()
+                    .map(|r| (r.clone(), p.spec.requests.get(r)))
+                    .filter(|(_, v)| *v != 0)
+                    .collect(),
+            })
+        })
+        .filter(|h: &Holder| short.is_empty() || short.iter().any(|r| h.requests.contains_key(r)))
+        .collect();
+    out.sort_by(|a, b| a.priority.cmp(&b.priority).then(a.pod.cmp(&b.pod)));
+    out.truncate(limit);
+    out
+}
+
+/// `amount` of `resource` without its name: cores for cpu (`3`, `500m`), binary units for memory (`2Gi`), a count
+/// otherwise (what `kubectl describe node` prints in its Allocated resources table).
+pub fn quantity(resource: &str, amount: i64) -> String {
+    match resource {
+        "cpu" if amount % 1000 == 0 => format!("{}", amount / 1000),
+        "cpu" => format!("{amount}m"),
+        "memory" | "ephemeral-storage" => {
+            let units = [("Gi", 1i64 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)];
+            match units.iter().find(|(_, u)| amount >= *u && amount % u == 0) {
+                Some((s, u)) => format!("{}{s}", amount / u),
+                None => format!("{amount}"),
+            }
+        }
+        _ => format!("{amount}"),
+    }
+}
+
+/// `amount` of `resource` in the words `kubectl describe node` uses: cpu in cores (`3 CPU`, `500m CPU`), memory
+/// in binary units (`2Gi memory`), others as a count (`1 nvidia.com/gpu`).
+pub fn amount(resource: &str, amount: i64) -> String {
+    match resource {
+        "cpu" if amount % 1000 == 0 => format!("{} CPU", amount / 1000),
+        "cpu" => format!("{amount}m CPU"),
+        "memory" | "ephemeral-storage" => {
+            let units = [("Gi", 1i64 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)];
+            match units.iter().find(|(_, u)| amount >= *u && amount % u == 0) {
+                Some((s, u)) => format!("{}{s} {resource}", amount / u),
+                None => format!("{amount} bytes {resource}"),
+            }
+        }
+        _ => format!("{amount} {resource}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use phalanx_scheduler::model::NodeStatic;
+
+    use super::*;
+
+    fn node(name: &str, cpu: i64, rack: &str, used: i64) -> NodeInfo {
+        let mut n = NodeInfo::new(Arc::new(NodeStatic::simple(
+            name,
+            cpu,
+            1 << 34,
+            &[("rack", rack)],
+        )));
+        n.requested.milli_cpu = used;
+        n
+    }
+
+    #[test]
+    fn domains_closest_first_and_shortfall() {
+        let nodes = vec![
+            node("a1", 4000, "r1", 4000),
+            node("b1", 4000, "r2", 1000),
+            node("b2", 4000, "r2", 1000),
+        ];
+        let pods: Vec<Arc<PodInfo>> = (0..3)
+            .map(|i| Arc::new(PodInfo::simple("ns", &format!("p{i}"), 3000)))
+            .collect();
+        let d = domain_fits(&nodes, &pods, "rack");
+        assert_eq!((d[0].value.as_str(), d[0].fit, d[0].pods), ("r2", 2, 3));
+        assert_eq!(d[0].more_needed.get("cpu"), Some(&3000));
+        assert_eq!((d[1].value.as_str(), d[1].fit), ("r1", 0));
+        let s = shortfall(&nodes, &pods);
+        assert_eq!(s.len(), 1);
+        assert_eq!((s[0].needed, s[0].free, s[0].missing), (9000, 6000, 3000));
+        assert_eq!((s[0].largest_pod, s[0].largest_free), (3000, 3000));
+        let big = vec![Arc::new(PodInfo::simple("ns", "big", 3500))];
+        let s = shortfall(&nodes, &big);
+        assert_eq!(
+            (s[0].missing, s[0].largest_pod, s[0].largest_free),
+            (0, 3500, 3000),
+            "fits in sum, not on a node"
+        );
+        assert_eq!(amount("cpu", 3000), "3 CPU");
+        assert_eq!(amount("cpu", 1500), "1500m CPU");
+        assert_eq!(amount("memory", 2 << 30), "2Gi memory");
+        assert_eq!(quantity("cpu", 9000), "9");
+        assert_eq!(quantity("memory", 3 << 20), "3Mi");
+        let h = holders(&nodes, &pods, None, &[], 10);
+        assert!(h.is_empty(), "no pods on the nodes");
+    }
+}

@@ -1,0 +1,490 @@
+//! Gathering an [`Explanation`]: the target's objects from the cluster read, the scheduler's verdict from one dry
+//! run, and the capacity facts of that verdict's snapshot.
+
+use std::sync::Arc;
+
+use anyhow::bail;
+use k8s_openapi::api::core::v1::{Event, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{Api, ResourceExt, api::ListParams};
+use phalanx_api::conditions::{self, reasons};
+use phalanx_scheduler::{EntityKey, GateReason, GroupKey, GroupKind, Outcome, PodKey, is_terminal};
+use phalanx_store::{ClusterState, MAX_TREE_DEPTH, Store, pod_group_name, pod_node};
+
+use super::{ConditionFacts, EventFacts, Explanation, MemberFacts, PreemptionFacts, Quorum, Standing, facts};
+use crate::tools;
+
+/// What to explain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Target {
+    /// A PodGroup (`scheduling.phalanx.dev/v1beta1`).
+    #[value(alias = "podgroups", alias = "ppg")]
+    Podgroup,
+    /// A CompositePodGroup (`scheduling.phalanx.dev/v1alpha3`).
+    #[value(alias = "compositepodgroups", alias = "pcpg")]
+    Compositepodgroup,
+    /// A pod (its group is explained when it names one).
+    #[value(alias = "pods", alias = "po")]
+    Pod,
+}
+
+/// Most events shown.
+const EVENTS: usize = 8;
+/// Most capacity holders shown.
+const HOLDERS: usize = 10;
+
+/// Explains `target` `namespace/name` over `state` (read from the cluster `client` talks to; `client` is also used
+/// to read the events, verb `list` on `events`). Errors: the target does not exist and nothing refers to it
+/// (`podgroup ns/x not found`), a pod without a group that another scheduler places, a failed events LIST, an
+/// invalid node selector.
+pub async fn explain(
+    client: &kube::Client,
+    state: ClusterState,
+    target: Target,
+    namespace: &str,
+    name: &str,
+    view: &tools::View,
+) -> anyhow::Result<Explanation> {
+    let scheduler_name = view.scheduler_name.as_str();
+    let store = Store::from_state(state);
+    let (kind, group, pod) = match target {
+        Target::Pod => {
+            let Some(pod) = store.pod(&PodKey::new(namespace, name)) else {
+                bail!("pod {namespace}/{name} not found")
+            };
+            let group = pod_group_name(&pod).map(|g| GroupKey::pod_group(namespace, g));
+            if group.is_none() && !tools::is_ours(&pod, &view.scheduler_name) {
+                let theirs = pod
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.scheduler_name.as_deref())
+                    .unwrap_or("default-scheduler");
+                bail!(
+                    "pod {namespace}/{name} names schedulerName {theirs:?}, not {:?}: this scheduler does not place it \
+                     (--scheduler-name takes another instance's view)",
+                    view.scheduler_name
+                )
+            }
+            ("Pod", group, Some(pod))
+        }
+        Target::Podgroup => ("PodGroup", Some(GroupKey::pod_group(namespace, name)), None),
+        Target::Compositepodgroup => (
+            "CompositePodGroup",
+            Some(GroupKey::composite(namespace, name)),
+            None,
+        ),
+    };
+    let leaves = group.as_ref().map(|g| leaves_of(&store, g)).unwrap_or_default();
+    let members: Vec<Arc<Pod>> = match (&group, &pod) {
+        (Some(_), _) => leaves.iter().flat_map(|l| store.group_members(l)).collect(),
+        (None, Some(p)) => vec![p.clone()],
+        (None, None) => vec![],
+    };
+    let object_exists = group.as_ref().is_none_or(|g| store.group_node(g).is_some());
+    if !object_exists && members.is_empty() && !has_children(&store, group.as_ref()) {
+        bail!(
+            "{} {namespace}/{name} not found, and no pod or group names it",
+            kind.to_lowercase()
+        );
+    }
+    let entity = match (&group, &pod) {
+        (Some(g), _) => EntityKey::Group(store.hierarchy().root_of(g, MAX_TREE_DEPTH + 1)),
+        (None, Some(p)) => EntityKey::Pod(PodKey::of(p).unwrap_or_else(|| PodKey::new(namespace, name))),
+        (None, None) => bail!("{} {namespace}/{name}: nothing to explain", kind.to_lowercase()),
+    };
+    let dry = tools::run_dry(client.clone(), store.clone(), view)?;
+    let gate = dry.gate(&entity);
+    let attempt = dry.attempt(&entity);
+    let condition = group
+        .as_ref()
+        .and_then(|g| group_condition(&store, g))
+        .or_else(|| pod.as_deref().and_then(pod_condition));
+    let ours: Vec<&Arc<Pod>> = members
+        .iter()
+        .filter(|p| !is_terminal(p) && tools::is_ours(p, scheduler_name))
+        .collect();
+    let quorum = match (
+        &group,
+        group
+            .as_ref()
+            .and_then(|g| store.pod_group(&g.namespace, &g.name)),
+    ) {
+        (Some(g), Some(pg)) if g.kind == GroupKind::PodGroup => Some(Quorum {
+            min_count: pg
+                .spec
+                .scheduling_policy
+                .gang
+                .as_ref()
+                .map_or(1, |gang| u32::try_from(gang.min_count).unwrap_or(1)),
+            present: ours.len(),
+            members: ours.iter().map(|p| p.name_any()).collect(),
+        }),
+        _ => None,
+    };
+    let pending = |p: &&&Arc<Pod>| pod_node(p).is_none();
+    let preempting_live = ours
+        .iter()
+        .filter(pending)
+        .any(|p| pod_condition(p).is_some_and(|c| c.reason == reasons::WAITING_FOR_PREEMPTION));
+    let decision = attempt.map(|a| &a.decision);
+    let standing = if !object_exists {
+        Standing::WaitingForPodGroup
+    } else if let Some(g) = gate {
+        match g.reason {
+            GateReason::WaitingForPodGroup => Standing::WaitingForPodGroup,
+            GateReason::WaitingForQuorum => Standing::WaitingForQuorum,
+            GateReason::SchedulingGated => Standing::SchedulingGated,
+            GateReason::InvalidHierarchy => Standing::SchedulerError,
+        }
+    } else if preempting_live
+        || decision
+            .and_then(|d| d.preemption.as_ref())
+            .is_some_and(|p| p.success)
+    {
+        Standing::Preempting
+    } else if let Some(d) = decision {
+        match d.outcome {
+            Outcome::Scheduled => Standing::Schedulable,
+            Outcome::Unschedulable => Standing::Unschedulable,
+            Outcome::Error => Standing::SchedulerError,
+            Outcome::Skipped => Standing::Scheduled,
+        }
+    } else if ours.iter().any(|p| pod_node(p).is_none()) {
+        // Pending members that the queue did not hand out: held for their group's sake (e.g. its CompositePodGroup
+        // is missing) without a gate of their own.
+        Standing::WaitingForPodGroup
+    } else {
+        Standing::Scheduled
+    };
+    let reasons_text = gate.map(|g| g.message.clone()).or_else(|| {
+        let d = decision?;
+        let own = group
+            .as_ref()
+            .and_then(|g| d.conditions.iter().find(|c| &c.group == g));
+        own.map(|c| c.message.clone())
+            .filter(|m| !m.is_empty())
+            .or_else(|| d.failures.first().map(|f| f.message.clone()))
+    });
+    let failing = matches!(standing, Standing::Unschedulable | Standing::Preempting);
+    let (shortfall, domains, holders) = match attempt {
+        Some(a) if failing && !a.nodes.is_empty() => {
+            let key = a
+                .entity
+                .group
+                .as_ref()
+                .and_then(|g| g.topology_key.clone())
+                .or_else(|| a.entity.tree.as_ref().and_then(|t| t.root().topology_key.clone()));
+            let domains = key
+                .as_deref()
+                .map(|k| facts::domain_fits(&a.nodes, &a.entity.pods, k))
+                .unwrap_or_default();
+            // Who holds the room: on the closest domain's nodes when there is a topology, else on every node.
+            let on: Option<Vec<String>> = domains.first().map(|d| {
+                a.nodes
+                    .iter()
+                    .filter(|n| n.node.labels.get(&d.key) == Some(&d.value))
+                    .map(|n| n.name().to_owned())
+                    .collect()
+            });
+            let shortfall = facts::shortfall(&a.nodes, &a.entity.pods);
+            let short: Vec<String> = shortfall.iter().map(|x| x.resource.clone()).collect();
+            let holders = facts::holders(&a.nodes, &a.entity.pods, on.as_deref(), &short, HOLDERS);
+            (shortfall, domains, holders)
+        }
+        _ => (vec![], vec![], vec![]),
+    };
+    let preemption = decision.and_then(|d| {
+        let p = d.preemption.as_ref()?;
+        Some(PreemptionFacts {
+            success: p.success,
+            message: p.message.clone(),
+            victims: d
+                .victims
+                .iter()
+                .map(|v| {
+                    let g = v
+                        .group
+                        .as_ref()
+                        .map(|g| format!("group {}, ", g.name))
+                        .unwrap_or_default();
+                    format!("{} on {} ({g}priority {})", v.pod, v.node, v.priority)
+                })
+                .collect(),
+        })
+    });
+    let placement = match decision {
+        Some(d) if standing == Standing::Schedulable => d
+            .bindings
+            .iter()
+            .map(|b| super::Placed {
+                pod: b.pod.name.to_string(),
+                node: b.node.to_string(),
+            })
+            .collect(),
+        _ => vec![],
+    };
+    let member_facts: Vec<MemberFacts> = members
+        .iter()
+        .filter(|p| !is_terminal(p))
+        .map(|p| member(p))
+        .collect();
+    let gang_breakers = gang_breakers(&member_facts, scheduler_name, group.is_some());
+    let summary = summary(
+        standing,
+        &group,
+        &quorum,
+        reasons_text.as_deref(),
+        &preemption,
+        &member_facts,
+    );
+    let events = events(client, namespace, kind, name, &group, &members).await?;
+    Ok(Explanation {
+        kind: kind.into(),
+        namespace: namespace.into(),
+        name: name.into(),
+        pod_group: match target {
+            Target::Pod => group.as_ref().map(|g| g.name.to_string()),
+            _ => None,
+        },
+        state: standing,
+        summary,
+        condition,
+        quorum,
+        members: member_facts,
+        gang_breakers,
+        reasons: reasons_text,
+        shortfall,
+        domains,
+        holders,
+        preemption,
+        placement,
+        events,
+    })
+}
+
+/// The leaf PodGroups under `g` (itself for a PodGroup).
+fn leaves_of(store: &Store, g: &GroupKey) -> Vec<GroupKey> {
+    match g.kind {
+        GroupKind::PodGroup => vec![g.clone()],
+        GroupKind::CompositePodGroup => store
+            .hierarchy()
+            .subtree(g)
+            .into_iter()
+            .filter(|k| k.kind == GroupKind::PodGroup)
+            .collect(),
+    }
+}
+
+fn has_children(store: &Store, g: Option<&GroupKey>) -> bool {
+    g.is_some_and(|g| !store.hierarchy().children(g).is_empty())
+}
+
+fn condition_facts(c: &Condition) -> ConditionFacts {
+    ConditionFacts {
+        type_: c.type_.clone(),
+        status: c.status.clone(),
+        reason: c.reason.clone(),
+        message: c.message.clone(),
+        since: Some(c.last_transition_time.0.to_string()),
+    }
+}
+
+fn group_condition(store: &Store, g: &GroupKey) -> Option<ConditionFacts> {
+    let (list, type_) = match g.kind {
+        GroupKind::PodGroup => (
+            store
+                .pod_group(&g.namespace, &g.name)?
+                .status
+                .as_ref()?
+                .conditions
+                .clone(),
+            conditions::POD_GROUP_INITIALLY_SCHEDULED,
+        ),
+        GroupKind::CompositePodGroup => (
+            store
+                .composite_pod_group(&g.namespace, &g.name)?
+                .status
+                .as_ref()?
+                .conditions
+                .clone(),
+            conditions::COMPOSITE_POD_GROUP_INITIALLY_SCHEDULED,
+        ),
+    };
+    list.iter().find(|c| c.type_ == type_).map(condition_facts)
+}
+
+fn pod_condition(p: &Pod) -> Option<ConditionFacts> {
+    let c = p
+        .status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "PodScheduled")?;
+    Some(ConditionFacts {
+        type_: c.type_.clone(),
+        status: c.status.clone(),
+        reason: c.reason.clone().unwrap_or_default(),
+        message: c.message.clone().unwrap_or_default(),
+        since: c.last_transition_time.as_ref().map(|t| t.0.to_string()),
+    })
+}
+
+fn member(p: &Pod) -> MemberFacts {
+    MemberFacts {
+        name: p.name_any(),
+        node: pod_node(p).map(str::to_owned),
+        scheduler_name: p
+            .spec
+            .as_ref()
+            .and_then(|s| s.scheduler_name.clone())
+            .unwrap_or_else(|| "default-scheduler".into()),
+        priority: p.spec.as_ref().and_then(|s| s.priority).unwrap_or(0),
+        reason: pod_condition(p).map(|c| c.reason).filter(|r| !r.is_empty()),
+    }
+}
+
+/// Members that break the gang: a pending member of another scheduler is not counted and may be bound outside the
+/// gang (upstream `validatePodGroup` fails the group, `schedule_one_podgroup.go`); a member whose priority differs
+/// from the group's most common one is preempted and ordered apart from its siblings.
+fn gang_breakers(members: &[MemberFacts], scheduler_name: &str, grouped: bool) -> Vec<String> {
+    if !grouped {
+        return vec![];
+    }
+    let mut out = Vec::new();
+    for m in members {
+        if m.scheduler_name != scheduler_name && m.node.is_none() {
+            out.push(format!(
+                "pod {} names schedulerName {:?}, not {scheduler_name:?}: it is not counted, and another scheduler \
+                 may bind it outside the gang",
+                m.name, m.scheduler_name
+            ));
+        }
+    }
+    let mut counts: Vec<(i32, usize)> = Vec::new();
+    for m in members {
+        match counts.iter_mut().find(|(p, _)| *p == m.priority) {
+            Some(c) => c.1 += 1,
+            None => counts.push((m.priority, 1)),
+        }
+    }
+    if counts.len() > 1 {
+        let common = counts.iter().max_by_key(|(p, n)| (*n, -p)).map_or(0, |(p, _)| *p);
+        for m in members.iter().filter(|m| m.priority != common) {
+            out.push(format!(
+                "pod {} has priority {}, the rest of the gang {common}: members of one gang should share one \
+                 priority (set it on the PodGroup with priorityClassName)",
+                m.name, m.priority
+            ));
+        }
+    }
+    out
+}
+
+fn summary(
+    state: Standing,
+    group: &Option<GroupKey>,
+    quorum: &Option<Quorum>,
+    reasons: Option<&str>,
+    preemption: &Option<PreemptionFacts>,
+    members: &[MemberFacts],
+) -> String {
+    let what = match group {
+        Some(g) if g.kind == GroupKind::CompositePodGroup => format!("composite pod group {:?}", &*g.name),
+        Some(g) => format!("pod group {:?}", &*g.name),
+        None => "the pod".into(),
+    };
+    let pending = members.iter().filter(|m| m.node.is_none()).count();
+    match state {
+        Standing::WaitingForPodGroup => format!(
+            "Waiting for its group object: {pending} pod(s) name {what}, which does not exist yet; create it."
+        ),
+        Standing::WaitingForQuorum => match quorum {
+            // A leaf whose own quorum is met waits for its CompositePodGroup tree: the gate's message says which.
+            Some(q) if q.present < q.min_count as usize => format!(
+                "Waiting for quorum: {} of {} pods present (minCount {}); {} more must be created.",
+                q.present,
+                q.min_count,
+                q.min_count,
+                (q.min_count as usize).saturating_sub(q.present)
+            ),
+            _ => format!(
+                "Waiting for quorum: {}.",
+                reasons.unwrap_or("too few child groups are ready")
+            ),
+        },
+        Standing::SchedulingGated => {
+            "Held by spec.schedulingGates: the pods are not scheduled until the gates are removed.".into()
+        }
+        Standing::Unschedulable => format!(
+            "Tried, and it does not fit now: none of its {pending} pending pod(s) is bound (all-or-nothing)."
+        ),
+        Standing::Preempting => match preemption {
+            Some(p) if p.success => format!(
+                "Preempting: {} lower-priority pod(s) would be evicted to make room; it binds when they are gone.",
+                p.victims.len()
+            ),
+            _ => "Preempting: lower-priority pods were preempted for it; it binds when they are gone.".into(),
+        },
+        Standing::SchedulerError => format!("Cannot be scheduled: {}", reasons.unwrap_or("scheduler error")),
+        Standing::Schedulable => {
+            format!("Fits now: {pending} pod(s) would be placed at the scheduler's next attempt.")
+        }
+        Standing::Scheduled => format!("Scheduled: {} pod(s) bound.", members.len()),
+    }
+}
+
+/// The last events of the target and of up to three member pods (core/v1 Events, which include events.k8s.io
+/// ones), oldest first, at most [`EVENTS`].
+async fn events(
+    client: &kube::Client,
+    namespace: &str,
+    kind: &str,
+    name: &str,
+    group: &Option<GroupKey>,
+    members: &[Arc<Pod>],
+) -> anyhow::Result<Vec<EventFacts>> {
+    let api: Api<Event> = Api::namespaced(client.clone(), namespace);
+    let mut objects: Vec<(String, String)> = vec![(kind.to_owned(), name.to_owned())];
+    if let Some(g) = group
+        && kind == "Pod"
+    {
+        let k = if g.kind == GroupKind::PodGroup {
+            "PodGroup"
+        } else {
+            "CompositePodGroup"
+        };
+        objects.push((k.into(), g.name.to_string()));
+    }
+    for p in members.iter().filter(|p| pod_node(p).is_none()).take(3) {
+        if p.name_any() != name {
+            objects.push(("Pod".into(), p.name_any()));
+        }
+    }
+    let mut out = Vec::new();
+    for (k, n) in objects {
+        let lp = ListParams::default().fields(&format!("involvedObject.kind={k},involvedObject.name={n}"));
+        let list = api.list(&lp).await.map_err(|e| {
+            anyhow::anyhow!("listing events of {k} {namespace}/{n} failed (needs list on events): {e}")
+        })?;
+        for e in list.items {
+            let time = e
+                .series
+                .as_ref()
+                .and_then(|s| s.last_observed_time.as_ref().map(|t| t.0.to_string()))
+                .or_else(|| e.last_timestamp.as_ref().map(|t| t.0.to_string()))
+                .or_else(|| e.event_time.as_ref().map(|t| t.0.to_string()));
+            out.push(EventFacts {
+                object: format!("{}/{n}", k.to_lowercase()),
+                type_: e.type_.unwrap_or_default(),
+                reason: e.reason.unwrap_or_default(),
+                message: e.message.unwrap_or_default(),
+                time,
+                count: e.series.as_ref().and_then(|s| s.count).or(e.count).unwrap_or(1),
+            });
+        }
+    }
+    out.sort_by(|a, b| a.time.cmp(&b.time));
+    let skip = out.len().saturating_sub(EVENTS);
+    Ok(out.split_off(skip))
+}

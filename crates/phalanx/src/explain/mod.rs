@@ -1,0 +1,163 @@
+//! `phalanx explain`: why a PodGroup, CompositePodGroup or pod is pending, from the live cluster, in one answer.
+//!
+//! The answer comes from one dry run of the scheduler's own cycles ([`phalanx_driver::dry_run`]) over a read of
+//! the cluster, so the verdict and the filter reasons are the ones the scheduler reaches (kube-scheduler's wording,
+//! `0/6 nodes are available: 6 Insufficient cpu.`, upstream `FitError.Error()` in
+//! `pkg/scheduler/framework/types.go`). Around that verdict it gathers what a reader needs to act: the group's
+//! condition and since when, the quorum and which members are present, the shortfall per resource and per
+//! topology domain ([`facts`]), who holds the room and at what priority, what preemption would do, members that
+//! break the gang, and the last events. [`render`] prints it as text; the JSON form is [`Explanation`] itself.
+
+pub mod facts;
+pub mod gather;
+pub mod render;
+
+use serde::Serialize;
+
+pub use gather::explain;
+
+/// Where the target stands, in the words of its condition reasons (`phalanx_api::conditions::reasons`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Standing {
+    /// Pods name a PodGroup (or a tree a CompositePodGroup) that does not exist.
+    WaitingForPodGroup,
+    /// Fewer member pods than `minCount` (or ready child groups than `minGroupCount`).
+    WaitingForQuorum,
+    /// Pods carry `spec.schedulingGates`.
+    SchedulingGated,
+    /// Tried, and it does not fit now.
+    Unschedulable,
+    /// It preempts lower-priority pods and waits for them to go.
+    Preempting,
+    /// Invalid input (a member of another scheduler, an invalid hierarchy) or an internal error.
+    SchedulerError,
+    /// It fits now: the scheduler places it at its next attempt.
+    Schedulable,
+    /// Placed (`…InitiallyScheduled=True`) and no member pending.
+    Scheduled,
+}
+
+/// A condition as read from the object.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConditionFacts {
+    /// Type, e.g. `PodGroupInitiallyScheduled` or `PodScheduled`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `True` / `False`.
+    pub status: String,
+    /// Reason.
+    pub reason: String,
+    /// Message.
+    pub message: String,
+    /// `lastTransitionTime` (RFC 3339).
+    pub since: Option<String>,
+}
+
+/// Quorum of a gang.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Quorum {
+    /// `minCount` (1 for basic).
+    pub min_count: u32,
+    /// MemberFacts pods of this scheduler that exist and are not terminal.
+    pub present: usize,
+    /// Their names.
+    pub members: Vec<String>,
+}
+
+/// One member pod.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberFacts {
+    /// Name.
+    pub name: String,
+    /// Node, when bound.
+    pub node: Option<String>,
+    /// `spec.schedulerName`.
+    pub scheduler_name: String,
+    /// `spec.priority` (0 when unset).
+    pub priority: i32,
+    /// Reason of its `PodScheduled` condition.
+    pub reason: Option<String>,
+}
+
+/// What preemption did in the dry run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PreemptionFacts {
+    /// Whether it would succeed.
+    pub success: bool,
+    /// The PostFilter message (why not, when it fails).
+    pub message: String,
+    /// Victims it would evict: `namespace/name on node (group g, priority p)`.
+    pub victims: Vec<String>,
+}
+
+/// An event about the target or its members.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EventFacts {
+    /// `kind/name` of the object.
+    pub object: String,
+    /// `Normal` / `Warning`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// Reason.
+    pub reason: String,
+    /// Note (message).
+    pub message: String,
+    /// When it last happened (RFC 3339).
+    pub time: Option<String>,
+    /// How many times.
+    pub count: i32,
+}
+
+/// A pod and the node it would be bound to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Placed {
+    /// Pod name (the namespace is the group's).
+    pub pod: String,
+    /// Node name.
+    pub node: String,
+}
+
+/// The whole answer of `phalanx explain` (the JSON of `-o json`).
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Explanation {
+    /// `PodGroup`, `CompositePodGroup` or `Pod`.
+    pub kind: String,
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// For a pod: the PodGroup it names.
+    pub pod_group: Option<String>,
+    /// Where it stands.
+    pub state: Standing,
+    /// One sentence saying so.
+    pub summary: String,
+    /// The group's `…InitiallyScheduled` condition (for a pod without group: its `PodScheduled`).
+    pub condition: Option<ConditionFacts>,
+    /// Quorum, for a PodGroup.
+    pub quorum: Option<Quorum>,
+    /// MemberFacts pods.
+    pub members: Vec<MemberFacts>,
+    /// Members that break the gang, each a sentence.
+    pub gang_breakers: Vec<String>,
+    /// The core's failure message (kube-scheduler's `0/N nodes are available: …` wording).
+    pub reasons: Option<String>,
+    /// Resources short in total.
+    pub shortfall: Vec<facts::Shortfall>,
+    /// Topology domains, closest first (groups with a topology constraint).
+    pub domains: Vec<facts::DomainFit>,
+    /// Pods holding the room the group needs, lowest priority first.
+    pub holders: Vec<facts::Holder>,
+    /// Preemption, when it ran.
+    pub preemption: Option<PreemptionFacts>,
+    /// Where each pending pod would go when it fits now.
+    pub placement: Vec<Placed>,
+    /// Last events, newest last.
+    pub events: Vec<EventFacts>,
+}

@@ -1,0 +1,660 @@
+//! `phalanx explain` / `simulate` / `snapshot` as a user runs them, against the real control plane of
+//! phalanx-testenv (kube-apiserver, etcd, kube-controller-manager, kwok). Each test has its own namespace, kwok
+//! nodes labelled for it, and scheduler name; the binary is told both (`--scheduler-name`, `--node-selector`), as a
+//! scheduler instance partitioning a shared cluster is. No test skips: without the control-plane binaries the
+//! testenv fails the test.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{Context as _, ensure};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use kube::{
+    Api, Client, ResourceExt,
+    api::{ListParams, PostParams},
+};
+use phalanx_api::v1beta1::PodGroup;
+use phalanx_driver::SchedulerOptions;
+use phalanx_store::{Store, StoreConfig};
+use phalanx_testenv::{FakeNode, TEST_NS_LABEL, TestEnv, bind_pod, create_namespace, wait_for};
+use prometheus_client::registry::Registry;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+struct Ctx {
+    client: Client,
+    ns: String,
+    sched: String,
+}
+
+async fn setup(prefix: &str) -> anyhow::Result<Ctx> {
+    let env = TestEnv::shared();
+    let client = env.client().await?;
+    phalanx_testenv::apply_crds(&client, &phalanx_api::crds::to_yaml()).await?;
+    let ns = create_namespace(&client, prefix).await?;
+    let sched = format!("phalanx-{ns}");
+    Ok(Ctx { client, ns, sched })
+}
+
+/// What the binary printed.
+struct Run {
+    ok: bool,
+    stdout: String,
+    stderr: String,
+}
+
+impl Ctx {
+    fn cli(&self, args: &[&str]) -> Run {
+        let selector = format!("{TEST_NS_LABEL}={}", self.ns);
+        let kubeconfig = TestEnv::shared().kubeconfig_path().display().to_string();
+        let mut all: Vec<&str> = args.to_vec();
+        all.extend([
+            "--kubeconfig",
+            &kubeconfig,
+            "--scheduler-name",
+            &self.sched,
+            "--node-selector",
+            &selector,
+        ]);
+        let out = Command::new(env!("CARGO_BIN_EXE_kubectl-phalanx"))
+            .args(&all)
+            .output()
+            .expect("the binary runs");
+        Run {
+            ok: out.status.success(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    /// `explain KIND NAME` in text and in JSON; both must succeed.
+    fn explain(&self, kind: &str, name: &str) -> anyhow::Result<(String, Value)> {
+        let t = self.cli(&["explain", kind, name, "-n", &self.ns]);
+        ensure!(t.ok, "explain failed: {}", t.stderr);
+        assert!(!t.stderr.contains("panicked"), "{}", t.stderr);
+        let j = self.cli(&["explain", kind, name, "-n", &self.ns, "-o", "json"]);
+        ensure!(j.ok, "explain -o json failed: {}", j.stderr);
+        let v: Value = serde_json::from_str(&j.stdout).with_context(|| format!("JSON: {}", j.stdout))?;
+        Ok((t.stdout, v))
+    }
+
+    async fn node(&self, name: &str, cpu: &str, labels: &[(&str, &str)]) -> anyhow::Result<String> {
+        let full = format!("{}-{name}", self.ns);
+        let mut n = FakeNode::new(&full)
+            .cpu(cpu)
+            .memory("32Gi")
+            .pods(110)
+            .test_namespace(&self.ns);
+        for (k, v) in labels {
+            n = n.label(*k, *v);
+        }
+        n.create(&self.client).await?;
+        Ok(full)
+    }
+
+    fn pod_json(&self, name: &str, cpu: &str, group: Option<&str>, scheduler: &str) -> Value {
+        let mut labels = BTreeMap::new();
+        if let Some(g) = group {
+            labels.insert(phalanx_api::labels::POD_GROUP.to_string(), g.to_string());
+        }
+        json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": { "name": name, "namespace": self.ns, "labels": labels },
+            "spec": {
+                "schedulerName": scheduler,
+                "terminationGracePeriodSeconds": 0,
+                "containers": [{ "name": "c", "image": "busybox", "resources": { "requests": { "cpu": cpu } } }],
+            }
+        })
+    }
+
+    async fn pod(&self, name: &str, cpu: &str, group: Option<&str>) -> anyhow::Result<()> {
+        let sched = self.sched.clone();
+        self.create_pod(self.pod_json(name, cpu, group, &sched)).await
+    }
+
+    async fn create_pod(&self, v: Value) -> anyhow::Result<()> {
+        let pod: Pod = serde_json::from_value(v)?;
+        Api::<Pod>::namespaced(self.client.clone(), &self.ns)
+            .create(&PostParams::default(), &pod)
+            .await
+            .with_context(|| format!("creating pod {}", pod.name_any()))?;
+        Ok(())
+    }
+
+    fn group_json(&self, name: &str, min: i32, topology: Option<&str>, class: Option<&str>) -> Value {
+        let mut spec = json!({ "schedulingPolicy": { "gang": { "minCount": min } } });
+        if let Some(k) = topology {
+            spec["schedulingConstraints"] = json!({ "topology": [{ "key": k }] });
+        }
+        if let Some(c) = class {
+            spec["priorityClassName"] = json!(c);
+        }
+        json!({
+            "apiVersion": "scheduling.phalanx.dev/v1beta1",
+            "kind": "PodGroup",
+            "metadata": { "name": name, "namespace": self.ns },
+            "spec": spec,
+        })
+    }
+
+    async fn group(&self, name: &str, min: i32, topology: Option<&str>) -> anyhow::Result<()> {
+        self.create_group(self.group_json(name, min, topology, None))
+            .await
+    }
+
+    async fn create_group(&self, v: Value) -> anyhow::Result<()> {
+        let pg: PodGroup = serde_json::from_value(v)?;
+        Api::<PodGroup>::namespaced(self.client.clone(), &self.ns)
+            .create(&PostParams::default(), &pg)
+            .await
+            .with_context(|| format!("creating PodGroup {}", pg.name_any()))?;
+        Ok(())
+    }
+
+    /// Runs this test's scheduler in-process (the driver as `phalanx run` runs it) until `until` holds.
+    async fn schedule_until<T, F, Fut>(&self, what: &str, until: F) -> anyhow::Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = anyhow::Result<Option<T>>>,
+    {
+        let opts = SchedulerOptions {
+            scheduler_name: self.sched.clone(),
+            node_selector: Some(format!("{TEST_NS_LABEL}={}", self.ns)),
+            ..SchedulerOptions::default()
+        };
+        let store = Store::start(self.client.clone(), StoreConfig::default());
+        let (_tx, rx) = tokio::sync::watch::channel(true);
+        let shutdown = CancellationToken::new();
+        let mut registry = Registry::default();
+        let fut = phalanx_driver::run(
+            self.client.clone(),
+            store,
+            opts,
+            rx,
+            shutdown.clone(),
+            &mut registry,
+        );
+        let handle = tokio::spawn(fut);
+        let r = wait_for(what, Duration::from_secs(60), until).await;
+        shutdown.cancel();
+        handle.await.context("scheduler task")??;
+        r
+    }
+
+    async fn bindings(&self) -> anyhow::Result<BTreeMap<String, String>> {
+        let list = Api::<Pod>::namespaced(self.client.clone(), &self.ns)
+            .list(&ListParams::default())
+            .await?;
+        Ok(list
+            .items
+            .iter()
+            .filter_map(|p| Some((p.name_any(), p.spec.as_ref()?.node_name.clone()?)))
+            .collect())
+    }
+}
+
+fn s(v: &Value, ptr: &str) -> String {
+    v.pointer(ptr)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// Pods name a PodGroup that does not exist: WaitingForPodGroup, naming the group; a name nothing refers to is a
+/// clear error with a non-zero exit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_group_missing() -> anyhow::Result<()> {
+    let cx = setup("ex-missing").await?;
+    cx.node("n1", "4", &[]).await?;
+    cx.pod("p1", "1", Some("ghost")).await?;
+    let (text, j) = cx.explain("podgroup", "ghost")?;
+    assert_eq!(s(&j, "/state"), "WaitingForPodGroup", "{j}");
+    assert!(text.contains("Waiting for its group object"), "{text}");
+    assert!(text.contains("\"ghost\", which does not exist"), "{text}");
+    cx.create_pod(cx.pod_json("theirs", "1", None, "other-scheduler"))
+        .await?;
+    let r = cx.cli(&["explain", "pod", "theirs", "-n", &cx.ns]);
+    assert!(
+        !r.ok && r.stderr.contains("names schedulerName \"other-scheduler\""),
+        "{}",
+        r.stderr
+    );
+    let (_, jp) = cx.explain("pod", "p1")?;
+    assert_eq!(s(&jp, "/state"), "WaitingForPodGroup");
+    assert_eq!(s(&jp, "/podGroup"), "ghost");
+    // As a kubectl plugin: kubectl finds `kubectl-phalanx` on PATH and passes the arguments through.
+    let plugin = Path::new(env!("CARGO_BIN_EXE_kubectl-phalanx"));
+    let path = format!(
+        "{}:{}",
+        plugin
+            .parent()
+            .map(|d| d.display().to_string())
+            .unwrap_or_default(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let selector = format!("{TEST_NS_LABEL}={}", cx.ns);
+    let out = Command::new(TestEnv::shared().bin_dir().join("kubectl"))
+        .env("PATH", path)
+        .args([
+            "phalanx",
+            "explain",
+            "ppg",
+            "ghost",
+            "-n",
+            &cx.ns,
+            "--scheduler-name",
+            &cx.sched,
+        ])
+        .args(["--node-selector", &selector, "--kubeconfig"])
+        .arg(TestEnv::shared().kubeconfig_path())
+        .output()?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "kubectl phalanx: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("WaitingForPodGroup"), "{stdout}");
+    let r = cx.cli(&["explain", "podgroup", "nothing", "-n", &cx.ns]);
+    assert!(!r.ok, "a missing object fails");
+    assert!(
+        r.stderr
+            .contains(&format!("podgroup {}/nothing not found", cx.ns)),
+        "{}",
+        r.stderr
+    );
+    assert!(!r.stderr.contains("panicked"), "{}", r.stderr);
+    Ok(())
+}
+
+/// 2 of 3 gang pods: WaitingForQuorum with the count and the members present.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_quorum() -> anyhow::Result<()> {
+    let cx = setup("ex-quorum").await?;
+    cx.node("n1", "8", &[]).await?;
+    cx.group("g", 3, None).await?;
+    cx.pod("g-0", "1", Some("g")).await?;
+    cx.pod("g-1", "1", Some("g")).await?;
+    let (text, j) = cx.explain("ppg", "g")?;
+    assert_eq!(s(&j, "/state"), "WaitingForQuorum", "{j}");
+    assert_eq!(j.pointer("/quorum/present"), Some(&json!(2)));
+    assert_eq!(j.pointer("/quorum/minCount"), Some(&json!(3)));
+    assert_eq!(j.pointer("/quorum/members"), Some(&json!(["g-0", "g-1"])));
+    assert!(text.contains("2 of 3 pods present (minCount 3)"), "{text}");
+    assert!(text.contains("1 more must be created"), "{text}");
+    assert!(text.contains("g-0, g-1"), "{text}");
+    // A pod without a group is explained as kube-scheduler would schedule it, on its own.
+    cx.pod("solo", "100", None).await?;
+    let (text, j) = cx.explain("pod", "solo")?;
+    assert_eq!(s(&j, "/state"), "Unschedulable", "{j}");
+    assert!(j.get("podGroup").is_some_and(Value::is_null), "{j}");
+    assert!(
+        text.contains("0/1 nodes are available: 1 Insufficient cpu."),
+        "{text}"
+    );
+    Ok(())
+}
+
+/// A CompositePodGroup tree with one of its two child groups: the root and the leaf both wait for the tree's
+/// quorum, and say so with the tree's count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_composite_quorum() -> anyhow::Result<()> {
+    let cx = setup("ex-cpg").await?;
+    cx.node("n1", "8", &[]).await?;
+    let root: phalanx_api::v1alpha3::CompositePodGroup = serde_json::from_value(json!({
+        "apiVersion": "scheduling.phalanx.dev/v1alpha3",
+        "kind": "CompositePodGroup",
+        "metadata": { "name": "root", "namespace": cx.ns },
+        "spec": {
+            "workloadRef": { "workloadName": "w", "templateName": "root" },
+            "schedulingPolicy": { "gang": { "minGroupCount": 2 } },
+        },
+    }))?;
+    Api::<phalanx_api::v1alpha3::CompositePodGroup>::namespaced(cx.client.clone(), &cx.ns)
+        .create(&PostParams::default(), &root)
+        .await?;
+    let mut leaf = cx.group_json("leaf", 1, None, None);
+    leaf["spec"]["parentCompositePodGroupName"] = json!("root");
+    leaf["spec"]["workloadRef"] = json!({ "workloadName": "w", "templateName": "leaf" });
+    cx.create_group(leaf).await?;
+    cx.pod("leaf-0", "1", Some("leaf")).await?;
+    let (text, j) = cx.explain("pcpg", "root")?;
+    assert_eq!(s(&j, "/kind"), "CompositePodGroup");
+    assert_eq!(s(&j, "/state"), "WaitingForQuorum", "{j}");
+    assert!(
+        text.contains("composite pod group \"root\" tree: 1 of 1 child groups ready (minGroupCount 2)"),
+        "{text}"
+    );
+    let (text, j) = cx.explain("podgroup", "leaf")?;
+    assert_eq!(s(&j, "/state"), "WaitingForQuorum", "{j}");
+    assert!(
+        text.contains("(minGroupCount 2)"),
+        "the leaf names the tree's count: {text}"
+    );
+    Ok(())
+}
+
+/// A gang bigger than the free CPU: Unschedulable since the scheduler's condition, the kube-scheduler style
+/// filter reasons, the shortfall, and the pod holding the room with its priority.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_resources() -> anyhow::Result<()> {
+    let cx = setup("ex-res").await?;
+    let n1 = cx.node("n1", "4", &[]).await?;
+    cx.node("n2", "4", &[]).await?;
+    let mut other = cx.pod_json("other", "2", None, "someone-else");
+    other["spec"]["nodeName"] = json!(n1);
+    cx.create_pod(other).await?;
+    cx.group("big", 3, None).await?;
+    for i in 0..3 {
+        cx.pod(&format!("big-{i}"), "3", Some("big")).await?;
+    }
+    let api = Api::<PodGroup>::namespaced(cx.client.clone(), &cx.ns);
+    cx.schedule_until("big Unschedulable", || async {
+        let g = api.get("big").await?;
+        Ok(g.status
+            .and_then(|s| s.conditions.into_iter().find(|c| c.reason == "Unschedulable"))
+            .map(|_| ()))
+    })
+    .await?;
+    let (text, j) = cx.explain("podgroup", "big")?;
+    assert_eq!(s(&j, "/state"), "Unschedulable", "{j}");
+    assert_eq!(s(&j, "/condition/reason"), "Unschedulable");
+    assert!(!s(&j, "/condition/since").is_empty(), "since when: {j}");
+    assert!(s(&j, "/reasons").contains("Insufficient cpu"), "{j}");
+    assert_eq!(j.pointer("/shortfall/0/resource"), Some(&json!("cpu")));
+    assert_eq!(
+        j.pointer("/shortfall/0/missing"),
+        Some(&json!(3000)),
+        "9 CPU needed, 6 free"
+    );
+    let holders = j
+        .pointer("/holders")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        holders
+            .iter()
+            .any(|h| h["pod"] == json!(format!("{}/other", cx.ns)) && h["priority"] == json!(0)),
+        "{j}"
+    );
+    assert!(text.contains("nodes are available"), "{text}");
+    assert!(
+        text.contains("cpu: 9 requested, 6 free on the considered nodes: 3 short"),
+        "{text}"
+    );
+    assert!(
+        text.contains("Condition: PodGroupInitiallyScheduled=False (Unschedulable) since"),
+        "{text}"
+    );
+    assert!(
+        text.contains("Last events:") && text.contains("FailedScheduling"),
+        "{text}"
+    );
+    Ok(())
+}
+
+/// A rack topology group that fits in no rack although the racks together have room: each rack with what it
+/// lacks, the closest first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_topology() -> anyhow::Result<()> {
+    let cx = setup("ex-topo").await?;
+    cx.node("a1", "4", &[("rack", "r1")]).await?;
+    cx.node("b1", "4", &[("rack", "r2")]).await?;
+    cx.node("b2", "4", &[("rack", "r2")]).await?;
+    cx.group("t", 3, Some("rack")).await?;
+    for i in 0..3 {
+        cx.pod(&format!("t-{i}"), "3", Some("t")).await?;
+    }
+    let (text, j) = cx.explain("podgroup", "t")?;
+    assert_eq!(s(&j, "/state"), "Unschedulable", "{j}");
+    assert_eq!(
+        j.pointer("/shortfall"),
+        Some(&json!([])),
+        "12 CPU free in total for 9: {j}"
+    );
+    assert_eq!(s(&j, "/domains/0/value"), "r2", "closest first: {j}");
+    assert_eq!(j.pointer("/domains/0/fit"), Some(&json!(2)));
+    assert_eq!(j.pointer("/domains/0/moreNeeded/cpu"), Some(&json!(3000)));
+    assert_eq!(s(&j, "/domains/1/value"), "r1");
+    assert!(
+        text.contains("rack r2: 2 of 3 pods fit; 1 more needs 3 CPU"),
+        "{text}"
+    );
+    assert!(
+        text.contains("rack r1: 1 of 3 pods fit; 2 more need 6 CPU"),
+        "{text}"
+    );
+    let why = s(&j, "/reasons");
+    assert!(why.contains("placements are available"), "{why}");
+    assert!(
+        why.contains("\"rack\""),
+        "the message names the topology key: {why}"
+    );
+    assert!(why.contains("rack=r2"), "and the closest domain: {why}");
+    Ok(())
+}
+
+/// A member of another scheduler breaks the gang: named, with its scheduler.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_foreign_member() -> anyhow::Result<()> {
+    let cx = setup("ex-foreign").await?;
+    cx.node("n1", "8", &[]).await?;
+    cx.group("f", 2, None).await?;
+    cx.pod("f-0", "1", Some("f")).await?;
+    cx.pod("f-1", "1", Some("f")).await?;
+    cx.create_pod(cx.pod_json("f-x", "1", Some("f"), "other-scheduler"))
+        .await?;
+    // And one of ours whose priority differs from its siblings'.
+    let class = format!("{}-mid", cx.ns);
+    let pc: PriorityClass = serde_json::from_value(json!({ "metadata": { "name": class }, "value": 50 }))?;
+    Api::<PriorityClass>::all(cx.client.clone())
+        .create(&PostParams::default(), &pc)
+        .await?;
+    let mut odd = cx.pod_json("f-2", "1", Some("f"), &cx.sched);
+    odd["spec"]["priorityClassName"] = json!(class);
+    let created = cx.create_pod(odd).await;
+    Api::<PriorityClass>::all(cx.client.clone())
+        .delete(&class, &Default::default())
+        .await?;
+    created?;
+    let (text, j) = cx.explain("podgroup", "f")?;
+    assert_eq!(s(&j, "/state"), "SchedulerError", "{j}");
+    let breakers = j
+        .pointer("/gangBreakers")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        breakers.iter().any(|b| b
+            .as_str()
+            .is_some_and(|b| b.contains("pod f-x names schedulerName \"other-scheduler\""))),
+        "{j}"
+    );
+    assert!(
+        breakers.iter().any(|b| b
+            .as_str()
+            .is_some_and(|b| b.contains("pod f-2 has priority 50, the rest of the gang 0"))),
+        "{j}"
+    );
+    assert!(text.contains("Members that break the gang:"), "{text}");
+    Ok(())
+}
+
+/// A high-priority gang on a node full of low-priority work: preemption would evict the low pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_preemption() -> anyhow::Result<()> {
+    let cx = setup("ex-preempt").await?;
+    let n1 = cx.node("n1", "4", &[]).await?;
+    let class = format!("{}-high", cx.ns);
+    let pc: PriorityClass = serde_json::from_value(json!({
+        "metadata": { "name": class }, "value": 1000, "preemptionPolicy": "PreemptLowerPriority",
+    }))?;
+    Api::<PriorityClass>::all(cx.client.clone())
+        .create(&PostParams::default(), &pc)
+        .await?;
+    cx.pod("low", "4", None).await?;
+    bind_pod(&cx.client, &cx.ns, "low", &n1).await?;
+    cx.create_group(cx.group_json("hi", 2, None, Some(&class)))
+        .await?;
+    for i in 0..2 {
+        let mut p = cx.pod_json(&format!("hi-{i}"), "2", Some("hi"), &cx.sched);
+        p["spec"]["priorityClassName"] = json!(class);
+        cx.create_pod(p).await?;
+    }
+    let (text, j) = cx.explain("podgroup", "hi")?;
+    Api::<PriorityClass>::all(cx.client.clone())
+        .delete(&class, &Default::default())
+        .await?;
+    assert_eq!(s(&j, "/state"), "Preempting", "{j}");
+    assert_eq!(j.pointer("/preemption/success"), Some(&json!(true)), "{j}");
+    let victims = j
+        .pointer("/preemption/victims")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        victims.iter().any(|v| v
+            .as_str()
+            .is_some_and(|v| v.starts_with(&format!("{}/low on {n1}", cx.ns)))),
+        "{j}"
+    );
+    assert!(text.contains("Preemption would evict:"), "{text}");
+    Ok(())
+}
+
+/// `snapshot`, then `simulate` on the file, then the real scheduler on the same manifests: the same pod -> node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn simulate_matches_the_scheduler() -> anyhow::Result<()> {
+    let cx = setup("ex-sim").await?;
+    let a1 = cx.node("a1", "4", &[("rack", "r1")]).await?;
+    cx.node("b1", "4", &[("rack", "r2")]).await?;
+    cx.node("b2", "4", &[("rack", "r2")]).await?;
+    // Some of r1 is taken, so the rack group must go to r2.
+    let mut used = cx.pod_json("used", "2", None, "someone-else");
+    used["spec"]["nodeName"] = json!(a1);
+    cx.create_pod(used).await?;
+    let snap = cx.cli(&["snapshot"]);
+    ensure!(snap.ok, "snapshot failed: {}", snap.stderr);
+    let dir = std::env::temp_dir().join(format!("phalanx-{}", cx.ns));
+    std::fs::create_dir_all(&dir)?;
+    let snap_file = dir.join("snapshot.yaml");
+    std::fs::write(&snap_file, &snap.stdout)?;
+    let mut docs = vec![
+        cx.group_json("rack", 2, Some("rack"), None),
+        cx.group_json("too-big", 2, None, None),
+    ];
+    for i in 0..2 {
+        docs.push(cx.pod_json(&format!("rack-{i}"), "3", Some("rack"), &cx.sched));
+        docs.push(cx.pod_json(&format!("too-big-{i}"), "8", Some("too-big"), &cx.sched));
+    }
+    docs.push(cx.pod_json("solo", "1", None, &cx.sched));
+    let manifests: String = docs
+        .iter()
+        .map(|d| serde_json::to_string(d).map(|s| format!("---\n{s}\n")))
+        .collect::<Result<_, _>>()?;
+    let m_file = dir.join("manifests.yaml");
+    std::fs::write(&m_file, &manifests)?;
+    let sim = cx.cli(&[
+        "simulate",
+        "-f",
+        &m_file.display().to_string(),
+        "--snapshot",
+        &snap_file.display().to_string(),
+        "-o",
+        "json",
+    ]);
+    ensure!(sim.ok, "simulate failed: {}", sim.stderr);
+    let v: Value = serde_json::from_str(&sim.stdout)?;
+    let text = cx.cli(&[
+        "simulate",
+        "-f",
+        &m_file.display().to_string(),
+        "--snapshot",
+        &snap_file.display().to_string(),
+    ]);
+    ensure!(text.ok, "{}", text.stderr);
+    assert!(
+        text.stdout
+            .contains(&format!("PodGroup {}/too-big: Unschedulable", cx.ns)),
+        "{}",
+        text.stdout
+    );
+    let mut predicted: BTreeMap<String, String> = BTreeMap::new();
+    for verdict in v.as_array().cloned().unwrap_or_default() {
+        for pn in verdict["placement"].as_array().cloned().unwrap_or_default() {
+            predicted.insert(
+                pn["pod"].as_str().unwrap_or_default().into(),
+                pn["node"].as_str().unwrap_or_default().into(),
+            );
+        }
+    }
+    let result_of = |name: &str| {
+        v.as_array()
+            .and_then(|a| a.iter().find(|x| x["name"] == json!(format!("{}/{name}", cx.ns))))
+            .map(|x| x["result"].as_str().unwrap_or_default().to_owned())
+    };
+    assert_eq!(result_of("rack").as_deref(), Some("Scheduled"), "{v}");
+    assert_eq!(result_of("too-big").as_deref(), Some("Unschedulable"), "{v}");
+    assert_eq!(result_of("solo").as_deref(), Some("Scheduled"), "{v}");
+    assert_eq!(predicted.len(), 3, "rack-0, rack-1, solo: {v}");
+    // Against the live cluster instead of the file: the same placement.
+    let live = cx.cli(&["simulate", "-f", &m_file.display().to_string(), "-o", "json"]);
+    ensure!(live.ok, "simulate (live) failed: {}", live.stderr);
+    let lv: Value = serde_json::from_str(&live.stdout)?;
+    assert_eq!(
+        lv, v,
+        "the snapshot file and the live cluster give the same verdicts"
+    );
+    // A manifest of a kind the simulator does not read is refused, naming it.
+    let bad_file = dir.join("bad.yaml");
+    std::fs::write(
+        &bad_file,
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\n",
+    )?;
+    let bad = cx.cli(&["simulate", "-f", &bad_file.display().to_string()]);
+    assert!(!bad.ok, "a Deployment is refused");
+    assert!(
+        bad.stderr.contains("document 1 (Deployment \"web\")"),
+        "{}",
+        bad.stderr
+    );
+    assert!(!bad.stderr.contains("panicked"), "{}", bad.stderr);
+    // Nothing was written by the simulation.
+    assert_eq!(cx.bindings().await?.len(), 1, "only `used` is bound");
+    // Now for real, in the order of the manifests.
+    for d in docs {
+        if d["kind"] == json!("PodGroup") {
+            cx.create_group(d).await?;
+        } else {
+            cx.create_pod(d).await?;
+        }
+    }
+    let got = cx
+        .schedule_until("the scheduler binds rack-0, rack-1 and solo", || async {
+            let b = cx.bindings().await?;
+            Ok((b.len() == 4).then_some(b))
+        })
+        .await?;
+    let actual: BTreeMap<String, String> = got.into_iter().filter(|(p, _)| p != "used").collect();
+    assert_eq!(actual, predicted, "simulate placed as the scheduler does");
+    let _ = std::fs::remove_dir_all(&dir);
+    let bad = cx.cli(&[
+        "simulate",
+        "-f",
+        "/nonexistent/m.yaml",
+        "--snapshot",
+        "/nonexistent/s.yaml",
+    ]);
+    assert!(
+        !bad.ok && bad.stderr.contains("reading /nonexistent/m.yaml"),
+        "{}",
+        bad.stderr
+    );
+    Ok(())
+}
