@@ -133,7 +133,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         None => PhalanxConfig::default(),
     };
     let fence = crate::write_fence::WriteFence::default();
-    let client = operator::fenced_client(args.kubeconfig.as_ref(), args.context.as_deref(), &fence).await?;
+    let (client, lease_client) =
+        operator::fenced_clients(args.kubeconfig.as_ref(), args.context.as_deref(), &fence).await?;
     let shutdown = operator::shutdown_on_signals();
     let opts = RunOptions {
         scheduler_name: args.scheduler_name,
@@ -153,6 +154,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         on_lease_lost: OnLeaseLost::ExitProcess,
         bound_addr: None,
         write_fence: Some(fence),
+        lease_client: Some(lease_client),
     };
     tracing::info!(
         version = crate::VERSION,

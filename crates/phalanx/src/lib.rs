@@ -17,6 +17,7 @@ pub mod cli;
 pub mod config;
 pub mod entry;
 pub mod explain;
+pub mod fenced_client;
 pub mod leader;
 pub mod lease_precondition;
 pub mod operator;

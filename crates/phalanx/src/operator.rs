@@ -36,28 +36,18 @@ pub async fn client(kubeconfig: Option<&PathBuf>, context: Option<&str>) -> anyh
     Ok(Client::try_from(config(kubeconfig, context).await?)?)
 }
 
-/// [`client`] with the write fence in its stack (see [`crate::write_fence`]), for `phalanx run`.
+/// The clients of `phalanx run` (see [`crate::fenced_client`]): the main one, fenced at each request and at each
+/// connection by `fence`, and the elector's, unfenced.
 ///
 /// # Errors
 /// As [`client`].
-pub async fn fenced_client(
+pub async fn fenced_clients(
     kubeconfig: Option<&PathBuf>,
     context: Option<&str>,
     fence: &crate::write_fence::WriteFence,
-) -> anyhow::Result<Client> {
-    let mut config = config(kubeconfig, context).await?;
-    // kube retries 429/503/504 inside its stack, below any layer added here: a write that met a busy API server
-    // before a pause would be sent again after it without passing the fence. So the same retry policy runs outside
-    // the fence instead, and every attempt is judged.
-    config.default_retry = false;
-    let retry = tower::retry::RetryLayer::new(kube::client::retry::RetryPolicy::server_retry());
-    // `Retry` clones its inner service for each attempt; kube's stack is a `BoxService`, which is not `Clone`, so a
-    // `Buffer` (a cloneable handle to it) sits between them.
-    Ok(kube::client::ClientBuilder::try_from(config)?
-        .with_layer(fence)
-        .with_layer(&tower::buffer::BufferLayer::new(1024))
-        .with_layer(&retry)
-        .build())
+) -> anyhow::Result<(Client, Client)> {
+    let config = config(kubeconfig, context).await?;
+    crate::fenced_client::build(&config, fence)
 }
 
 async fn config(kubeconfig: Option<&PathBuf>, context: Option<&str>) -> anyhow::Result<kube::Config> {
@@ -112,7 +102,7 @@ pub async fn run(client: Client, mut opts: RunOptions, shutdown: CancellationTok
     let listener = server::bind(opts.metrics_addr).await?;
     let store = wiring::start_store(&client);
     let leadership = leader::start(
-        client.clone(),
+        opts.lease_client.clone().unwrap_or_else(|| client.clone()),
         &opts.leader,
         shutdown.clone(),
         opts.on_lease_lost,

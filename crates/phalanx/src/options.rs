@@ -9,7 +9,6 @@ use crate::config::PhalanxConfig;
 use crate::leader::{LeaderConfig, OnLeaseLost};
 
 /// Everything `phalanx run` needs besides the client.
-#[derive(Debug)]
 pub struct RunOptions {
     /// Pods with this `spec.schedulerName` are ours.
     pub scheduler_name: String,
@@ -32,6 +31,27 @@ pub struct RunOptions {
     /// The write fence in the client's stack ([`crate::operator::fenced_client`]), given the leadership once
     /// election starts; `None` when the client has none (in-process tests).
     pub write_fence: Option<crate::write_fence::WriteFence>,
+    /// The client of leader election when the main client is fenced ([`crate::operator::fenced_clients`]); `None`
+    /// = the main client.
+    pub lease_client: Option<kube::Client>,
+}
+
+impl std::fmt::Debug for RunOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The clients and channels have no useful `Debug`; the settings do.
+        f.debug_struct("RunOptions")
+            .field("scheduler_name", &self.scheduler_name)
+            .field("node_selector", &self.node_selector)
+            .field("bind_concurrency", &self.bind_concurrency)
+            .field("metrics_addr", &self.metrics_addr)
+            .field("config", &self.config)
+            .field("leader", &self.leader)
+            .field("instance", &self.instance)
+            .field("on_lease_lost", &self.on_lease_lost)
+            .field("write_fence", &self.write_fence.is_some())
+            .field("lease_client", &self.lease_client.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for RunOptions {
@@ -47,6 +67,7 @@ impl Default for RunOptions {
             on_lease_lost: OnLeaseLost::Cancel,
             bound_addr: None,
             write_fence: None,
+            lease_client: None,
         }
     }
 }

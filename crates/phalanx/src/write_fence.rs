@@ -33,6 +33,11 @@ impl WriteFence {
         let _ = self.leader.set(leader);
     }
 
+    /// The connection-level fence that shares this leadership (see [`crate::fenced_client`]).
+    pub fn socket(&self) -> crate::fenced_client::SocketFence {
+        crate::fenced_client::SocketFence::new(self.leader.clone())
+    }
+
     fn allows(&self, method: &Method, path: &str) -> bool {
         let write = matches!(
             *method,
