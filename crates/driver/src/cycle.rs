@@ -41,7 +41,7 @@ impl Driver {
         let top = entity.pods.iter().map(|p| p.priority).max().unwrap_or(i32::MIN);
         let mut candidates = Vec::new();
         for sp in snapshot::pods_for_snapshot(&self.store, &names) {
-            let info = self.cache.pod(&sp.pod);
+            let info = self.cache.pod(&sp.pod, self.store.group_of_pod(&sp.pod));
             if info.priority < top {
                 candidates.push(sp.pod.clone());
             }
@@ -69,7 +69,7 @@ impl Driver {
             for p in self.store.group_members(g) {
                 let Some(key) = PodKey::of(&p) else { continue };
                 if pod_node(&p).is_some() && !is_terminal(&p) && !snap.contains_pod(&key) {
-                    snap.add_pod(self.cache.pod(&p));
+                    snap.add_pod(self.cache.pod(&p, Some(g.clone())));
                 }
             }
         }
@@ -216,7 +216,7 @@ impl Driver {
         if pod_node(&p).is_some() || is_terminal(&p) || !self.ours(&p) {
             return;
         }
-        let info = self.cache.pod(&p);
+        let info = self.cache.pod(&p, self.store.group_of_pod(&p));
         self.known.insert(r.key.clone(), info.clone());
         if info.group_name.is_some() && !matches!(r.outcome, BindOutcome::Conflict(_) | BindOutcome::NotFound)
         {

@@ -234,17 +234,27 @@ impl Ctx {
     }
 
     /// Waits until the PodGroup's `PodGroupInitiallyScheduled` condition has this status, reason and message.
-    async fn wait_group_message(&self, name: &str, status: &str, reason: &str, message: &str) -> anyhow::Result<()> {
+    async fn wait_group_message(
+        &self,
+        name: &str,
+        status: &str,
+        reason: &str,
+        message: &str,
+    ) -> anyhow::Result<()> {
         let api = self.groups();
-        wait_for(&format!("PodGroup {name} {status}/{reason} {message:?}"), SETTLE, || {
-            let api = api.clone();
-            async move {
-                let g = api.get(name).await?;
-                Ok(group_condition(&g)
-                    .filter(|c| c.status == status && c.reason == reason && c.message == message)
-                    .map(|_| ()))
-            }
-        })
+        wait_for(
+            &format!("PodGroup {name} {status}/{reason} {message:?}"),
+            SETTLE,
+            || {
+                let api = api.clone();
+                async move {
+                    let g = api.get(name).await?;
+                    Ok(group_condition(&g)
+                        .filter(|c| c.status == status && c.reason == reason && c.message == message)
+                        .map(|_| ()))
+                }
+            },
+        )
         .await
     }
 
@@ -418,10 +428,18 @@ async fn s2_quorum_wait() -> anyhow::Result<()> {
     // message), so a gang of N costs N pod writes; the one PodGroup carries the count.
     for p in ["p1", "p2"] {
         let m = cx.wait_pod_reason(p, "WaitingForQuorum").await?;
-        assert_eq!(m, "waiting for minCount pods from a gang to appear in scheduling queue");
+        assert_eq!(
+            m,
+            "waiting for minCount pods from a gang to appear in scheduling queue"
+        );
     }
-    cx.wait_group_message("pg1", "False", "Unschedulable", "2 of 3 pods present (minCount 3)")
-        .await?;
+    cx.wait_group_message(
+        "pg1",
+        "False",
+        "Unschedulable",
+        "2 of 3 pods present (minCount 3)",
+    )
+    .await?;
     cx.stays_unbound(&["p1", "p2"], Duration::from_secs(2)).await?;
     // The wait is announced once per pod, not once per count ("1 of 3 ...", "2 of 3 ...").
     let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(cx.client.clone(), &cx.ns);

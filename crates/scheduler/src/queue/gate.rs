@@ -88,7 +88,8 @@ impl SchedulingQueue {
             return Some(Gate {
                 reason: GateReason::WaitingForQuorum,
                 message: format!("{present} of {min_count} pods present (minCount {min_count})"),
-                pod_message: "waiting for minCount pods from a gang to appear in scheduling queue".to_string(),
+                pod_message: "waiting for minCount pods from a gang to appear in scheduling queue"
+                    .to_string(),
             });
         }
         None
