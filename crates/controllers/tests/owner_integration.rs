@@ -461,3 +461,80 @@ async fn bad_annotation_values_are_reported_and_pods_wait() -> Result<()> {
     }
     Ok(())
 }
+
+/// A custom resource at the top of the pods' owner chain (a CRD the store does not watch): its annotated object
+/// gets a PodGroup labelled with its uid, found by the integration through its pods, and the pods join it.
+/// `gang: "true"` on a kind without `spec.replicas`/`spec.parallelism` is a Warning naming `gang-min-count`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn custom_owner_gets_a_group_and_missing_replicas_is_reported() -> Result<()> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+    let c = setup("oi-cr", 1, "8").await?;
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": { "name": "trainings.example.phalanx.dev" },
+        "spec": {
+            "group": "example.phalanx.dev", "scope": "Namespaced",
+            "names": { "plural": "trainings", "singular": "training", "kind": "Training" },
+            "versions": [{ "name": "v1", "served": true, "storage": true,
+                "schema": { "openAPIV3Schema": { "type": "object", "x-kubernetes-preserve-unknown-fields": true } } }],
+        }
+    }))?;
+    phalanx_testenv::apply_crds(&c.client, &serde_json::to_string(&crd)?).await?;
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("example.phalanx.dev", "v1", "Training"),
+        "trainings",
+    );
+    let trainings: Api<DynamicObject> = Api::namespaced_with(c.client.clone(), &c.ns, &ar);
+    let mut uids = BTreeMap::new();
+    for (name, ann) in [("t1", (GANG_MIN_COUNT, "3")), ("t2", (GANG, "true"))] {
+        let obj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "example.phalanx.dev/v1", "kind": "Training",
+            "metadata": { "name": name, "annotations": { ann.0: ann.1 } }, "spec": {},
+        }))?;
+        let created = trainings.create(&PostParams::default(), &obj).await?;
+        uids.insert(name, created.uid().context("no uid")?);
+    }
+    let pods: Api<Pod> = Api::namespaced(c.client.clone(), &c.ns);
+    for (owner, n) in [("t1", 3), ("t2", 1)] {
+        for i in 0..n {
+            let mut p = pod_template(&c.sched, "1", "Never");
+            p["metadata"]["name"] = json!(format!("{owner}-{i}"));
+            p["metadata"]["ownerReferences"] = json!([{ "apiVersion": "example.phalanx.dev/v1", "kind": "Training",
+                "name": owner, "uid": uids[owner], "controller": true }]);
+            pods.create(&PostParams::default(), &serde_json::from_value(p)?)
+                .await?;
+        }
+    }
+    wait_for("PodGroup t1-training with minCount 3", WAIT, || async {
+        Ok((c.min_count("t1-training").await? == Some(3)).then_some(()))
+    })
+    .await?;
+    let pg = c.groups().get("t1-training").await?;
+    ensure!(
+        pg.labels().get(phalanx_api::owners::OWNER_UID_LABEL) == Some(&uids["t1"]),
+        "owner-uid label"
+    );
+    c.wait_bound("t1", 3).await?;
+    // The pods were counted as the group's members (the link came from the owner chain, not a label).
+    wait_for("t1-training counts 3 pods", WAIT, || async {
+        let g = c.groups().get("t1-training").await?;
+        Ok((g.status.and_then(|s| s.pods) == Some(3)).then_some(()))
+    })
+    .await?;
+    let notes = wait_for("InvalidGangAnnotation for t2", WAIT, || async {
+        let n = c
+            .warnings(phalanx_api::conditions::reasons::INVALID_GANG_ANNOTATION)
+            .await?;
+        Ok((!n.is_empty()).then_some(n))
+    })
+    .await?;
+    ensure!(
+        notes
+            .iter()
+            .any(|n| n.contains(GANG_MIN_COUNT) && n.contains("Training")),
+        "{notes:?}"
+    );
+    ensure!(c.groups().get_opt("t2-training").await?.is_none());
+    Ok(())
+}

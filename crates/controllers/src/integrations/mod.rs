@@ -37,6 +37,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::context::Ctx;
 
+/// How often one custom owner is reconciled at most because of its pods' events.
+const POD_TRIGGER_INTERVAL: Duration = Duration::from_secs(5);
+
 /// Controller name in logs, metrics and events.
 pub const CONTROLLER: &str = "owner-integration";
 
@@ -63,6 +66,7 @@ pub async fn run(ctx: Ctx, shutdown: CancellationToken) {
     let mut failures: HashMap<String, u32> = HashMap::new();
     let mut resync = tokio::time::interval(ctx.opts.resync.min(Duration::from_secs(60)));
     let (retry_tx, mut retry_rx) = mpsc::unbounded_channel::<OwnerRef>();
+    let mut recent: HashMap<String, tokio::time::Instant> = HashMap::new();
     loop {
         tokio::select! {
             () = shutdown.cancelled() => return,
@@ -76,8 +80,15 @@ pub async fn run(ctx: Ctx, shutdown: CancellationToken) {
                     }
                 }
                 Ok(StoreEvent::Pod { key, deleted: false, .. }) => {
+                    // Every pod event of a custom owner's pods would cost a GET of the owner: one per owner per
+                    // POD_TRIGGER_INTERVAL is enough (the periodic resync catches later annotation changes).
                     if let Some(o) = ctx.store.pod(&key).and_then(|p| custom_top_owner(&ctx, &p)) {
-                        enqueue(o);
+                        let now = tokio::time::Instant::now();
+                        recent.retain(|_, t| now.duration_since(*t) < POD_TRIGGER_INTERVAL);
+                        if !recent.contains_key(&o.uid) {
+                            recent.insert(o.uid.clone(), now);
+                            enqueue(o);
+                        }
                     }
                 }
                 Ok(StoreEvent::Resync) | Err(RecvError::Lagged(_)) => everything(&ctx, &enqueue),
@@ -110,11 +121,10 @@ pub async fn run(ctx: Ctx, shutdown: CancellationToken) {
     }
 }
 
-/// The custom-resource top owner of a pod that names no group itself and is Phalanx's, if any.
+/// The custom-resource top owner of a pod that names no group itself, if any. Any scheduler name counts (the
+/// controllers do not know which names this process schedules).
 fn custom_top_owner(ctx: &Ctx, p: &k8s_openapi::api::core::v1::Pod) -> Option<OwnerRef> {
-    let ours = p.spec.as_ref().and_then(|s| s.scheduler_name.as_deref())
-        == Some(phalanx_api::DEFAULT_SCHEDULER_NAME);
-    if !ours || pod_group_key(p).is_some() {
+    if pod_group_key(p).is_some() {
         return None;
     }
     let top = ctx.store.resolve_owners(p).top?;
@@ -174,6 +184,7 @@ async fn reconcile(
     o: &OwnerRef,
 ) -> Result<(), ReconcileError> {
     ctx.count_reconcile(CONTROLLER);
+    tracing::debug!(owner = %o.name, kind = %o.kind, namespace = %o.namespace, "reconciling owner");
     let ar = api_resource(ctx, resources, o).await?;
     let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &o.namespace, &ar);
     let Some(obj) = api.get_opt(&o.name).await? else {
@@ -196,7 +207,10 @@ async fn reconcile(
         ..ObjectReference::default()
     };
     let min = match build::min_count(obj.metadata.annotations.as_ref(), &facts) {
-        Ok(None) => return Ok(()),
+        Ok(None) => {
+            tracing::debug!(owner = %o.name, kind = %o.kind, "no gang annotation");
+            return Ok(());
+        }
         Ok(Some(n)) => n,
         Err(e) => {
             let note = e.to_string();
