@@ -67,16 +67,30 @@ pub async fn run(ctx: Ctx, shutdown: CancellationToken) {
     let mut resync = tokio::time::interval(ctx.opts.resync.min(Duration::from_secs(60)));
     let (retry_tx, mut retry_rx) = mpsc::unbounded_channel::<OwnerRef>();
     let mut recent: HashMap<String, tokio::time::Instant> = HashMap::new();
+    // Per owner uid: the signature of the last successful reconcile (memory grows with annotated owners seen; the
+    // periodic resync trims it to the live ones).
+    let mut applied: HashMap<String, Signature> = HashMap::new();
     loop {
         tokio::select! {
             () = shutdown.cancelled() => return,
-            _ = resync.tick() => everything(&ctx, &enqueue),
+            _ = resync.tick() => {
+                let live: HashSet<String> = ctx.store.annotated_owners().into_iter().map(|o| o.uid).collect();
+                applied.retain(|uid, _| live.contains(uid));
+                everything(&ctx, &enqueue);
+            }
             ev = events.recv() => match ev {
                 Ok(StoreEvent::Owner(o)) => {
+                    // Status updates (a Job's active count, a StatefulSet's ready replicas) do not change the group:
+                    // skip owners whose generation and annotations were applied already and whose group exists.
                     if let Lookup::Found(m) = ctx.store.owner_meta(&o)
                         && phalanx_api::owners::wants_gang(m.annotations.as_ref())
                     {
-                        enqueue(o);
+                        let name = phalanx_api::owners::owner_group_name(&o.kind, &o.name);
+                        let done = applied.get(&o.uid) == Some(&signature(&m))
+                            && ctx.store.pod_group(&o.namespace, &name).is_some();
+                        if !done {
+                            enqueue(o);
+                        }
                     }
                 }
                 Ok(StoreEvent::Pod { key, deleted: false, .. }) => {
@@ -101,8 +115,19 @@ pub async fn run(ctx: Ctx, shutdown: CancellationToken) {
                 if !ctx.is_leader() {
                     continue;
                 }
+                // The signature is taken before the read, so a change that lands meanwhile is reconciled again.
+                let sig = match ctx.store.owner_meta(&o) {
+                    Lookup::Found(m) => Some(signature(&m)),
+                    _ => None,
+                };
                 match reconcile(&ctx, &resources, &o).await {
-                    Ok(()) => { failures.remove(&o.uid); }
+                    Ok(()) => {
+                        failures.remove(&o.uid);
+                        match sig {
+                            Some(sig) => { applied.insert(o.uid.clone(), sig); }
+                            None => { applied.remove(&o.uid); }
+                        }
+                    }
                     Err(e) => {
                         let n = failures.entry(o.uid.clone()).or_default();
                         *n = n.saturating_add(1);
@@ -119,6 +144,19 @@ pub async fn run(ctx: Ctx, shutdown: CancellationToken) {
             }
         }
     }
+}
+
+/// What of an owner's metadata decides its group: `metadata.generation` (bumped by spec changes such as
+/// `parallelism`, not by status) and the two annotations.
+type Signature = (Option<i64>, Option<String>, Option<String>);
+
+fn signature(m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Signature {
+    let a = |k: &str| m.annotations.as_ref().and_then(|a| a.get(k).cloned());
+    (
+        m.generation,
+        a(phalanx_api::owners::GANG),
+        a(phalanx_api::owners::GANG_MIN_COUNT),
+    )
 }
 
 /// The custom-resource top owner of a pod that names no group itself, if any. Any scheduler name counts (the
