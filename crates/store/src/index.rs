@@ -317,6 +317,31 @@ mod tests {
         assert_eq!(ix.group_of(&PodKey::new("ns", "c")), None);
     }
 
+    /// Owner-resolved pods are indexed under every owner uid their resolution visited, and a PodGroup's owner label
+    /// is found by uid until the group is forgotten or relabelled.
+    #[test]
+    fn owner_chains_and_group_owners() {
+        let mut ix = ClusterIndex::default();
+        let g = GroupKey::pod_group("ns", "train-job");
+        ix.apply_pod_resolved(&pod("a", None, None, None), Some(g.clone()), vec!["j1".into()]);
+        ix.apply_pod_resolved(&pod("b", None, None, None), None, vec!["r1".into(), "d1".into()]);
+        assert_eq!(ix.members(&g), vec![PodKey::new("ns", "a")]);
+        assert_eq!(ix.pods_of_owner("d1"), vec![PodKey::new("ns", "b")]);
+        ix.apply_pod_resolved(&pod("b", None, None, None), None, vec![]);
+        assert!(
+            ix.pods_of_owner("d1").is_empty(),
+            "a re-resolved pod leaves its old chain"
+        );
+        ix.set_group_owner(&g, Some("j1"));
+        assert_eq!(ix.group_of_owner("j1").as_deref(), Some("train-job"));
+        ix.set_group_owner(&g, Some("j2"));
+        assert_eq!(ix.group_of_owner("j1"), None);
+        ix.reset_group_owners([]);
+        assert_eq!(ix.group_of_owner("j2"), None);
+        ix.reset_pods([&pod("c", None, None, None)]);
+        assert!(ix.pods_of_owner("j1").is_empty());
+    }
+
     #[test]
     fn tree_roots_and_cycles() {
         let mut ix = ClusterIndex::default();
