@@ -462,9 +462,10 @@ async fn bad_annotation_values_are_reported_and_pods_wait() -> Result<()> {
     Ok(())
 }
 
-/// A custom resource at the top of the pods' owner chain (a CRD the store does not watch): its annotated object
-/// gets a PodGroup labelled with its uid, found by the integration through its pods, and the pods join it.
-/// `gang: "true"` on a kind without `spec.replicas`/`spec.parallelism` is a Warning naming `gang-min-count`.
+/// A custom resource at the top of the pods' owner chain (a CRD the store starts watching when it first meets it):
+/// its annotated object gets a PodGroup labelled with its uid and its pods join it as one gang: `t1` (minCount 3,
+/// 3 pods) binds whole, `t3` (minCount 4, 3 pods) binds nothing. `gang: "true"` on a kind without
+/// `spec.replicas`/`spec.parallelism` (`t2`) is a Warning naming `gang-min-count`, and its pod waits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn custom_owner_gets_a_group_and_missing_replicas_is_reported() -> Result<()> {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -487,7 +488,11 @@ async fn custom_owner_gets_a_group_and_missing_replicas_is_reported() -> Result<
     );
     let trainings: Api<DynamicObject> = Api::namespaced_with(c.client.clone(), &c.ns, &ar);
     let mut uids = BTreeMap::new();
-    for (name, ann) in [("t1", (GANG_MIN_COUNT, "3")), ("t2", (GANG, "true"))] {
+    for (name, ann) in [
+        ("t1", (GANG_MIN_COUNT, "3")),
+        ("t2", (GANG, "true")),
+        ("t3", (GANG_MIN_COUNT, "4")),
+    ] {
         let obj: DynamicObject = serde_json::from_value(json!({
             "apiVersion": "example.phalanx.dev/v1", "kind": "Training",
             "metadata": { "name": name, "annotations": { ann.0: ann.1 } }, "spec": {},
@@ -496,7 +501,7 @@ async fn custom_owner_gets_a_group_and_missing_replicas_is_reported() -> Result<
         uids.insert(name, created.uid().context("no uid")?);
     }
     let pods: Api<Pod> = Api::namespaced(c.client.clone(), &c.ns);
-    for (owner, n) in [("t1", 3), ("t2", 1)] {
+    for (owner, n) in [("t1", 3), ("t2", 1), ("t3", 3)] {
         for i in 0..n {
             let mut p = pod_template(&c.sched, "1", "Never");
             p["metadata"]["name"] = json!(format!("{owner}-{i}"));

@@ -9,6 +9,7 @@
 //! (`pkg/scheduler/backend/cache`) with kube-rs reflectors (`kube::runtime::reflector`).
 
 pub mod assumed;
+mod custom_owners;
 pub mod index;
 pub mod leader;
 pub mod owners;
@@ -103,9 +104,18 @@ pub(crate) struct Shared {
     events: broadcast::Sender<StoreEvent>,
     pods: Reader<Pod>,
     owners: reflectors::OwnerReaders,
+    custom: custom_owners::CustomOwners,
 }
 
 impl Shared {
+    /// What the caches know of one owner: the built-in metadata caches, else the on-demand cache of its custom kind.
+    fn lookup_owner(&self, o: &owners::OwnerRef) -> owners::Lookup {
+        match self.owners.lookup(o) {
+            owners::Lookup::NotWatched => self.custom.lookup(o),
+            found_or_missing => found_or_missing,
+        }
+    }
+
     /// The pod's group (its own, else its owner's; see [`owners::resolve`]) and the owner uids visited.
     fn resolve(&self, pod: &Pod) -> (Option<GroupKey>, Vec<String>) {
         if let Some(g) = pod_group_key(pod) {
@@ -119,7 +129,7 @@ impl Shared {
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             owners::resolve(
                 &pod.metadata,
-                |o| self.owners.lookup(o),
+                |o| self.lookup_owner(o),
                 |uid| ix.group_of_owner(uid),
             )
         };
@@ -317,14 +327,14 @@ impl Store {
         let ix = self.hierarchy();
         owners::resolve(
             &pod.metadata,
-            |o| self.inner.shared.owners.lookup(o),
+            |o| self.inner.shared.lookup_owner(o),
             |uid| ix.group_of_owner(uid),
         )
     }
 
     /// The cached metadata of a built-in owner, [`owners::Lookup::NotWatched`] for other kinds.
     pub fn owner_meta(&self, owner: &owners::OwnerRef) -> owners::Lookup {
-        self.inner.shared.owners.lookup(owner)
+        self.inner.shared.lookup_owner(owner)
     }
 
     /// Every cached built-in owner (Job, ReplicaSet, Deployment, StatefulSet) with a gang annotation.

@@ -4,9 +4,9 @@
 //! group of its *top owner* when that owner carries a `scheduling.phalanx.dev/gang*` annotation
 //! ([`phalanx_api::owners`]). The chain is walked through controller references only (as the garbage collector and
 //! upstream's `metav1.GetControllerOf` do), over metadata-only caches of the built-in owners (Jobs, ReplicaSets,
-//! Deployments, StatefulSets). A custom resource at the top (JobSet, LeaderWorkerSet, PyTorchJob, ...) is not
-//! watched: its pods join the PodGroup labelled with its uid ([`phalanx_api::owners::OWNER_UID_LABEL`]) once the
-//! integration controller created it.
+//! Deployments, StatefulSets) and, for custom resources (JobSet, LeaderWorkerSet, PyTorchJob, ...), over caches
+//! started on demand (`crate::custom_owners`). A custom kind the store cannot watch ends the walk: its pods join the
+//! PodGroup labelled with the owner's uid ([`phalanx_api::owners::OWNER_UID_LABEL`]) once the integration created it.
 //!
 //! Upstream links Job pods to their PodGroup by writing `spec.schedulingGroup` at pod creation (KEP-5547); Phalanx
 //! does not create the pods, so the link is computed here, before a pod reaches the queue.
@@ -27,7 +27,7 @@ pub const WATCHED_OWNERS: [(&str, &str); 4] = [
 /// What a cache knows of one owner reference.
 #[derive(Clone, Debug)]
 pub enum Lookup {
-    /// The kind is not watched (a custom resource): the walk ends here.
+    /// The kind cannot be watched (not served, or not allowed by RBAC): the walk ends here.
     NotWatched,
     /// The kind is watched but the object (with that uid) is not cached yet, or is gone.
     Missing,
@@ -89,7 +89,8 @@ fn owner_ref(namespace: &str, o: &OwnerReference) -> OwnerRef {
 ///   wait (with the owner's Warning event) instead of being scheduled alone;
 /// - a watched owner not cached yet ends the walk with that owner's derived name too, so a pod seen before its Job
 ///   waits instead of being scheduled alone; the owner's arrival re-resolves it;
-/// - a custom resource ends the walk with the group labelled with its uid, if one exists;
+/// - an owner of a kind that cannot be watched (`Lookup::NotWatched`) ends the walk with the group labelled with its
+///   uid, if one exists;
 /// - an unannotated owner without a controller ends the walk without a group.
 pub fn resolve(
     pod: &ObjectMeta,

@@ -99,6 +99,7 @@ impl OwnerReaders {
             ("apps/v1", "ReplicaSet") => get(&self.replica_sets, o),
             ("apps/v1", "Deployment") => get(&self.deployments, o),
             ("apps/v1", "StatefulSet") => get(&self.stateful_sets, o),
+            // Custom kinds: see Shared::lookup_owner (crate::custom_owners).
             _ => Lookup::NotWatched,
         }
     }
@@ -111,6 +112,7 @@ pub(crate) fn start(client: Client, config: StoreConfig) -> Store {
     let (replica_sets, replica_sets_w) = reflector::store();
     let (deployments, deployments_w) = reflector::store();
     let (stateful_sets, stateful_sets_w) = reflector::store();
+    let (custom, custom_requests) = crate::custom_owners::CustomOwners::new();
     let shared = Arc::new(Shared {
         index: RwLock::new(ClusterIndex::default()),
         assumed: Mutex::new(AssumeCache::new()),
@@ -122,6 +124,7 @@ pub(crate) fn start(client: Client, config: StoreConfig) -> Store {
             deployments,
             stateful_sets,
         },
+        custom,
     });
     let (ready_tx, ready) = watch::channel(0usize);
     let wc = watcher::Config::default()
@@ -178,6 +181,14 @@ pub(crate) fn start(client: Client, config: StoreConfig) -> Store {
         &ready_tx,
         &mut tasks,
     );
+    // Custom owner kinds are watched on demand and do not count for readiness (crate::custom_owners).
+    let custom_task = tokio::spawn(crate::custom_owners::run(
+        client.clone(),
+        wc.clone(),
+        shared.clone(),
+        custom_requests,
+    ));
+    tasks.push(custom_task.abort_handle());
     let pod_groups = spawn::<PodGroup>(
         Api::all(client.clone()),
         wc.clone(),

@@ -8,8 +8,9 @@
 //! The pods are never touched: the store links them to the group through their owner chain
 //! (`phalanx_store::owners`).
 //!
-//! Triggers: [`StoreEvent::Owner`] for the built-in owners the store watches, pod events for pods whose top owner is
-//! a custom resource, and a resync every `opts.resync`. Upstream counterpart: the Job controller's
+//! Triggers: [`StoreEvent::Owner`] for the owners the store caches (the built-in kinds, and custom kinds from the
+//! first pod that reaches one), pod events for pods whose top owner is a custom resource (also for kinds the store
+//! cannot watch), and a resync every `min(opts.resync, 60 s)`. Upstream counterpart: the Job controller's
 //! Workload/PodGroup management of KEP-5547 (`pkg/controller/job`, `WorkloadWithJob` gate) and, for other owners,
 //! KAI-Scheduler's pod-grouper (which also walks a pod's top owner).
 //!
