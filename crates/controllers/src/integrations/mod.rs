@@ -68,8 +68,8 @@ pub async fn run(ctx: Ctx, shutdown: CancellationToken) {
     let mut resync = tokio::time::interval(ctx.opts.resync.min(Duration::from_secs(60)));
     let (retry_tx, mut retry_rx) = mpsc::unbounded_channel::<OwnerRef>();
     let mut recent: HashMap<String, tokio::time::Instant> = HashMap::new();
-    // Per owner uid: the signature of the last successful reconcile (memory grows with annotated owners seen; the
-    // periodic resync trims it to the live ones).
+    // Per owner uid: the signature of the last successful reconcile, so status-only updates and resyncs cost nothing
+    // (the periodic resync trims it to the live built-in owners; custom ones are re-read after a trim).
     let mut applied: HashMap<String, Signature> = HashMap::new();
     loop {
         tokio::select! {
@@ -77,21 +77,14 @@ pub async fn run(ctx: Ctx, shutdown: CancellationToken) {
             _ = resync.tick() => {
                 let live: HashSet<String> = ctx.store.annotated_owners().into_iter().map(|o| o.uid).collect();
                 applied.retain(|uid, _| live.contains(uid));
-                everything(&ctx, &enqueue);
+                everything(&ctx, &applied, &enqueue);
             }
             ev = events.recv() => match ev {
                 Ok(StoreEvent::Owner(o)) => {
                     // Status updates (a Job's active count, a StatefulSet's ready replicas) do not change the group:
                     // skip owners whose generation and annotations were applied already and whose group exists.
-                    if let Lookup::Found(m) = ctx.store.owner_meta(&o)
-                        && phalanx_api::owners::wants_gang(m.annotations.as_ref())
-                    {
-                        let name = phalanx_api::owners::owner_group_name(&o.kind, &o.name);
-                        let done = applied.get(&o.uid) == Some(&signature(&m))
-                            && ctx.store.pod_group(&o.namespace, &name).is_some();
-                        if !done {
-                            enqueue(o);
-                        }
+                    if needs_reconcile(&ctx, &applied, &o) {
+                        enqueue(o);
                     }
                 }
                 Ok(StoreEvent::Pod { key, deleted: false, .. }) => {
@@ -106,7 +99,7 @@ pub async fn run(ctx: Ctx, shutdown: CancellationToken) {
                         }
                     }
                 }
-                Ok(StoreEvent::Resync) | Err(RecvError::Lagged(_)) => everything(&ctx, &enqueue),
+                Ok(StoreEvent::Resync) | Err(RecvError::Lagged(_)) => everything(&ctx, &applied, &enqueue),
                 Ok(_) => {}
                 Err(RecvError::Closed) => return,
             },
@@ -170,18 +163,33 @@ fn custom_top_owner(ctx: &Ctx, p: &k8s_openapi::api::core::v1::Pod) -> Option<Ow
     (!is_watched(&top.api_version, &top.kind)).then_some(top)
 }
 
-/// Enqueues every annotated built-in owner that has pods or may get them, and the custom top owners of pods.
-fn everything(ctx: &Ctx, enqueue: &impl Fn(OwnerRef)) {
+/// Whether a cached owner needs a reconcile: it asks for a gang, and its generation or annotations changed since
+/// the last successful one or its PodGroup is gone.
+fn needs_reconcile(ctx: &Ctx, applied: &HashMap<String, Signature>, o: &OwnerRef) -> bool {
+    let Lookup::Found(m) = ctx.store.owner_meta(o) else {
+        return false;
+    };
+    if !phalanx_api::owners::wants_gang(m.annotations.as_ref()) {
+        return false;
+    }
+    let name = phalanx_api::owners::owner_group_name(&o.kind, &o.name);
+    applied.get(&o.uid) != Some(&signature(&m)) || ctx.store.pod_group(&o.namespace, &name).is_none()
+}
+
+/// Enqueues the annotated built-in owners that need a reconcile ([`needs_reconcile`]) and the custom top owners of
+/// pods (those a kind the store cannot watch has are read again each time).
+fn everything(ctx: &Ctx, applied: &HashMap<String, Signature>, enqueue: &impl Fn(OwnerRef)) {
     let mut seen = HashSet::new();
     for p in ctx.store.pods().state() {
         if let Some(o) = custom_top_owner(ctx, &p)
             && seen.insert(o.uid.clone())
+            && (!matches!(ctx.store.owner_meta(&o), Lookup::Found(_)) || needs_reconcile(ctx, applied, &o))
         {
             enqueue(o);
         }
     }
     for o in ctx.store.annotated_owners() {
-        if seen.insert(o.uid.clone()) {
+        if seen.insert(o.uid.clone()) && needs_reconcile(ctx, applied, &o) {
             enqueue(o);
         }
     }
