@@ -5,13 +5,16 @@ SHELL := bash
 CARGO ?= cargo
 TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
 
-.PHONY: help bins cluster-up cluster-down cluster-status test lint fmt-check clippy crds bench bench-e2e quickstart chaos chaos-smoke
+.PHONY: help bins kueue test-kueue cluster-up cluster-down cluster-status test lint fmt-check clippy crds bench bench-e2e quickstart chaos chaos-smoke
 
 help: ## Show this list
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 bins: ## Build/cache etcd, kube-apiserver, KCM, kube-scheduler, kubectl, kwok, helm (hack/build-bins.sh)
 	hack/build-bins.sh
+
+kueue: ## Build/cache Kueue's manager and copy its CRDs and webhooks from its Go module (hack/build-kueue.sh; ~10 min cold)
+	hack/build-kueue.sh
 
 cluster-up: bins ## Start the local control plane; prints `export KUBECONFIG=...` (UPSTREAM_WORKLOAD_API=1 for upstream's API)
 	@hack/cluster.sh up
@@ -32,6 +35,9 @@ lint: fmt-check clippy ## rustfmt check + clippy -D warnings
 
 test: bins lint ## bins, fmt check, clippy, then all unit and integration tests (real control plane per test binary)
 	$(CARGO) test --workspace
+
+test-kueue: bins kueue ## Phalanx under Kueue: Kueue admits by quota, Phalanx gang-schedules (not in `make test`: cold Kueue build)
+	$(CARGO) test -p phalanx-controllers --features kueue-test --test kueue
 
 crds: ## Regenerate crds/phalanx.yaml and the chart's CRDs from the Rust types (hack/gen-crds.sh)
 	hack/gen-crds.sh

@@ -153,10 +153,12 @@ for f in config/samples/*.yaml; do
   k -n "$NS" apply -f "$f" | sed 's/^/  /'
 done
 
-# 9. Wait until every PodGroup has its PodGroupInitiallyScheduled condition, then show the result.
+# 9. Wait until every PodGroup has its PodGroupInitiallyScheduled condition, then show the result. The Job sample's
+#    PodGroup (batch-gang-job) is created by Phalanx a moment after the Job, so wait for it to exist first.
 progress "waiting up to ${TIMEOUT}s for the scheduling decisions"
 pg=podgroups.scheduling.phalanx.dev
 deadline=$((SECONDS + TIMEOUT))
+until k -n "$NS" get "$pg" batch-gang-job >/dev/null 2>&1 || [ $SECONDS -ge $deadline ]; do sleep 1; done
 while :; do
   total_groups=$(k -n "$NS" get "$pg" --no-headers 2>/dev/null | wc -l)
   decided=$(k -n "$NS" get "$pg" -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="PodGroupInitiallyScheduled")].status}{"\n"}{end}' | grep -c . || true)
@@ -183,8 +185,12 @@ cpg=compositepodgroups.scheduling.phalanx.dev
 echo "== CompositePodGroups (kubectl -n $NS get $cpg) =="
 k -n "$NS" get "$cpg" -o custom-columns='NAME:.metadata.name,STATUS:.status.conditions[?(@.type=="CompositePodGroupInitiallyScheduled")].status,REASON:.status.conditions[?(@.type=="CompositePodGroupInitiallyScheduled")].reason,CHILDREN:.status.childGroups,MESSAGE:.status.conditions[?(@.type=="CompositePodGroupInitiallyScheduled")].message'
 echo
+echo "== Job-created gang (config/samples/gang-job.yaml: a Job with scheduling.phalanx.dev/gang: \"true\", no PodGroup written) =="
+k -n "$NS" get job batch-gang -o custom-columns='JOB:.metadata.name,PARALLELISM:.spec.parallelism,GANG:.metadata.annotations.scheduling\.phalanx\.dev/gang'
+k -n "$NS" get "$pg" batch-gang-job -o custom-columns='PODGROUP:.metadata.name,OWNER:.metadata.ownerReferences[0].kind,MIN:.spec.schedulingPolicy.gang.minCount,PODS:.status.pods,STATUS:.status.conditions[?(@.type=="PodGroupInitiallyScheduled")].reason'
+echo
 echo "== Pods and their nodes =="
-k -n "$NS" get pods -o custom-columns='POD:.metadata.name,GROUP:.metadata.labels.scheduling\.phalanx\.dev/pod-group,NODE:.spec.nodeName,PHASE:.status.phase' --sort-by=.metadata.name
+k -n "$NS" get pods -o custom-columns='POD:.metadata.name,GROUP:.metadata.labels.scheduling\.phalanx\.dev/pod-group,OWNER:.metadata.ownerReferences[0].name,NODE:.spec.nodeName,PHASE:.status.phase' --sort-by=.metadata.name
 echo
 echo "== Nodes by rack =="
 # shellcheck disable=SC2086

@@ -8,3 +8,6 @@ KWOK_VERSION=${KWOK_VERSION:-v0.8.0}
 HELM_VERSION=${HELM_VERSION:-v3.22.0}
 PHALANX_CACHE=${PHALANX_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/phalanx}
 PHALANX_BIN_DIR=${PHALANX_BIN_DIR:-$PHALANX_CACHE/bin/k8s-$K8S_VERSION-etcd-$ETCD_VERSION-kwok-$KWOK_VERSION-helm-$HELM_VERSION}
+# Kueue (opt-in: `make test-kueue`, hack/build-kueue.sh); built from its Go module like the control plane.
+KUEUE_VERSION=${KUEUE_VERSION:-v0.17.0}
+KUEUE_BIN_DIR=${KUEUE_BIN_DIR:-$PHALANX_CACHE/bin/kueue-$KUEUE_VERSION}

@@ -330,6 +330,55 @@ async fn quickstart_gang_binds_all_or_nothing_with_chart_rbac() -> anyhow::Resul
         "lws-0 has a rack constraint on the root but its pods landed on racks {lws_racks:?}"
     );
 
+    // 9. The Job sample (gang-job.yaml): no PodGroup written, the Job's annotation asks for a gang. With the chart's
+    //    RBAC, the operator creates the PodGroup batch-gang-job owned by the Job (minCount = parallelism = 4) and
+    //    binds the four pods the Job controller creates; the pods carry no group label.
+    let job_group = wait_for("PodGroup batch-gang-job scheduled", DECISION_TIMEOUT, || {
+        let groups = groups.clone();
+        async move {
+            Ok(groups
+                .get_opt("batch-gang-job")
+                .await?
+                .filter(|g| condition(g).is_some_and(|c| c.0 == "True" && c.1 == reasons::SCHEDULED)))
+        }
+    })
+    .await?;
+    ensure!(
+        job_group
+            .spec
+            .scheduling_policy
+            .gang
+            .as_ref()
+            .map(|g| g.min_count)
+            == Some(4)
+            && job_group
+                .owner_references()
+                .iter()
+                .any(|o| o.kind == "Job" && o.name == "batch-gang"),
+        "batch-gang-job: {:?} {:?}",
+        job_group.spec,
+        job_group.metadata.owner_references
+    );
+    let job_pods = wait_for("the 4 Job pods bound", Duration::from_secs(30), || {
+        let (admin, ns) = (admin.clone(), ns.clone());
+        async move {
+            let pods = Api::<Pod>::namespaced(admin, &ns)
+                .list(&ListParams::default().labels("batch.kubernetes.io/job-name=batch-gang"))
+                .await?;
+            let bound = pods
+                .items
+                .iter()
+                .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some())
+                .count();
+            Ok((pods.items.len() == 4 && bound == 4).then_some(pods.items))
+        }
+    })
+    .await?;
+    ensure!(
+        job_pods.iter().all(|p| !p.labels().contains_key(POD_GROUP)),
+        "Job pods must join through their owner, not a label"
+    );
+
     // Writes that need the chart's other rules went through: a Scheduled event (events) for a gang pod and the
     // PodScheduled=False condition (pods/status) on a pod of the group that cannot fit.
     let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);

@@ -43,6 +43,11 @@ pub mod reasons {
     /// Pod `PodScheduled=False`: the pod has `spec.schedulingGates` (core `PodReasonSchedulingGated`, written by the
     /// API server itself).
     pub const SCHEDULING_GATED: &str = "SchedulingGated";
+    /// Warning event on an owner (Job, StatefulSet, custom resource): its `scheduling.phalanx.dev/gang*` annotation
+    /// is invalid or incomplete, so no PodGroup was created and its pods wait. Phalanx's own reason.
+    pub const INVALID_GANG_ANNOTATION: &str = "InvalidGangAnnotation";
+    /// Normal event on an owner: Phalanx created or updated its Workload and PodGroup. Phalanx's own reason.
+    pub const GANG_GROUP_APPLIED: &str = "GangGroupApplied";
 }
 
 /// Condition status values.

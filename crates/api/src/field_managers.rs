@@ -6,3 +6,8 @@ pub const CONTROLLER: &str = "phalanx-controller";
 
 /// Field manager of the scheduler (`*InitiallyScheduled` and `DisruptionTarget` conditions, bindings).
 pub const SCHEDULER: &str = "phalanx-scheduler";
+
+/// Field manager of the owner integration (the `spec` and owner metadata of the Workloads and PodGroups it creates
+/// for annotated Jobs, StatefulSets and other owners). Distinct from [`CONTROLLER`] so that applying a group's
+/// spec never drops the finalizers and status the PodGroup controller applied.
+pub const INTEGRATION: &str = "phalanx-integration";

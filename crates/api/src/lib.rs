@@ -6,6 +6,7 @@
 //!   enforced by the generated CRD schemas (OpenAPI keywords and CEL rules).
 //! - [`conditions`]: condition types, reasons and [`conditions::set_condition`].
 //! - [`labels`], [`finalizers`], [`field_managers`]: well-known names.
+//! - [`owners`]: the owner annotations that give Jobs, StatefulSets and other owners a PodGroup automatically.
 //! - [`crds`]: the generated CustomResourceDefinitions (`crds/phalanx.yaml`).
 //!
 //! This crate has no client and does no I/O.
@@ -18,6 +19,7 @@ pub mod crds;
 pub mod field_managers;
 pub mod finalizers;
 pub mod labels;
+pub mod owners;
 mod pod;
 pub mod schema;
 pub mod v1alpha3;

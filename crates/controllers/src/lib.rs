@@ -1,6 +1,7 @@
 //! phalanx-controllers: the reconcilers of Phalanx's kinds. The scheduler's runtime lives in `phalanx-driver`.
 //!
-//! - One reconciler per kind: [`workload`], [`pod_group`], [`composite_pod_group`]. Each follows the pipeline
+//! - One reconciler per kind: [`workload`], [`pod_group`], [`composite_pod_group`], and [`integrations`] for the
+//!   owners (Jobs, StatefulSets, any custom resource) whose annotations ask for a gang. Each follows the pipeline
 //!   validate -> build (pure) -> apply -> status, over the shared caches of phalanx-store, and writes only
 //!   while this replica is the leader. Entry point: [`run_controllers`].
 //!
@@ -14,6 +15,7 @@ pub mod composite_pod_group;
 pub mod context;
 pub mod error;
 pub mod group;
+pub mod integrations;
 pub mod pod_group;
 pub mod status;
 pub mod template_tree;
@@ -135,7 +137,7 @@ async fn collect_garbage(ctx: Ctx, shutdown: CancellationToken) {
     }
 }
 
-/// Runs the Workload, PodGroup and CompositePodGroup controllers until `shutdown` is cancelled.
+/// Runs the Workload, PodGroup and CompositePodGroup controllers and the owner integration until `shutdown` is cancelled.
 ///
 /// Registers its metrics in `registry` synchronously (the returned future does not borrow it). Waits until
 /// `leader` is true (nothing is written before) and the store is ready, then reconciles every object once and
@@ -175,6 +177,7 @@ pub fn run_controllers<L: Into<phalanx_store::Leader>>(
         };
         let trigger_task = tokio::spawn(triggers::run(store.clone(), queues, shutdown.clone()));
         let gc_task = tokio::spawn(collect_garbage(ctx.clone(), shutdown.clone()));
+        let integration_task = tokio::spawn(integrations::run(ctx.clone(), shutdown.clone()));
         let cfg = controller::Config::default().concurrency(opts.concurrency);
 
         let pg = applier(
@@ -209,6 +212,7 @@ pub fn run_controllers<L: Into<phalanx_store::Leader>>(
         futures::join!(pg, cpg, wl);
         let _ = trigger_task.await;
         let _ = gc_task.await;
+        let _ = integration_task.await;
         tracing::info!("controllers stopped");
         Ok(())
     }

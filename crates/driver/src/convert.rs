@@ -153,7 +153,7 @@ pub fn composite_conditions(
 #[derive(Default)]
 pub struct ModelCache {
     nodes: HashMap<String, (String, Arc<NodeStatic>)>,
-    pods: HashMap<PodKey, (String, Arc<PodInfo>)>,
+    pods: HashMap<PodKey, (String, Option<phalanx_scheduler::GroupKey>, Arc<PodInfo>)>,
 }
 
 impl ModelCache {
@@ -176,19 +176,23 @@ impl ModelCache {
         self.nodes.remove(name);
     }
 
-    /// The pod converted (cached by resourceVersion).
-    pub fn pod(&mut self, p: &Pod) -> Arc<PodInfo> {
+    /// The pod converted (cached by resourceVersion and group). `group` is the pod's PodGroup as the store
+    /// resolved it (`Store::group_of_pod`: its own label or field, else its owner's), so a pod whose owner was
+    /// annotated after it was cached is converted again.
+    pub fn pod(&mut self, p: &Pod, group: Option<phalanx_scheduler::GroupKey>) -> Arc<PodInfo> {
+        let name = group.as_ref().map(|g| g.name.to_string());
         let Some(key) = PodKey::of(p) else {
-            return Arc::new(PodInfo::from_pod(p, phalanx_api::pod_group_name(p)));
+            return Arc::new(PodInfo::from_pod(p, name.as_deref()));
         };
         let rv = p.resource_version().unwrap_or_default();
-        if let Some((crv, c)) = self.pods.get(&key)
+        if let Some((crv, cg, c)) = self.pods.get(&key)
             && *crv == rv
+            && *cg == group
         {
             return c.clone();
         }
-        let c = Arc::new(PodInfo::from_pod(p, phalanx_api::pod_group_name(p)));
-        self.pods.insert(key, (rv, c.clone()));
+        let c = Arc::new(PodInfo::from_pod(p, name.as_deref()));
+        self.pods.insert(key, (rv, group, c.clone()));
         c
     }
 

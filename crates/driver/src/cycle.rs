@@ -36,7 +36,7 @@ impl Driver {
             for p in self.store.group_members(g) {
                 let Some(key) = PodKey::of(&p) else { continue };
                 if pod_node(&p).is_some() && !is_terminal(&p) && !snap.contains_pod(&key) {
-                    snap.add_pod(self.cache.pod(&p));
+                    snap.add_pod(self.cache.pod(&p, Some(g.clone())));
                     extras.push(key);
                 }
             }
@@ -207,7 +207,7 @@ impl Driver {
         if pod_node(&p).is_some() || is_terminal(&p) || !self.ours(&p) {
             return;
         }
-        let info = self.cache.pod(&p);
+        let info = self.cache.pod(&p, self.store.group_of_pod(&p));
         self.known.insert(r.key.clone(), info.clone());
         if info.group_name.is_some() && !matches!(r.outcome, BindOutcome::Conflict(_) | BindOutcome::NotFound)
         {

@@ -32,7 +32,8 @@ impl Driver {
             } => self.on_pod(key, group, node, deleted, now),
             StoreEvent::Node(name) => self.on_node(&name, now),
             StoreEvent::Group(g) => self.on_group(&g, now),
-            StoreEvent::Other => {}
+            // Owner changes reach the scheduler as the `Pod` events of the pods whose group they changed.
+            StoreEvent::Other | StoreEvent::Owner(_) => {}
             StoreEvent::Resync => self.resync(),
         }
     }
@@ -125,7 +126,7 @@ impl Driver {
     /// assumed pods as scheduled), so an older watch event of a pod being bound does not put it back in the queue
     /// or lower its group's quorum count.
     pub(crate) fn queue_info(&mut self, key: &PodKey, p: &Pod) -> Arc<PodInfo> {
-        let info = self.cache.pod(p);
+        let info = self.cache.pod(p, self.store.group_of_pod(p));
         match self.store.assumed_node(key) {
             Some(node) if info.node_name.is_none() => {
                 let mut i = (*info).clone();

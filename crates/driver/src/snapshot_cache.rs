@@ -118,7 +118,7 @@ impl Driver {
         }
         let mut snap = Snapshot::new(statics);
         for sp in snapshot::pods_for_snapshot(&self.store, &names) {
-            let info = self.cache.pod(&sp.pod);
+            let info = self.cache.pod(&sp.pod, self.store.group_of_pod(&sp.pod));
             let Some(key) = PodKey::of(&sp.pod) else { continue };
             snap.set_pod_start_time(&key, start_millis(&sp.pod));
             match sp.assumed_on {
@@ -180,9 +180,9 @@ impl Driver {
             .pod(key)
             .filter(|p| !is_terminal(p) && pod_node(p).is_some_and(|n| snap.node_index(n).is_some()));
         let (info, start) = match (bound, assumed) {
-            (Some(p), _) => (self.cache.pod(&p), start_millis(&p)),
+            (Some(p), _) => (self.cache.pod(&p, self.store.group_of_pod(&p)), start_millis(&p)),
             (None, Some(a)) => {
-                let mut info = (*self.cache.pod(&a.pod)).clone();
+                let mut info = (*self.cache.pod(&a.pod, self.store.group_of_pod(&a.pod))).clone();
                 info.node_name = Some(a.node.as_str().into());
                 (Arc::new(info), start_millis(&a.pod))
             }

@@ -181,12 +181,40 @@ fn cluster_role_is_exactly_least_privilege() {
         expect("policy", "poddisruptionbudgets", &read),
         expect("scheduling.k8s.io", "priorityclasses", &read),
     ]);
+    // Owner integration: metadata caches and gets of the built-in owners and of the listed custom owners.
+    want.insert(expect("batch", "jobs", &read));
+    for r in ["replicasets", "deployments", "statefulsets"] {
+        want.insert(expect("apps", r, &read));
+    }
+    for (g, rs) in [
+        ("jobset.x-k8s.io", &["jobsets"][..]),
+        ("leaderworkerset.x-k8s.io", &["leaderworkersets"][..]),
+        (
+            "kubeflow.org",
+            &[
+                "pytorchjobs",
+                "mpijobs",
+                "tfjobs",
+                "jaxjobs",
+                "xgboostjobs",
+                "paddlejobs",
+            ][..],
+        ),
+        ("trainer.kubeflow.org", &["trainjobs"][..]),
+        ("ray.io", &["rayclusters", "rayjobs"][..]),
+    ] {
+        for r in rs {
+            want.insert(expect(g, r, &read));
+        }
+    }
     for kind in ["workloads", "podgroups", "compositepodgroups"] {
-        want.insert(expect(
-            "scheduling.phalanx.dev",
-            kind,
-            &["get", "list", "watch", "patch", "update"],
-        ));
+        // create: the owner integration applies the Workload and PodGroup of annotated owners.
+        let verbs: &[&str] = if kind == "compositepodgroups" {
+            &["get", "list", "watch", "patch", "update"]
+        } else {
+            &["get", "list", "watch", "create", "patch", "update"]
+        };
+        want.insert(expect("scheduling.phalanx.dev", kind, verbs));
         want.insert(expect(
             "scheduling.phalanx.dev",
             &format!("{kind}/status"),

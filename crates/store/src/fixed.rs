@@ -149,10 +149,13 @@ impl Store {
         );
         let (events, _) = broadcast::channel(16);
         let (_ready_tx, ready) = watch::channel(KINDS);
+        let pods = reader(state.pods);
+        // No owner is read: pods of an annotated Job or StatefulSet resolve to their own group label only.
+        let (custom, _requests) = crate::custom_owners::CustomOwners::new();
         Store {
             inner: Arc::new(Inner {
                 nodes: reader(state.nodes),
-                pods: reader(state.pods),
+                pods: pods.clone(),
                 pod_groups: reader(state.pod_groups),
                 composite_pod_groups: reader(state.composite_pod_groups),
                 workloads: reader(state.workloads),
@@ -162,6 +165,9 @@ impl Store {
                     index: RwLock::new(index),
                     assumed: Mutex::new(AssumeCache::new()),
                     events,
+                    pods,
+                    owners: crate::reflectors::OwnerReaders::empty(),
+                    custom,
                 }),
                 ready,
                 tasks: Vec::new(),

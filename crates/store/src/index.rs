@@ -38,6 +38,8 @@ pub fn pod_node(pod: &Pod) -> Option<&str> {
 struct PodEntry {
     node: Option<String>,
     group: Option<GroupKey>,
+    /// Owner uids visited when the group came from the owner chain (see [`crate::owners`]).
+    chain: Vec<String>,
 }
 
 /// Keys of pods per node and per group, and the group tree.
@@ -48,15 +50,27 @@ pub struct ClusterIndex {
     by_group: HashMap<GroupKey, BTreeSet<PodKey>>,
     parent: HashMap<GroupKey, Option<GroupKey>>,
     children: HashMap<GroupKey, BTreeSet<GroupKey>>,
+    /// Pods per owner uid in their resolved owner chain.
+    by_owner: HashMap<String, BTreeSet<PodKey>>,
+    /// PodGroup name per owner uid (`scheduling.phalanx.dev/owner-uid` label), and back.
+    owned_groups: HashMap<String, String>,
+    group_owner: HashMap<GroupKey, String>,
 }
 
 impl ClusterIndex {
-    /// Adds or updates a pod.
+    /// Adds or updates a pod whose group is its own (label or `spec.schedulingGroup`) only.
     pub fn apply_pod(&mut self, pod: &Pod) {
+        self.apply_pod_resolved(pod, pod_group_key(pod), Vec::new());
+    }
+
+    /// Adds or updates a pod with the group resolved by the store (its own, else its owner's) and the owner uids
+    /// that resolution visited.
+    pub fn apply_pod_resolved(&mut self, pod: &Pod, group: Option<GroupKey>, chain: Vec<String>) {
         let Some(key) = PodKey::of(pod) else { return };
         let entry = PodEntry {
             node: pod_node(pod).map(str::to_owned),
-            group: pod_group_key(pod),
+            group,
+            chain,
         };
         self.remove_pod(&key);
         if let Some(n) = &entry.node {
@@ -65,7 +79,45 @@ impl ClusterIndex {
         if let Some(g) = &entry.group {
             self.by_group.entry(g.clone()).or_default().insert(key.clone());
         }
+        for uid in &entry.chain {
+            self.by_owner.entry(uid.clone()).or_default().insert(key.clone());
+        }
         self.pods.insert(key, entry);
+    }
+
+    /// Pods whose owner chain went through the owner `uid`.
+    pub fn pods_of_owner(&self, uid: &str) -> Vec<PodKey> {
+        self.by_owner
+            .get(uid)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Records (or with `owner: None` forgets) the owner uid a PodGroup is labelled with.
+    pub fn set_group_owner(&mut self, key: &GroupKey, owner: Option<&str>) {
+        if let Some(old) = self.group_owner.remove(key)
+            && self.owned_groups.get(&old).is_some_and(|n| *n == *key.name)
+        {
+            self.owned_groups.remove(&old);
+        }
+        if let Some(uid) = owner.filter(|u| !u.is_empty()) {
+            self.owned_groups.insert(uid.to_owned(), key.name.to_string());
+            self.group_owner.insert(key.clone(), uid.to_owned());
+        }
+    }
+
+    /// Replaces every owner label of PodGroups (after a relist). Items are `(group, owner uid)`.
+    pub fn reset_group_owners(&mut self, owned: impl IntoIterator<Item = (GroupKey, String)>) {
+        self.owned_groups.clear();
+        self.group_owner.clear();
+        for (k, uid) in owned {
+            self.set_group_owner(&k, Some(&uid));
+        }
+    }
+
+    /// The PodGroup labelled with the owner `uid`, if any.
+    pub fn group_of_owner(&self, uid: &str) -> Option<String> {
+        self.owned_groups.get(uid).cloned()
     }
 
     /// Removes a pod.
@@ -77,15 +129,27 @@ impl ClusterIndex {
         if let Some(g) = old.group {
             remove_from(&mut self.by_group, &g, key);
         }
+        for uid in &old.chain {
+            remove_from(&mut self.by_owner, uid, key);
+        }
     }
 
     /// Replaces every pod entry (after a relist).
     pub fn reset_pods<'a>(&mut self, pods: impl IntoIterator<Item = &'a Pod>) {
+        self.reset_pods_resolved(pods.into_iter().map(|p| (p, pod_group_key(p), Vec::new())));
+    }
+
+    /// Replaces every pod entry (after a relist) with groups resolved by the store.
+    pub fn reset_pods_resolved<'a>(
+        &mut self,
+        pods: impl IntoIterator<Item = (&'a Pod, Option<GroupKey>, Vec<String>)>,
+    ) {
         self.pods.clear();
         self.by_node.clear();
         self.by_group.clear();
-        for p in pods {
-            self.apply_pod(p);
+        self.by_owner.clear();
+        for (p, g, chain) in pods {
+            self.apply_pod_resolved(p, g, chain);
         }
     }
 
@@ -251,6 +315,31 @@ mod tests {
         ix.reset_pods([&pod("c", Some("n2"), None, None)]);
         assert!(ix.pods_on_node("n1").is_empty());
         assert_eq!(ix.group_of(&PodKey::new("ns", "c")), None);
+    }
+
+    /// Owner-resolved pods are indexed under every owner uid their resolution visited, and a PodGroup's owner label
+    /// is found by uid until the group is forgotten or relabelled.
+    #[test]
+    fn owner_chains_and_group_owners() {
+        let mut ix = ClusterIndex::default();
+        let g = GroupKey::pod_group("ns", "train-job");
+        ix.apply_pod_resolved(&pod("a", None, None, None), Some(g.clone()), vec!["j1".into()]);
+        ix.apply_pod_resolved(&pod("b", None, None, None), None, vec!["r1".into(), "d1".into()]);
+        assert_eq!(ix.members(&g), vec![PodKey::new("ns", "a")]);
+        assert_eq!(ix.pods_of_owner("d1"), vec![PodKey::new("ns", "b")]);
+        ix.apply_pod_resolved(&pod("b", None, None, None), None, vec![]);
+        assert!(
+            ix.pods_of_owner("d1").is_empty(),
+            "a re-resolved pod leaves its old chain"
+        );
+        ix.set_group_owner(&g, Some("j1"));
+        assert_eq!(ix.group_of_owner("j1").as_deref(), Some("train-job"));
+        ix.set_group_owner(&g, Some("j2"));
+        assert_eq!(ix.group_of_owner("j1"), None);
+        ix.reset_group_owners([]);
+        assert_eq!(ix.group_of_owner("j2"), None);
+        ix.reset_pods([&pod("c", None, None, None)]);
+        assert!(ix.pods_of_owner("j1").is_empty());
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! phalanx-store: reflector-fed caches shared by the scheduler and the controllers.
 //!
 //! One [`Store`] per process watches Nodes, Pods, PodGroups, CompositePodGroups, Workloads, PriorityClasses and
-//! PodDisruptionBudgets, keeps them in `kube::runtime::reflector` stores, maintains secondary indexes (pods per node,
+//! PodDisruptionBudgets, and the metadata of the built-in pod owners (Jobs, ReplicaSets, Deployments, StatefulSets)
+//! so that pods of an annotated owner join its PodGroup without naming it ([`owners`]), keeps them in `kube::runtime::reflector` stores, maintains secondary indexes (pods per node,
 //! pods per group, the group tree; see [`index`]) and the assume/forget overlay ([`assumed`]) the scheduler uses to
 //! account for binds the watch has not confirmed yet ([`Store::from_state`] builds the same store over a fixed set of
 //! objects, for read-only tools). Every change is also published as a [`StoreEvent`] so the
@@ -9,9 +10,11 @@
 //! (`pkg/scheduler/backend/cache`) with kube-rs reflectors (`kube::runtime::reflector`).
 
 pub mod assumed;
+mod custom_owners;
 pub mod fixed;
 pub mod index;
 pub mod leader;
+pub mod owners;
 pub mod priority;
 mod reflectors;
 
@@ -75,6 +78,9 @@ pub enum StoreEvent {
     Node(String),
     /// A PodGroup or CompositePodGroup was added, changed or deleted.
     Group(GroupKey),
+    /// A watched owner (Job, ReplicaSet, Deployment, StatefulSet; see [`owners`]) was added, changed or deleted.
+    /// Its pods were re-resolved first (and published as `Pod` events if their group changed).
+    Owner(owners::OwnerRef),
     /// A Workload, PriorityClass or PDB changed (rarely relevant to queueing).
     Other,
     /// A watch re-listed: anything may have changed; subscribers should resync everything.
@@ -99,9 +105,91 @@ pub(crate) struct Shared {
     index: RwLock<ClusterIndex>,
     assumed: Mutex<AssumeCache>,
     events: broadcast::Sender<StoreEvent>,
+    pods: Reader<Pod>,
+    owners: reflectors::OwnerReaders,
+    custom: custom_owners::CustomOwners,
 }
 
 impl Shared {
+    /// What the caches know of one owner: the built-in metadata caches, else the on-demand cache of its custom kind.
+    fn lookup_owner(&self, o: &owners::OwnerRef) -> owners::Lookup {
+        match self.owners.lookup(o) {
+            owners::Lookup::NotWatched => self.custom.lookup(o),
+            found_or_missing => found_or_missing,
+        }
+    }
+
+    /// The pod's group (its own, else its owner's; see [`owners::resolve`]) and the owner uids visited.
+    fn resolve(&self, pod: &Pod) -> (Option<GroupKey>, Vec<String>) {
+        if let Some(g) = pod_group_key(pod) {
+            return (Some(g), Vec::new());
+        }
+        let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+        let r = {
+            let ix = self
+                .index
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            owners::resolve(
+                &pod.metadata,
+                |o| self.lookup_owner(o),
+                |uid| ix.group_of_owner(uid),
+            )
+        };
+        (r.group.map(|n| GroupKey::pod_group(ns, &n)), r.chain)
+    }
+
+    /// Re-resolves the pods whose owner chain went through `uid`; a pod whose group changed is published (under
+    /// its old and its new group, so both are recounted).
+    fn reresolve_owner(&self, uid: &str) {
+        let keys = self
+            .index
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .pods_of_owner(uid);
+        self.reresolve(keys);
+    }
+
+    /// Re-resolves every cached pod that names no group itself (after an owner or PodGroup relist).
+    fn reresolve_all(&self) {
+        let keys: Vec<PodKey> = self
+            .pods
+            .state()
+            .iter()
+            .filter(|p| pod_group_key(p).is_none())
+            .filter_map(|p| PodKey::of(p))
+            .collect();
+        self.reresolve(keys);
+    }
+
+    fn reresolve(&self, keys: Vec<PodKey>) {
+        for key in keys {
+            let Some(p) = self.pods.get(&ObjectRef::new(&key.name).within(&key.namespace)) else {
+                continue;
+            };
+            let (group, chain) = self.resolve(&p);
+            let old = self.index_mut().group_of(&key);
+            self.index_mut().apply_pod_resolved(&p, group.clone(), chain);
+            if old != group {
+                let node = pod_node(&p).map(str::to_owned);
+                if old.is_some() {
+                    self.publish(StoreEvent::Pod {
+                        key: key.clone(),
+                        group: old,
+                        node: node.clone(),
+                        deleted: false,
+                    });
+                }
+                self.publish(StoreEvent::Pod {
+                    key,
+                    group,
+                    node,
+                    deleted: false,
+                });
+            }
+        }
+    }
+
     fn index_mut(&self) -> std::sync::RwLockWriteGuard<'_, ClusterIndex> {
         self.index
             .write()
@@ -135,7 +223,7 @@ pub struct Store {
 }
 
 /// Number of watched kinds; [`Store::wait_ready`] waits for this many initial lists.
-const KINDS: usize = 7;
+const KINDS: usize = 7 + owners::WATCHED_OWNERS.len();
 
 impl Store {
     /// Spawns one watch per kind on the current tokio runtime and returns at once.
@@ -228,6 +316,33 @@ impl Store {
     pub fn pods_on_node(&self, node: &str) -> Vec<Arc<Pod>> {
         let keys = self.hierarchy().pods_on_node(node);
         keys.iter().filter_map(|k| self.pod(k)).collect()
+    }
+
+    /// The PodGroup `pod` belongs to: its own (label, `spec.schedulingGroup`), else the one its owner chain resolved
+    /// to (see [`owners`]), as the index holds it. `None` for a pod in no group or not cached.
+    pub fn group_of_pod(&self, pod: &Pod) -> Option<GroupKey> {
+        pod_group_key(pod).or_else(|| PodKey::of(pod).and_then(|k| self.hierarchy().group_of(&k)))
+    }
+
+    /// Walks `pod`'s owner chain over the caches (see [`owners::resolve`]); the integration controller uses the
+    /// `top` owner it returns.
+    pub fn resolve_owners(&self, pod: &Pod) -> owners::Resolution {
+        let ix = self.hierarchy();
+        owners::resolve(
+            &pod.metadata,
+            |o| self.inner.shared.lookup_owner(o),
+            |uid| ix.group_of_owner(uid),
+        )
+    }
+
+    /// The cached metadata of a built-in owner, [`owners::Lookup::NotWatched`] for other kinds.
+    pub fn owner_meta(&self, owner: &owners::OwnerRef) -> owners::Lookup {
+        self.inner.shared.lookup_owner(owner)
+    }
+
+    /// Every cached built-in owner (Job, ReplicaSet, Deployment, StatefulSet) with a gang annotation.
+    pub fn annotated_owners(&self) -> Vec<owners::OwnerRef> {
+        self.inner.shared.owners.annotated()
     }
 
     /// Pods that name the PodGroup `group`, bound or not.

@@ -13,15 +13,18 @@ use std::{
 
 use futures::StreamExt;
 use k8s_openapi::api::{
+    apps::v1::{Deployment, ReplicaSet, StatefulSet},
+    batch::v1::Job,
     core::v1::{Node, Pod},
     policy::v1::PodDisruptionBudget,
     scheduling::v1::PriorityClass,
 };
 use kube::{
     Api, Client, Resource, ResourceExt,
+    core::PartialObjectMeta,
     runtime::{
         WatchStreamExt,
-        reflector::{self, Store as Reader},
+        reflector::{self, ObjectRef, Store as Reader, store::Writer},
         watcher,
     },
 };
@@ -34,18 +37,111 @@ use tokio::sync::{broadcast, watch};
 
 use crate::{
     AssumeCache, ClusterIndex, GroupKey, GroupKind, GroupNode, Inner, PodKey, Shared, Store, StoreConfig,
-    StoreEvent, pod_group_key, pod_node,
+    StoreEvent,
+    owners::{Lookup, OwnerRef},
+    pod_group_key, pod_node,
 };
 
 /// What one kind does with each watch event after the reflector applied it.
 type Hook<K> = Box<dyn Fn(&watcher::Event<K>, &Reader<K>, &Shared) + Send + Sync>;
 
+/// Metadata-only caches of the built-in owners ([`owners::WATCHED_OWNERS`]).
+pub(crate) struct OwnerReaders {
+    jobs: Reader<PartialObjectMeta<Job>>,
+    replica_sets: Reader<PartialObjectMeta<ReplicaSet>>,
+    deployments: Reader<PartialObjectMeta<Deployment>>,
+    stateful_sets: Reader<PartialObjectMeta<StatefulSet>>,
+}
+
+impl OwnerReaders {
+    /// Readers that hold no owner (a store over a fixed state, [`crate::Store::from_state`]): its pods resolve to
+    /// their own group only.
+    pub(crate) fn empty() -> Self {
+        fn ready<K: Resource<DynamicType = ()> + Clone + 'static>() -> Reader<PartialObjectMeta<K>> {
+            let mut w = reflector::store::Writer::<PartialObjectMeta<K>>::default();
+            w.apply_watcher_event(&watcher::Event::Init);
+            w.apply_watcher_event(&watcher::Event::InitDone);
+            w.as_reader()
+        }
+        OwnerReaders {
+            jobs: ready(),
+            replica_sets: ready(),
+            deployments: ready(),
+            stateful_sets: ready(),
+        }
+    }
+
+    /// Every cached owner whose annotations ask for a gang ([`phalanx_api::owners::wants_gang`]).
+    pub(crate) fn annotated(&self) -> Vec<OwnerRef> {
+        fn of<K: Resource<DynamicType = ()> + Clone>(
+            r: &Reader<PartialObjectMeta<K>>,
+            out: &mut Vec<OwnerRef>,
+        ) {
+            for m in r.state() {
+                if phalanx_api::owners::wants_gang(m.metadata.annotations.as_ref()) {
+                    out.push(OwnerRef {
+                        api_version: K::api_version(&()).to_string(),
+                        kind: K::kind(&()).to_string(),
+                        namespace: m.namespace().unwrap_or_default(),
+                        name: m.name_any(),
+                        uid: m.uid().unwrap_or_default(),
+                    });
+                }
+            }
+        }
+        let mut out = Vec::new();
+        of(&self.jobs, &mut out);
+        of(&self.replica_sets, &mut out);
+        of(&self.deployments, &mut out);
+        of(&self.stateful_sets, &mut out);
+        out
+    }
+
+    /// What the caches know of one owner reference; a cached object with another uid (deleted and re-created
+    /// under the same name) counts as missing.
+    pub(crate) fn lookup(&self, o: &OwnerRef) -> Lookup {
+        fn get<K: Resource<DynamicType = ()> + Clone>(
+            r: &Reader<PartialObjectMeta<K>>,
+            o: &OwnerRef,
+        ) -> Lookup {
+            match r.get(&ObjectRef::new(&o.name).within(&o.namespace)) {
+                Some(m) if m.metadata.uid.as_deref() == Some(o.uid.as_str()) => {
+                    Lookup::Found(Box::new(m.metadata.clone()))
+                }
+                _ => Lookup::Missing,
+            }
+        }
+        match (o.api_version.as_str(), o.kind.as_str()) {
+            ("batch/v1", "Job") => get(&self.jobs, o),
+            ("apps/v1", "ReplicaSet") => get(&self.replica_sets, o),
+            ("apps/v1", "Deployment") => get(&self.deployments, o),
+            ("apps/v1", "StatefulSet") => get(&self.stateful_sets, o),
+            // Custom kinds: see Shared::lookup_owner (crate::custom_owners).
+            _ => Lookup::NotWatched,
+        }
+    }
+}
+
 pub(crate) fn start(client: Client, config: StoreConfig) -> Store {
     let (events, _) = broadcast::channel(config.event_buffer.max(16));
+    let (pods_reader, pods_writer) = reflector::store::<Pod>();
+    let (jobs, jobs_w) = reflector::store();
+    let (replica_sets, replica_sets_w) = reflector::store();
+    let (deployments, deployments_w) = reflector::store();
+    let (stateful_sets, stateful_sets_w) = reflector::store();
+    let (custom, custom_requests) = crate::custom_owners::CustomOwners::new();
     let shared = Arc::new(Shared {
         index: RwLock::new(ClusterIndex::default()),
         assumed: Mutex::new(AssumeCache::new()),
         events,
+        pods: pods_reader.clone(),
+        owners: OwnerReaders {
+            jobs,
+            replica_sets,
+            deployments,
+            stateful_sets,
+        },
+        custom,
     });
     let (ready_tx, ready) = watch::channel(0usize);
     let wc = watcher::Config::default()
@@ -61,7 +157,8 @@ pub(crate) fn start(client: Client, config: StoreConfig) -> Store {
         &mut tasks,
         Box::new(node_hook),
     );
-    let pods = spawn::<Pod>(
+    let pods = spawn_with::<Pod>(
+        (pods_reader, pods_writer),
         Api::all(client.clone()),
         wc.clone(),
         &shared,
@@ -69,6 +166,46 @@ pub(crate) fn start(client: Client, config: StoreConfig) -> Store {
         &mut tasks,
         Box::new(pod_hook),
     );
+    spawn_owner::<Job>(
+        jobs_w,
+        Api::all(client.clone()),
+        &wc,
+        &shared,
+        &ready_tx,
+        &mut tasks,
+    );
+    spawn_owner::<ReplicaSet>(
+        replica_sets_w,
+        Api::all(client.clone()),
+        &wc,
+        &shared,
+        &ready_tx,
+        &mut tasks,
+    );
+    spawn_owner::<Deployment>(
+        deployments_w,
+        Api::all(client.clone()),
+        &wc,
+        &shared,
+        &ready_tx,
+        &mut tasks,
+    );
+    spawn_owner::<StatefulSet>(
+        stateful_sets_w,
+        Api::all(client.clone()),
+        &wc,
+        &shared,
+        &ready_tx,
+        &mut tasks,
+    );
+    // Custom owner kinds are watched on demand and do not count for readiness (crate::custom_owners).
+    let custom_task = tokio::spawn(crate::custom_owners::run(
+        client.clone(),
+        wc.clone(),
+        shared.clone(),
+        custom_requests,
+    ));
+    tasks.push(custom_task.abort_handle());
     let pod_groups = spawn::<PodGroup>(
         Api::all(client.clone()),
         wc.clone(),
@@ -145,7 +282,75 @@ fn spawn<K>(
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
-    let (reader, writer) = reflector::store::<K>();
+    spawn_with(reflector::store::<K>(), api, wc, shared, ready_tx, tasks, hook)
+}
+
+/// Watches the metadata of one built-in owner kind: each change re-resolves the pods whose owner chain went
+/// through that object and is published as [`StoreEvent::Owner`].
+fn spawn_owner<K>(
+    writer: Writer<PartialObjectMeta<K>>,
+    api: Api<PartialObjectMeta<K>>,
+    wc: &watcher::Config,
+    shared: &Arc<Shared>,
+    ready_tx: &watch::Sender<usize>,
+    tasks: &mut Vec<tokio::task::AbortHandle>,
+) where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    let shared = shared.clone();
+    let ready_tx = ready_tx.clone();
+    let wc = wc.clone();
+    let kind = K::kind(&()).to_string();
+    let api_version = K::api_version(&()).to_string();
+    let task = tokio::spawn(async move {
+        let mut counted = false;
+        let stream = watcher(api, wc)
+            .default_backoff()
+            .modify(|o: &mut PartialObjectMeta<K>| o.managed_fields_mut().clear())
+            .reflect(writer);
+        let mut stream = std::pin::pin!(stream);
+        while let Some(item) = stream.next().await {
+            match item {
+                Ok(watcher::Event::Apply(o) | watcher::Event::Delete(o)) => {
+                    let owner = OwnerRef {
+                        api_version: api_version.clone(),
+                        kind: kind.clone(),
+                        namespace: o.namespace().unwrap_or_default(),
+                        name: o.name_any(),
+                        uid: o.uid().unwrap_or_default(),
+                    };
+                    shared.reresolve_owner(&owner.uid);
+                    shared.publish(StoreEvent::Owner(owner));
+                }
+                Ok(watcher::Event::InitDone) => {
+                    shared.reresolve_all();
+                    shared.publish(StoreEvent::Resync);
+                    if !counted {
+                        counted = true;
+                        ready_tx.send_modify(|n| *n += 1);
+                        tracing::debug!(kind, "owner cache synced");
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(kind, error = %e, "watch error, retrying"),
+            }
+        }
+    });
+    tasks.push(task.abort_handle());
+}
+
+fn spawn_with<K>(
+    (reader, writer): (Reader<K>, Writer<K>),
+    api: Api<K>,
+    wc: watcher::Config,
+    shared: &Arc<Shared>,
+    ready_tx: &watch::Sender<usize>,
+    tasks: &mut Vec<tokio::task::AbortHandle>,
+    hook: Hook<K>,
+) -> Reader<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
     let shared = shared.clone();
     let ready_tx = ready_tx.clone();
     let r = reader.clone();
@@ -189,9 +394,10 @@ fn pod_hook(ev: &watcher::Event<Pod>, reader: &Reader<Pod>, s: &Shared) {
         watcher::Event::Apply(p) => {
             let Some(key) = PodKey::of(p) else { return };
             let old_group = s.index_mut().group_of(&key);
-            s.index_mut().apply_pod(p);
+            let (new_group, chain) = s.resolve(p);
+            s.index_mut().apply_pod_resolved(p, new_group.clone(), chain);
             s.assumed().observe(&key, p);
-            let group = pod_group_key(p).or(old_group);
+            let group = new_group.or(old_group);
             s.publish(StoreEvent::Pod {
                 key,
                 group,
@@ -201,18 +407,26 @@ fn pod_hook(ev: &watcher::Event<Pod>, reader: &Reader<Pod>, s: &Shared) {
         }
         watcher::Event::Delete(p) => {
             let Some(key) = PodKey::of(p) else { return };
+            let old_group = s.index_mut().group_of(&key);
             s.index_mut().remove_pod(&key);
             s.assumed().observe_delete(&key);
             s.publish(StoreEvent::Pod {
                 key,
-                group: pod_group_key(p),
+                group: old_group.or_else(|| pod_group_key(p)),
                 node: pod_node(p).map(str::to_owned),
                 deleted: true,
             });
         }
         watcher::Event::InitDone => {
             let pods = reader.state();
-            s.index_mut().reset_pods(pods.iter().map(|p| p.as_ref()));
+            let resolved: Vec<_> = pods
+                .iter()
+                .map(|p| {
+                    let (g, chain) = s.resolve(p);
+                    (p.as_ref(), g, chain)
+                })
+                .collect();
+            s.index_mut().reset_pods_resolved(resolved);
             // One map lookup per assumption (not a scan of every pod), and the map is built before the assumption
             // lock is taken, so a relist of many pods holds that lock only briefly.
             let by_key: std::collections::HashMap<PodKey, &Pod> = pods
@@ -247,21 +461,44 @@ fn group_hook<K>(
         namespace: o.namespace().unwrap_or_default().into(),
         name: o.name_any().into(),
     };
+    // Only PodGroups take pods, so only their owner label links pods of custom owners (see crate::owners).
+    let owner_of = |o: &K| {
+        (kind == GroupKind::PodGroup)
+            .then(|| o.labels().get(phalanx_api::owners::OWNER_UID_LABEL).cloned())
+            .flatten()
+    };
     match ev {
         watcher::Event::Apply(o) => {
             let key = key_of(o);
             s.index_mut().apply_group(key.clone(), parent(o).as_deref());
+            if let Some(uid) = owner_of(o) {
+                s.index_mut().set_group_owner(&key, Some(&uid));
+                s.reresolve_owner(&uid);
+            }
             s.publish(StoreEvent::Group(key));
         }
         watcher::Event::Delete(o) => {
             let key = key_of(o);
             s.index_mut().remove_group(&key);
+            if let Some(uid) = owner_of(o) {
+                s.index_mut().set_group_owner(&key, None);
+                s.reresolve_owner(&uid);
+            }
             s.publish(StoreEvent::Group(key));
         }
         watcher::Event::InitDone => {
             let all: Vec<(GroupKey, Option<String>)> =
                 reader.state().iter().map(|o| (key_of(o), parent(o))).collect();
             s.index_mut().reset_groups(kind, all);
+            if kind == GroupKind::PodGroup {
+                let owned: Vec<(GroupKey, String)> = reader
+                    .state()
+                    .iter()
+                    .filter_map(|o| owner_of(o).map(|u| (key_of(o), u)))
+                    .collect();
+                s.index_mut().reset_group_owners(owned);
+                s.reresolve_all();
+            }
             s.publish(StoreEvent::Resync);
         }
         watcher::Event::Init | watcher::Event::InitApply(_) => {}

@@ -1,0 +1,306 @@
+//! The owner integration: a Workload and a PodGroup for every annotated Job, StatefulSet, Deployment or custom
+//! resource, so gangs need no hand-written PodGroup (issue 16).
+//!
+//! Pipeline per owner, as the other reconcilers: read (the owner through the dynamic API, any kind) -> validate
+//! (the annotations, [`build::min_count`]) -> build ([`build::workload`], [`build::pod_group`], pure) -> apply
+//! (server-side apply, field manager [`phalanx_api::field_managers::INTEGRATION`]) -> report (a Warning event
+//! `InvalidGangAnnotation` on the owner for bad input, a Normal `GangGroupApplied` when minCount changes).
+//! The pods are never touched: the store links them to the group through their owner chain
+//! (`phalanx_store::owners`).
+//!
+//! Triggers: [`StoreEvent::Owner`] for the owners the store caches (the built-in kinds, and custom kinds from the
+//! first pod that reaches one), pod events for pods whose top owner is a custom resource (also for kinds the store
+//! cannot watch), and a resync every `min(opts.resync, 60 s)`. Upstream counterpart: the Job controller's
+//! Workload/PodGroup management of KEP-5547 (`pkg/controller/job`, `WorkloadWithJob` gate) and, for other owners,
+//! KAI-Scheduler's pod-grouper (which also walks a pod's top owner).
+//!
+//! Deletion is the garbage collector's: both objects carry a controller `ownerReference` to the owner. A
+//! suspended Job gets its group when it is resumed (its pods are only created then); a group that exists is kept
+//! while the Job is suspended (upstream deletes it; Phalanx keeps it so a resumed Job's pods never race it).
+
+pub mod build;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::runtime::events::EventType;
+use phalanx_api::conditions::reasons;
+use phalanx_api::field_managers::INTEGRATION;
+use phalanx_api::v1beta1::{PodGroup, Workload};
+use phalanx_store::owners::{Lookup, OwnerRef, is_watched};
+use phalanx_store::{StoreEvent, pod_group_key};
+use tokio::sync::{Mutex, broadcast::error::RecvError, mpsc};
+use tokio_util::sync::CancellationToken;
+
+use crate::context::Ctx;
+
+/// How often one custom owner is reconciled at most because of its pods' events.
+const POD_TRIGGER_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Controller name in logs, metrics and events.
+pub const CONTROLLER: &str = "owner-integration";
+
+/// Runs the owner integration until `shutdown` is cancelled. Call after the store is ready and while leader
+/// (as [`crate::run_controllers`] does). Errors of one owner are logged and retried after a backoff (1 s doubling
+/// to `opts.max_backoff`); nothing is returned.
+pub async fn run(ctx: Ctx, shutdown: CancellationToken) {
+    let (tx, mut rx) = mpsc::unbounded_channel::<OwnerRef>();
+    let pending: Arc<std::sync::Mutex<HashSet<OwnerRef>>> = Arc::default();
+    let enqueue = {
+        let pending = pending.clone();
+        move |o: OwnerRef| {
+            if pending
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(o.clone())
+            {
+                let _ = tx.send(o);
+            }
+        }
+    };
+    let mut events = ctx.store.subscribe();
+    let resources: Mutex<HashMap<(String, String), ApiResource>> = Mutex::default();
+    let mut failures: HashMap<String, u32> = HashMap::new();
+    let mut resync = tokio::time::interval(ctx.opts.resync.min(Duration::from_secs(60)));
+    let (retry_tx, mut retry_rx) = mpsc::unbounded_channel::<OwnerRef>();
+    let mut recent: HashMap<String, tokio::time::Instant> = HashMap::new();
+    // Per owner uid: the signature of the last successful reconcile, so status-only updates and resyncs cost nothing
+    // (the periodic resync trims it to the live built-in owners; custom ones are re-read after a trim).
+    let mut applied: HashMap<String, Signature> = HashMap::new();
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = resync.tick() => {
+                let live: HashSet<String> = ctx.store.annotated_owners().into_iter().map(|o| o.uid).collect();
+                applied.retain(|uid, _| live.contains(uid));
+                everything(&ctx, &applied, &enqueue);
+            }
+            ev = events.recv() => match ev {
+                Ok(StoreEvent::Owner(o)) => {
+                    // Status updates (a Job's active count, a StatefulSet's ready replicas) do not change the group:
+                    // skip owners whose generation and annotations were applied already and whose group exists.
+                    if needs_reconcile(&ctx, &applied, &o) {
+                        enqueue(o);
+                    }
+                }
+                Ok(StoreEvent::Pod { key, deleted: false, .. }) => {
+                    // Every pod event of a custom owner's pods would cost a GET of the owner: one per owner per
+                    // POD_TRIGGER_INTERVAL is enough (the periodic resync catches later annotation changes).
+                    if let Some(o) = ctx.store.pod(&key).and_then(|p| custom_top_owner(&ctx, &p)) {
+                        let now = tokio::time::Instant::now();
+                        recent.retain(|_, t| now.duration_since(*t) < POD_TRIGGER_INTERVAL);
+                        if !recent.contains_key(&o.uid) {
+                            recent.insert(o.uid.clone(), now);
+                            enqueue(o);
+                        }
+                    }
+                }
+                Ok(StoreEvent::Resync) | Err(RecvError::Lagged(_)) => everything(&ctx, &applied, &enqueue),
+                Ok(_) => {}
+                Err(RecvError::Closed) => return,
+            },
+            Some(o) = retry_rx.recv() => enqueue(o),
+            Some(o) = rx.recv() => {
+                pending.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&o);
+                if !ctx.is_leader() {
+                    continue;
+                }
+                // The signature is taken before the read, so a change that lands meanwhile is reconciled again.
+                let sig = match ctx.store.owner_meta(&o) {
+                    Lookup::Found(m) => Some(signature(&m)),
+                    _ => None,
+                };
+                match reconcile(&ctx, &resources, &o).await {
+                    Ok(()) => {
+                        failures.remove(&o.uid);
+                        match sig {
+                            Some(sig) => { applied.insert(o.uid.clone(), sig); }
+                            None => { applied.remove(&o.uid); }
+                        }
+                    }
+                    Err(e) => {
+                        let n = failures.entry(o.uid.clone()).or_default();
+                        *n = n.saturating_add(1);
+                        let delay = crate::error::backoff(Duration::from_secs(1), *n, ctx.opts.max_backoff);
+                        ctx.count_error(CONTROLLER, "api");
+                        tracing::warn!(owner = %o.name, kind = %o.kind, error = %e, ?delay, "owner integration failed, retrying");
+                        let retry = retry_tx.clone();
+                        tokio::spawn(async move {
+                            tokio::time::sleep(delay).await;
+                            let _ = retry.send(o);
+                        });
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// What of an owner's metadata decides its group: `metadata.generation` (bumped by spec changes such as
+/// `parallelism`, not by status) and the two annotations.
+type Signature = (Option<i64>, Option<String>, Option<String>);
+
+fn signature(m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Signature {
+    let a = |k: &str| m.annotations.as_ref().and_then(|a| a.get(k).cloned());
+    (
+        m.generation,
+        a(phalanx_api::owners::GANG),
+        a(phalanx_api::owners::GANG_MIN_COUNT),
+    )
+}
+
+/// The custom-resource top owner of a pod that names no group itself, if any. Any scheduler name counts (the
+/// controllers do not know which names this process schedules).
+fn custom_top_owner(ctx: &Ctx, p: &k8s_openapi::api::core::v1::Pod) -> Option<OwnerRef> {
+    if pod_group_key(p).is_some() {
+        return None;
+    }
+    let top = ctx.store.resolve_owners(p).top?;
+    (!is_watched(&top.api_version, &top.kind)).then_some(top)
+}
+
+/// Whether a cached owner needs a reconcile: it asks for a gang, and its generation or annotations changed since
+/// the last successful one or its PodGroup is gone.
+fn needs_reconcile(ctx: &Ctx, applied: &HashMap<String, Signature>, o: &OwnerRef) -> bool {
+    let Lookup::Found(m) = ctx.store.owner_meta(o) else {
+        return false;
+    };
+    if !phalanx_api::owners::wants_gang(m.annotations.as_ref()) {
+        return false;
+    }
+    let name = phalanx_api::owners::owner_group_name(&o.kind, &o.name);
+    applied.get(&o.uid) != Some(&signature(&m)) || ctx.store.pod_group(&o.namespace, &name).is_none()
+}
+
+/// Enqueues the annotated built-in owners that need a reconcile ([`needs_reconcile`]) and the custom top owners of
+/// pods (those a kind the store cannot watch has are read again each time).
+fn everything(ctx: &Ctx, applied: &HashMap<String, Signature>, enqueue: &impl Fn(OwnerRef)) {
+    let mut seen = HashSet::new();
+    for p in ctx.store.pods().state() {
+        if let Some(o) = custom_top_owner(ctx, &p)
+            && seen.insert(o.uid.clone())
+            && (!matches!(ctx.store.owner_meta(&o), Lookup::Found(_)) || needs_reconcile(ctx, applied, &o))
+        {
+            enqueue(o);
+        }
+    }
+    for o in ctx.store.annotated_owners() {
+        if seen.insert(o.uid.clone()) && needs_reconcile(ctx, applied, &o) {
+            enqueue(o);
+        }
+    }
+}
+
+/// Error of one reconcile (retried with backoff).
+#[derive(Debug, thiserror::Error)]
+enum ReconcileError {
+    #[error("discovery of {0}: {1}")]
+    Discovery(String, kube::Error),
+    #[error(transparent)]
+    Kube(#[from] kube::Error),
+}
+
+async fn api_resource(
+    ctx: &Ctx,
+    cache: &Mutex<HashMap<(String, String), ApiResource>>,
+    o: &OwnerRef,
+) -> Result<ApiResource, ReconcileError> {
+    let key = (o.api_version.clone(), o.kind.clone());
+    if let Some(ar) = cache.lock().await.get(&key) {
+        return Ok(ar.clone());
+    }
+    let (group, version) = o
+        .api_version
+        .rsplit_once('/')
+        .unwrap_or(("", o.api_version.as_str()));
+    let gvk = GroupVersionKind::gvk(group, version, &o.kind);
+    let (ar, _) = kube::discovery::pinned_kind(&ctx.client, &gvk)
+        .await
+        .map_err(|e| ReconcileError::Discovery(format!("{}/{}", o.api_version, o.kind), e))?;
+    cache.lock().await.insert(key, ar.clone());
+    Ok(ar)
+}
+
+async fn reconcile(
+    ctx: &Ctx,
+    resources: &Mutex<HashMap<(String, String), ApiResource>>,
+    o: &OwnerRef,
+) -> Result<(), ReconcileError> {
+    ctx.count_reconcile(CONTROLLER);
+    tracing::debug!(owner = %o.name, kind = %o.kind, namespace = %o.namespace, "reconciling owner");
+    let ar = api_resource(ctx, resources, o).await?;
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &o.namespace, &ar);
+    let Some(obj) = api.get_opt(&o.name).await? else {
+        return Ok(());
+    };
+    if obj.metadata.uid.as_deref() != Some(o.uid.as_str()) || obj.metadata.deletion_timestamp.is_some() {
+        return Ok(());
+    }
+    let json = serde_json::to_value(&obj).unwrap_or_default();
+    let mut facts = build::OwnerFacts::from_json(&json);
+    // DynamicObject carries its types only when the server sent them; the reference is authoritative.
+    facts.api_version.clone_from(&o.api_version);
+    facts.kind.clone_from(&o.kind);
+    let reference = ObjectReference {
+        api_version: Some(o.api_version.clone()),
+        kind: Some(o.kind.clone()),
+        name: Some(o.name.clone()),
+        namespace: Some(o.namespace.clone()),
+        uid: Some(o.uid.clone()),
+        ..ObjectReference::default()
+    };
+    let min = match build::min_count(obj.metadata.annotations.as_ref(), &facts) {
+        Ok(None) => {
+            tracing::debug!(owner = %o.name, kind = %o.kind, "no gang annotation");
+            return Ok(());
+        }
+        Ok(Some(n)) => n,
+        Err(e) => {
+            let note = e.to_string();
+            if ctx.transition(&o.uid, "gang-intent", &note, None).is_some() {
+                tracing::info!(owner = %o.name, kind = %o.kind, error = %note, "invalid gang annotation");
+                ctx.publish(
+                    CONTROLLER,
+                    &reference,
+                    EventType::Warning,
+                    reasons::INVALID_GANG_ANNOTATION,
+                    "Validate",
+                    note,
+                )
+                .await;
+            }
+            return Ok(());
+        }
+    };
+    let name = phalanx_api::owners::owner_group_name(&o.kind, &o.name);
+    let exists = ctx.store.pod_group(&o.namespace, &name).is_some();
+    if facts.suspended && !exists {
+        return Ok(());
+    }
+    let pp = PatchParams::apply(INTEGRATION).force();
+    let workloads: Api<Workload> = Api::namespaced(ctx.client.clone(), &o.namespace);
+    workloads
+        .patch(&name, &pp, &Patch::Apply(build::workload(&facts, min)))
+        .await?;
+    let groups: Api<PodGroup> = Api::namespaced(ctx.client.clone(), &o.namespace);
+    groups
+        .patch(&name, &pp, &Patch::Apply(build::pod_group(&facts, min)))
+        .await?;
+    let state = format!("PodGroup {name} minCount {min}");
+    if ctx.transition(&o.uid, "gang-intent", &state, None).is_some() {
+        ctx.publish(
+            CONTROLLER,
+            &reference,
+            EventType::Normal,
+            reasons::GANG_GROUP_APPLIED,
+            "Apply",
+            format!("Workload and {state} applied for {} {}", o.kind, o.name),
+        )
+        .await;
+    }
+    Ok(())
+}

@@ -1,0 +1,545 @@
+//! Gangs without hand-written PodGroups (issue 16), on a real control plane (kube-apiserver + etcd +
+//! kube-controller-manager v1.37.2 + kwok from phalanx-testenv): the real Job, StatefulSet and garbage-collector
+//! controllers create and delete the pods, Phalanx's owner integration creates the Workload and PodGroup, and an
+//! in-process scheduler (phalanx-driver) binds the pods.
+//!
+//! One controller instance runs for the whole binary on a background runtime (as the operator does; controllers
+//! are namespace-agnostic). Each test starts its own scheduler named `phalanx-<namespace>` that considers only the
+//! test's nodes, so tests run in parallel without sharing capacity.
+//!
+//! Run: `cargo test -p phalanx-controllers --test owner_integration`
+
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, ensure};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use phalanx_api::owners::{GANG, GANG_MIN_COUNT};
+use phalanx_api::v1beta1::{PodGroup, Workload};
+use phalanx_controllers::{ControllerOptions, run_controllers};
+use phalanx_driver::SchedulerOptions;
+use phalanx_store::{Store, StoreConfig};
+use phalanx_testenv::{FakeNode, TEST_NS_LABEL, TestEnv, create_namespace, wait_for};
+use prometheus_client::registry::Registry;
+use serde_json::{Value, json};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+const WAIT: Duration = Duration::from_secs(90);
+
+static CONTROLLERS: OnceLock<std::result::Result<(), String>> = OnceLock::new();
+
+/// Starts the controllers once per binary on their own runtime and waits for their store.
+fn controllers() -> std::result::Result<(), String> {
+    CONTROLLERS
+        .get_or_init(|| {
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(
+                    tracing_subscriber::EnvFilter::try_from_default_env()
+                        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                )
+                .with_test_writer()
+                .try_init();
+            let env = TestEnv::shared();
+            let (tx, rx) = std::sync::mpsc::channel::<std::result::Result<(), String>>();
+            std::thread::spawn(move || {
+                let rt = match tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        let _ = tx.send(Err(format!("runtime: {e}")));
+                        return;
+                    }
+                };
+                rt.block_on(async move {
+                    let setup = async {
+                        let client = env.client().await?;
+                        phalanx_testenv::apply_crds(&client, &phalanx_api::crds::to_yaml()).await?;
+                        let store = Store::start(client.clone(), StoreConfig::default());
+                        let mut registry = Registry::default();
+                        let (leader_tx, leader_rx) = watch::channel(true);
+                        let fut = run_controllers(
+                            client,
+                            store.clone(),
+                            ControllerOptions {
+                                instance: Some("owner-integration-test".into()),
+                                ..Default::default()
+                            },
+                            leader_rx,
+                            CancellationToken::new(),
+                            &mut registry,
+                        );
+                        tokio::spawn(async move {
+                            let _keep = leader_tx;
+                            if let Err(e) = fut.await {
+                                tracing::error!(error = %e, "controllers ended with an error");
+                            }
+                        });
+                        tokio::time::timeout(Duration::from_secs(120), store.wait_ready())
+                            .await
+                            .context("store not ready after 120 s")?;
+                        anyhow::Ok(())
+                    };
+                    match setup.await {
+                        Ok(()) => {
+                            let _ = tx.send(Ok(()));
+                            std::future::pending::<()>().await;
+                        }
+                        Err(e) => {
+                            let _ = tx.send(Err(format!("{e:#}")));
+                        }
+                    }
+                });
+            });
+            rx.recv()
+                .unwrap_or_else(|e| Err(format!("controller thread died: {e}")))
+        })
+        .clone()
+}
+
+/// One test's namespace, client and scheduler.
+struct Ctx {
+    client: Client,
+    ns: String,
+    sched: String,
+    shutdown: CancellationToken,
+}
+
+impl Drop for Ctx {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+async fn setup(prefix: &str, nodes: usize, cpu: &str) -> Result<Ctx> {
+    tokio::task::spawn_blocking(controllers)
+        .await?
+        .map_err(|e| anyhow::anyhow!("controllers: {e}"))?;
+    let client = TestEnv::shared().client().await?;
+    let ns = create_namespace(&client, prefix).await?;
+    for i in 0..nodes {
+        FakeNode::new(format!("{ns}-n{i}"))
+            .cpu(cpu)
+            .memory("32Gi")
+            .pods(110)
+            .test_namespace(&ns)
+            .create(&client)
+            .await?;
+    }
+    let sched = format!("phalanx-{ns}");
+    let shutdown = CancellationToken::new();
+    let store = Store::start(client.clone(), StoreConfig::default());
+    let (tx, rx) = watch::channel(true);
+    let mut registry = Registry::default();
+    let fut = phalanx_driver::run(
+        client.clone(),
+        store,
+        SchedulerOptions {
+            scheduler_name: sched.clone(),
+            node_selector: Some(format!("{TEST_NS_LABEL}={ns}")),
+            ..SchedulerOptions::default()
+        },
+        rx,
+        shutdown.clone(),
+        &mut registry,
+    );
+    tokio::spawn(async move {
+        let _keep = (tx, registry);
+        if let Err(e) = fut.await {
+            tracing::error!(error = %e, "scheduler ended with an error");
+        }
+    });
+    Ok(Ctx {
+        client,
+        ns,
+        sched,
+        shutdown,
+    })
+}
+
+fn pod_template(sched: &str, cpu: &str, restart: &str) -> Value {
+    json!({
+        "metadata": { "labels": { "app": "gang" } },
+        "spec": {
+            "schedulerName": sched,
+            "restartPolicy": restart,
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{ "name": "c", "image": "busybox", "resources": { "requests": { "cpu": cpu } } }],
+        }
+    })
+}
+
+impl Ctx {
+    fn jobs(&self) -> Api<Job> {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+    fn groups(&self) -> Api<PodGroup> {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+    fn workloads(&self) -> Api<Workload> {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    /// A Job of `parallelism` pods of `cpu` each; `annotations` on the Job, none on its pod template.
+    async fn job(
+        &self,
+        name: &str,
+        parallelism: i32,
+        cpu: &str,
+        annotations: &[(&str, &str)],
+        suspend: bool,
+    ) -> Result<Job> {
+        let ann: BTreeMap<&str, &str> = annotations.iter().copied().collect();
+        let job: Job = serde_json::from_value(json!({
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": { "name": name, "annotations": ann },
+            "spec": {
+                "parallelism": parallelism,
+                "completions": parallelism,
+                "completionMode": "Indexed",
+                "suspend": suspend,
+                "template": pod_template(&self.sched, cpu, "Never"),
+            }
+        }))?;
+        self.jobs()
+            .create(&PostParams::default(), &job)
+            .await
+            .with_context(|| format!("creating Job {name}"))
+    }
+
+    /// Pods of the owner named `owner` (by controller reference): `(total, bound)`.
+    async fn pods_of(&self, owner: &str) -> Result<(usize, usize)> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.ns);
+        let list = pods.list(&ListParams::default()).await?;
+        let mine: Vec<&Pod> = list
+            .items
+            .iter()
+            .filter(|p| {
+                p.owner_references()
+                    .iter()
+                    .any(|o| o.controller == Some(true) && o.name == owner)
+            })
+            .collect();
+        let bound = mine
+            .iter()
+            .filter(|p| {
+                p.spec
+                    .as_ref()
+                    .and_then(|s| s.node_name.as_deref())
+                    .is_some_and(|n| !n.is_empty())
+            })
+            .count();
+        for p in &mine {
+            ensure!(
+                !p.labels().contains_key(phalanx_api::labels::POD_GROUP),
+                "pod {} got a group label; the link must come from the owner",
+                p.name_any()
+            );
+        }
+        Ok((mine.len(), bound))
+    }
+
+    async fn wait_bound(&self, owner: &str, n: usize) -> Result<()> {
+        wait_for(&format!("{n} pods of {owner} bound"), WAIT, || async {
+            let (total, bound) = self.pods_of(owner).await?;
+            Ok((total == n && bound == n).then_some(()))
+        })
+        .await
+    }
+
+    async fn min_count(&self, group: &str) -> Result<Option<i32>> {
+        Ok(self
+            .groups()
+            .get_opt(group)
+            .await?
+            .and_then(|g| g.spec.scheduling_policy.gang.map(|x| x.min_count)))
+    }
+
+    async fn warnings(&self, reason: &str) -> Result<Vec<String>> {
+        let events: Api<Event> = Api::namespaced(self.client.clone(), &self.ns);
+        Ok(events
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some(reason))
+            .filter_map(|e| e.note)
+            .collect())
+    }
+}
+
+/// An 8-pod Indexed Job with `gang: "true"` and no PodGroup written by hand: Phalanx creates a Workload and a
+/// PodGroup owned by the Job (minCount = parallelism = 8) and binds all 8 pods; the pods carry no group label.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn annotated_job_is_one_gang_without_a_hand_written_pod_group() -> Result<()> {
+    let c = setup("oi-job", 2, "4").await?;
+    let job = c.job("train", 8, "1", &[(GANG, "true")], false).await?;
+    c.wait_bound("train", 8).await?;
+    let pg = c.groups().get("train-job").await?;
+    ensure!(
+        pg.spec.scheduling_policy.gang.as_ref().map(|g| g.min_count) == Some(8),
+        "minCount: {:?}",
+        pg.spec
+    );
+    let owner = pg
+        .owner_references()
+        .first()
+        .cloned()
+        .context("PodGroup has no owner")?;
+    ensure!(
+        owner.kind == "Job"
+            && Some(owner.uid.as_str()) == job.uid().as_deref()
+            && owner.controller == Some(true)
+    );
+    let wl = c.workloads().get("train-job").await?;
+    ensure!(
+        wl.owner_references().iter().any(|o| o.name == "train"),
+        "Workload not owned by the Job"
+    );
+    ensure!(pg.spec.workload_ref.as_ref().map(|r| r.workload_name.as_str()) == Some("train-job"));
+    Ok(())
+}
+
+/// Two annotated Jobs that cannot both fit (2 nodes x 4 cpu, each Job 6 pods x 1 cpu): one ends whole, the other
+/// with no pod bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_jobs_that_cannot_both_fit_end_one_whole_one_empty() -> Result<()> {
+    let c = setup("oi-two", 2, "4").await?;
+    c.job("a", 6, "1", &[(GANG, "true")], false).await?;
+    c.job("b", 6, "1", &[(GANG, "true")], false).await?;
+    let (winner, loser) = wait_for("one Job fully bound", WAIT, || async {
+        let (_, a) = c.pods_of("a").await?;
+        let (_, b) = c.pods_of("b").await?;
+        Ok(match (a, b) {
+            (6, _) => Some(("a", "b")),
+            (_, 6) => Some(("b", "a")),
+            _ => None,
+        })
+    })
+    .await?;
+    // The loser must be told it is unschedulable and must stay with no pod bound.
+    wait_for("loser's PodGroup Unschedulable", WAIT, || async {
+        let g = c.groups().get(&format!("{loser}-job")).await?;
+        let cond = g.status.as_ref().and_then(|s| {
+            phalanx_api::conditions::find_condition(
+                &s.conditions,
+                phalanx_api::conditions::POD_GROUP_INITIALLY_SCHEDULED,
+            )
+            .cloned()
+        });
+        Ok(cond.filter(|c| c.status == "False").map(|_| ()))
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (total, bound) = c.pods_of(loser).await?;
+    ensure!(total == 6 && bound == 0, "loser {loser}: {bound}/{total} bound");
+    ensure!(c.pods_of(winner).await?.1 == 6);
+    Ok(())
+}
+
+/// A StatefulSet (Parallel pod management) with `gang-min-count: "3"` forms one gang.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn annotated_stateful_set_forms_one_gang() -> Result<()> {
+    let c = setup("oi-sts", 1, "4").await?;
+    let sts: StatefulSet = serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": { "name": "db", "annotations": { GANG: "true" } },
+        "spec": {
+            "replicas": 3,
+            "podManagementPolicy": "Parallel",
+            "serviceName": "db",
+            "selector": { "matchLabels": { "app": "gang" } },
+            "template": pod_template(&c.sched, "1", "Always"),
+        }
+    }))?;
+    Api::<StatefulSet>::namespaced(c.client.clone(), &c.ns)
+        .create(&PostParams::default(), &sts)
+        .await?;
+    c.wait_bound("db", 3).await?;
+    ensure!(c.min_count("db-statefulset").await? == Some(3));
+    Ok(())
+}
+
+/// Deleting the Job (background propagation, as kubectl does) lets the garbage collector remove its pods, its
+/// PodGroup and its Workload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_the_job_removes_its_pod_group_and_workload() -> Result<()> {
+    let c = setup("oi-del", 1, "4").await?;
+    c.job("gone", 2, "1", &[(GANG, "true")], false).await?;
+    c.wait_bound("gone", 2).await?;
+    c.jobs().delete("gone", &DeleteParams::background()).await?;
+    wait_for("PodGroup and Workload garbage-collected", WAIT, || async {
+        let pg = c.groups().get_opt("gone-job").await?;
+        let wl = c.workloads().get_opt("gone-job").await?;
+        Ok((pg.is_none() && wl.is_none()).then_some(()))
+    })
+    .await
+}
+
+/// minCount follows parallelism: scaling the Job from 2 to 3 raises the group's minCount, and the third pod binds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn min_count_follows_parallelism() -> Result<()> {
+    let c = setup("oi-par", 1, "4").await?;
+    c.job("elastic", 2, "1", &[(GANG, "true")], false).await?;
+    c.wait_bound("elastic", 2).await?;
+    ensure!(c.min_count("elastic-job").await? == Some(2));
+    c.jobs()
+        .patch(
+            "elastic",
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": { "parallelism": 3, "completions": 3 } })),
+        )
+        .await
+        .context(
+            "scaling an Indexed Job (elastic Indexed Jobs change completions together with parallelism)",
+        )?;
+    wait_for("minCount 3", WAIT, || async {
+        Ok((c.min_count("elastic-job").await? == Some(3)).then_some(()))
+    })
+    .await?;
+    c.wait_bound("elastic", 3).await
+}
+
+/// A suspended Job creates no pods and no group; resuming it creates the group and the gang binds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn suspended_job_waits_then_binds_when_resumed() -> Result<()> {
+    let c = setup("oi-sus", 1, "4").await?;
+    c.job("later", 3, "1", &[(GANG, "true")], true).await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    ensure!(c.pods_of("later").await? == (0, 0), "a suspended Job has no pods");
+    ensure!(
+        c.groups().get_opt("later-job").await?.is_none(),
+        "no group while suspended"
+    );
+    c.jobs()
+        .patch(
+            "later",
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": { "suspend": false } })),
+        )
+        .await?;
+    c.wait_bound("later", 3).await?;
+    ensure!(c.min_count("later-job").await? == Some(3));
+    Ok(())
+}
+
+/// Bad annotation values get a Warning event naming the annotation, no group, and pods that wait (never bound
+/// one by one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_annotation_values_are_reported_and_pods_wait() -> Result<()> {
+    let c = setup("oi-bad", 1, "8").await?;
+    for (i, v) in ["abc", "-1", "99999999999"].iter().enumerate() {
+        c.job(&format!("bad{i}"), 1, "1", &[(GANG_MIN_COUNT, v)], false)
+            .await?;
+    }
+    let notes = wait_for("three InvalidGangAnnotation warnings", WAIT, || async {
+        let n = c
+            .warnings(phalanx_api::conditions::reasons::INVALID_GANG_ANNOTATION)
+            .await?;
+        Ok((n.len() >= 3).then_some(n))
+    })
+    .await?;
+    for v in ["\"abc\"", "\"-1\"", "\"99999999999\""] {
+        ensure!(
+            notes.iter().any(|n| n.contains(GANG_MIN_COUNT) && n.contains(v)),
+            "no warning for {v}: {notes:?}"
+        );
+    }
+    for i in 0..3 {
+        let (total, bound) = c.pods_of(&format!("bad{i}")).await?;
+        ensure!(total == 1 && bound == 0, "bad{i}: {bound}/{total} bound");
+        ensure!(c.groups().get_opt(&format!("bad{i}-job")).await?.is_none());
+    }
+    Ok(())
+}
+
+/// A custom resource at the top of the pods' owner chain (a CRD the store starts watching when it first meets it):
+/// its annotated object gets a PodGroup labelled with its uid and its pods join it as one gang: `t1` (minCount 3,
+/// 3 pods) binds whole, `t3` (minCount 4, 3 pods) binds nothing. `gang: "true"` on a kind without
+/// `spec.replicas`/`spec.parallelism` (`t2`) is a Warning naming `gang-min-count`, and its pod waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn custom_owner_gets_a_group_and_missing_replicas_is_reported() -> Result<()> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+    let c = setup("oi-cr", 1, "8").await?;
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": { "name": "trainings.example.phalanx.dev" },
+        "spec": {
+            "group": "example.phalanx.dev", "scope": "Namespaced",
+            "names": { "plural": "trainings", "singular": "training", "kind": "Training" },
+            "versions": [{ "name": "v1", "served": true, "storage": true,
+                "schema": { "openAPIV3Schema": { "type": "object", "x-kubernetes-preserve-unknown-fields": true } } }],
+        }
+    }))?;
+    phalanx_testenv::apply_crds(&c.client, &serde_json::to_string(&crd)?).await?;
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("example.phalanx.dev", "v1", "Training"),
+        "trainings",
+    );
+    let trainings: Api<DynamicObject> = Api::namespaced_with(c.client.clone(), &c.ns, &ar);
+    let mut uids = BTreeMap::new();
+    for (name, ann) in [
+        ("t1", (GANG_MIN_COUNT, "3")),
+        ("t2", (GANG, "true")),
+        ("t3", (GANG_MIN_COUNT, "4")),
+    ] {
+        let obj: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "example.phalanx.dev/v1", "kind": "Training",
+            "metadata": { "name": name, "annotations": { ann.0: ann.1 } }, "spec": {},
+        }))?;
+        let created = trainings.create(&PostParams::default(), &obj).await?;
+        uids.insert(name, created.uid().context("no uid")?);
+    }
+    let pods: Api<Pod> = Api::namespaced(c.client.clone(), &c.ns);
+    for (owner, n) in [("t1", 3), ("t2", 1), ("t3", 3)] {
+        for i in 0..n {
+            let mut p = pod_template(&c.sched, "1", "Never");
+            p["metadata"]["name"] = json!(format!("{owner}-{i}"));
+            p["metadata"]["ownerReferences"] = json!([{ "apiVersion": "example.phalanx.dev/v1", "kind": "Training",
+                "name": owner, "uid": uids[owner], "controller": true }]);
+            pods.create(&PostParams::default(), &serde_json::from_value(p)?)
+                .await?;
+        }
+    }
+    wait_for("PodGroup t1-training with minCount 3", WAIT, || async {
+        Ok((c.min_count("t1-training").await? == Some(3)).then_some(()))
+    })
+    .await?;
+    let pg = c.groups().get("t1-training").await?;
+    ensure!(
+        pg.labels().get(phalanx_api::owners::OWNER_UID_LABEL) == Some(&uids["t1"]),
+        "owner-uid label"
+    );
+    c.wait_bound("t1", 3).await?;
+    // The pods were counted as the group's members (the link came from the owner chain, not a label).
+    wait_for("t1-training counts 3 pods", WAIT, || async {
+        let g = c.groups().get("t1-training").await?;
+        Ok((g.status.and_then(|s| s.pods) == Some(3)).then_some(()))
+    })
+    .await?;
+    let notes = wait_for("InvalidGangAnnotation for t2", WAIT, || async {
+        let n = c
+            .warnings(phalanx_api::conditions::reasons::INVALID_GANG_ANNOTATION)
+            .await?;
+        Ok((!n.is_empty()).then_some(n))
+    })
+    .await?;
+    ensure!(
+        notes
+            .iter()
+            .any(|n| n.contains(GANG_MIN_COUNT) && n.contains("Training")),
+        "{notes:?}"
+    );
+    ensure!(c.groups().get_opt("t2-training").await?.is_none());
+    Ok(())
+}

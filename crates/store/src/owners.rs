@@ -1,0 +1,270 @@
+//! Owner resolution: the PodGroup of a pod that names none, found through its `ownerReferences` chain.
+//!
+//! A pod without the `scheduling.phalanx.dev/pod-group` label and without `spec.schedulingGroup` belongs to the
+//! group of its *top owner* when that owner carries a `scheduling.phalanx.dev/gang*` annotation
+//! ([`phalanx_api::owners`]). The chain is walked through controller references only (as the garbage collector and
+//! upstream's `metav1.GetControllerOf` do), over metadata-only caches of the built-in owners (Jobs, ReplicaSets,
+//! Deployments, StatefulSets) and, for custom resources (JobSet, LeaderWorkerSet, PyTorchJob, ...), over caches
+//! started on demand (`crate::custom_owners`). A custom kind the store cannot watch ends the walk: its pods join the
+//! PodGroup labelled with the owner's uid ([`phalanx_api::owners::OWNER_UID_LABEL`]) once the integration created it.
+//!
+//! Upstream links Job pods to their PodGroup by writing `spec.schedulingGroup` at pod creation (KEP-5547); Phalanx
+//! does not create the pods, so the link is computed here, before a pod reaches the queue.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+
+/// How many controller references are followed at most (pod -> ReplicaSet -> Deployment -> custom parent needs 3).
+pub const MAX_OWNER_DEPTH: usize = 5;
+
+/// The built-in owner kinds whose metadata the store watches, as `(apiVersion, kind)`.
+pub const WATCHED_OWNERS: [(&str, &str); 4] = [
+    ("batch/v1", "Job"),
+    ("apps/v1", "ReplicaSet"),
+    ("apps/v1", "Deployment"),
+    ("apps/v1", "StatefulSet"),
+];
+
+/// What a cache knows of one owner reference.
+#[derive(Clone, Debug)]
+pub enum Lookup {
+    /// The kind cannot be watched (not served, or not allowed by RBAC): the walk ends here.
+    NotWatched,
+    /// The kind is watched but the object (with that uid) is not cached yet, or is gone.
+    Missing,
+    /// The cached metadata.
+    Found(Box<ObjectMeta>),
+}
+
+/// One owner in a pod's chain.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OwnerRef {
+    /// `apiVersion` as in the owner reference (`batch/v1`, `jobset.x-k8s.io/v1alpha2`).
+    pub api_version: String,
+    /// `kind`.
+    pub kind: String,
+    /// Namespace (always the pod's: owner references are namespace-local).
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// `metadata.uid`.
+    pub uid: String,
+}
+
+/// The result of walking a pod's owners.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Resolution {
+    /// The PodGroup the pod belongs to (in its namespace), if any.
+    pub group: Option<String>,
+    /// The last owner reached: the annotated one, the topmost cached one, or the custom resource at the top.
+    pub top: Option<OwnerRef>,
+    /// The uids of every owner visited; a change to any of them (or to a group labelled with one) re-resolves the
+    /// pod.
+    pub chain: Vec<String>,
+}
+
+/// The controller reference of an object (upstream `metav1.GetControllerOf`).
+pub fn controller_of(meta: &ObjectMeta) -> Option<&OwnerReference> {
+    meta.owner_references
+        .as_deref()?
+        .iter()
+        .find(|o| o.controller == Some(true))
+}
+
+fn owner_ref(namespace: &str, o: &OwnerReference) -> OwnerRef {
+    OwnerRef {
+        api_version: o.api_version.clone(),
+        kind: o.kind.clone(),
+        namespace: namespace.to_owned(),
+        name: o.name.clone(),
+        uid: o.uid.clone(),
+    }
+}
+
+/// Walks the controller references of a pod (its `metadata`) up to [`MAX_OWNER_DEPTH`] owners.
+///
+/// `lookup` answers for one reference what the caches know; `group_of_uid` names the PodGroup labelled with an
+/// owner's uid. Rules, in order at each owner:
+/// - an annotated owner ([`phalanx_api::owners::wants_gang`], valid value or not) ends the walk with the group
+///   [`phalanx_api::owners::owner_group_name`]: the pod waits for that group, so a bad annotation makes the pod
+///   wait (with the owner's Warning event) instead of being scheduled alone;
+/// - a watched owner not cached yet ends the walk with that owner's derived name too, so a pod seen before its Job
+///   waits instead of being scheduled alone; the owner's arrival re-resolves it;
+/// - an owner of a kind that cannot be watched (`Lookup::NotWatched`) ends the walk with the group labelled with its
+///   uid, if one exists;
+/// - an unannotated owner without a controller ends the walk without a group.
+pub fn resolve(
+    pod: &ObjectMeta,
+    lookup: impl Fn(&OwnerRef) -> Lookup,
+    group_of_uid: impl Fn(&str) -> Option<String>,
+) -> Resolution {
+    let namespace = pod.namespace.as_deref().unwrap_or_default();
+    let mut out = Resolution::default();
+    let Some(mut cur) = controller_of(pod).map(|o| owner_ref(namespace, o)) else {
+        return out;
+    };
+    for _ in 0..MAX_OWNER_DEPTH {
+        out.chain.push(cur.uid.clone());
+        match lookup(&cur) {
+            Lookup::NotWatched => {
+                out.group = group_of_uid(&cur.uid);
+                out.top = Some(cur);
+                return out;
+            }
+            Lookup::Missing => {
+                out.group = Some(phalanx_api::owners::owner_group_name(&cur.kind, &cur.name));
+                out.top = Some(cur);
+                return out;
+            }
+            Lookup::Found(meta) => {
+                if phalanx_api::owners::wants_gang(meta.annotations.as_ref()) {
+                    out.group = Some(phalanx_api::owners::owner_group_name(&cur.kind, &cur.name));
+                    out.top = Some(cur);
+                    return out;
+                }
+                match controller_of(&meta) {
+                    Some(next) => cur = owner_ref(namespace, next),
+                    None => {
+                        out.top = Some(cur);
+                        return out;
+                    }
+                }
+            }
+        }
+    }
+    out.top = Some(cur);
+    out
+}
+
+/// Whether `(api_version, kind)` is one of [`WATCHED_OWNERS`].
+pub fn is_watched(api_version: &str, kind: &str) -> bool {
+    WATCHED_OWNERS
+        .iter()
+        .any(|(a, k)| *a == api_version && *k == kind)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    fn meta(
+        name: &str,
+        uid: &str,
+        owner: Option<(&str, &str, &str, &str)>,
+        ann: &[(&str, &str)],
+    ) -> ObjectMeta {
+        ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("ns".into()),
+            uid: Some(uid.into()),
+            annotations: Some(ann.iter().map(|(k, v)| ((*k).into(), (*v).into())).collect()),
+            owner_references: owner.map(|(api, kind, n, u)| {
+                vec![OwnerReference {
+                    api_version: api.into(),
+                    kind: kind.into(),
+                    name: n.into(),
+                    uid: u.into(),
+                    controller: Some(true),
+                    ..OwnerReference::default()
+                }]
+            }),
+            ..ObjectMeta::default()
+        }
+    }
+
+    fn run(pod: &ObjectMeta, objs: &HashMap<String, ObjectMeta>, groups: &[(&str, &str)]) -> Resolution {
+        resolve(
+            pod,
+            |o| {
+                if !is_watched(&o.api_version, &o.kind) {
+                    return Lookup::NotWatched;
+                }
+                objs.get(&o.uid)
+                    .cloned()
+                    .map_or(Lookup::Missing, |m| Lookup::Found(Box::new(m)))
+            },
+            |uid| {
+                groups
+                    .iter()
+                    .find(|(u, _)| *u == uid)
+                    .map(|(_, g)| (*g).to_string())
+            },
+        )
+    }
+
+    const GANG: (&str, &str) = (phalanx_api::owners::GANG, "true");
+
+    #[test]
+    fn job_pod_joins_the_annotated_job() {
+        let job = meta("train", "j1", None, &[GANG]);
+        let pod = meta("train-abc", "p1", Some(("batch/v1", "Job", "train", "j1")), &[]);
+        let r = run(&pod, &HashMap::from([("j1".into(), job)]), &[]);
+        assert_eq!(r.group.as_deref(), Some("train-job"));
+        assert_eq!(r.chain, vec!["j1"]);
+    }
+
+    #[test]
+    fn unannotated_owner_has_no_group_and_no_owner_no_walk() {
+        let job = meta("plain", "j1", None, &[]);
+        let pod = meta("plain-abc", "p1", Some(("batch/v1", "Job", "plain", "j1")), &[]);
+        assert_eq!(run(&pod, &HashMap::from([("j1".into(), job)]), &[]).group, None);
+        assert_eq!(
+            run(&meta("solo", "p", None, &[]), &HashMap::new(), &[]),
+            Resolution::default()
+        );
+    }
+
+    #[test]
+    fn deployment_through_replica_set() {
+        let dep = meta("web", "d1", None, &[(phalanx_api::owners::GANG_MIN_COUNT, "3")]);
+        let rs = meta("web-5f7", "r1", Some(("apps/v1", "Deployment", "web", "d1")), &[]);
+        let pod = meta(
+            "web-5f7-x",
+            "p1",
+            Some(("apps/v1", "ReplicaSet", "web-5f7", "r1")),
+            &[],
+        );
+        let r = run(&pod, &HashMap::from([("r1".into(), rs), ("d1".into(), dep)]), &[]);
+        assert_eq!(r.group.as_deref(), Some("web-deployment"));
+        assert_eq!(r.chain, vec!["r1", "d1"]);
+    }
+
+    /// A pod seen before its Job waits for the Job's group instead of being scheduled alone.
+    #[test]
+    fn missing_watched_owner_holds_the_pod() {
+        let pod = meta("train-abc", "p1", Some(("batch/v1", "Job", "train", "j1")), &[]);
+        assert_eq!(
+            run(&pod, &HashMap::new(), &[]).group.as_deref(),
+            Some("train-job")
+        );
+    }
+
+    #[test]
+    fn custom_top_owner_uses_the_labelled_group() {
+        let job = meta(
+            "js-w-0",
+            "j1",
+            Some(("jobset.x-k8s.io/v1alpha2", "JobSet", "js", "s1")),
+            &[],
+        );
+        let pod = meta("js-w-0-a", "p1", Some(("batch/v1", "Job", "js-w-0", "j1")), &[]);
+        let objs = HashMap::from([("j1".into(), job)]);
+        assert_eq!(run(&pod, &objs, &[]).group, None);
+        let r = run(&pod, &objs, &[("s1", "js-jobset")]);
+        assert_eq!(r.group.as_deref(), Some("js-jobset"));
+        assert_eq!(r.top.map(|t| t.kind), Some("JobSet".to_string()));
+        assert_eq!(r.chain, vec!["j1", "s1"]);
+    }
+
+    /// A cycle of controller references (impossible in a sane cluster, possible in a hostile one) ends.
+    #[test]
+    fn walk_is_bounded() {
+        let a = meta("a", "a1", Some(("apps/v1", "ReplicaSet", "b", "b1")), &[]);
+        let b = meta("b", "b1", Some(("apps/v1", "ReplicaSet", "a", "a1")), &[]);
+        let pod = meta("p", "p1", Some(("apps/v1", "ReplicaSet", "a", "a1")), &[]);
+        let r = run(&pod, &HashMap::from([("a1".into(), a), ("b1".into(), b)]), &[]);
+        assert_eq!(r.group, None);
+        assert_eq!(r.chain.len(), MAX_OWNER_DEPTH);
+    }
+}
