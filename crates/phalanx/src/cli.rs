@@ -80,9 +80,9 @@ pub struct ExplainArgs {
     /// Its name.
     pub name: String,
 
-    /// Its namespace.
-    #[arg(short = 'n', long, default_value = "default")]
-    pub namespace: String,
+    /// Its namespace (default: the kubeconfig context's namespace, as kubectl; else `default`).
+    #[arg(short = 'n', long)]
+    pub namespace: Option<String>,
 
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value_t = Output::Text)]
@@ -264,7 +264,11 @@ mod tests {
         };
         assert_eq!(a.kind, crate::explain::gather::Target::Podgroup);
         assert_eq!(
-            (a.name.as_str(), a.namespace.as_str(), a.output),
+            (
+                a.name.as_str(),
+                a.namespace.as_deref().unwrap_or_default(),
+                a.output
+            ),
             ("g", "ns", Output::Json)
         );
         assert!(Cli::try_parse_from(["phalanx", "explain", "deployment", "g"]).is_err());

@@ -38,8 +38,12 @@ pub fn main() -> ExitCode {
         Command::Explain(a) => tool(async move {
             let source = live(&a.cluster);
             let (client, state) = tools::read_cluster(&source).await?;
-            let e =
-                explain::explain(&client, state, a.kind, &a.namespace, &a.name, &view(&a.cluster)).await?;
+            // As kubectl: no `-n` means the namespace of the kubeconfig's context.
+            let ns = a
+                .namespace
+                .clone()
+                .unwrap_or_else(|| client.default_namespace().to_owned());
+            let e = explain::explain(&client, state, a.kind, &ns, &a.name, &view(&a.cluster)).await?;
             Ok(match a.output {
                 Output::Text => explain::render::text(&e),
                 Output::Json => serde_json::to_string_pretty(&e)? + "\n",

@@ -50,11 +50,31 @@ pub async fn fenced_clients(
     crate::fenced_client::build(&config, fence)
 }
 
+/// Reads a kubeconfig path, or a list of them as `KUBECONFIG` holds (`a:b`, merged first wins, as kubectl does).
+fn read_kubeconfig(path: &std::path::Path) -> anyhow::Result<Kubeconfig> {
+    let read = |p: &std::path::Path| {
+        Kubeconfig::read_from(p).map_err(|e| anyhow::anyhow!("cannot read kubeconfig {}: {e}", p.display()))
+    };
+    if path.exists() {
+        return read(path);
+    }
+    let mut parts = std::env::split_paths(path.as_os_str()).filter(|p| !p.as_os_str().is_empty());
+    let Some(first) = parts.next() else {
+        return read(path);
+    };
+    let mut kc = read(&first)?;
+    for p in parts {
+        kc = kc
+            .merge(read(&p)?)
+            .map_err(|e| anyhow::anyhow!("cannot merge kubeconfig {}: {e}", p.display()))?;
+    }
+    Ok(kc)
+}
+
 async fn config(kubeconfig: Option<&PathBuf>, context: Option<&str>) -> anyhow::Result<kube::Config> {
     let config = match kubeconfig {
         Some(path) => {
-            let kc = Kubeconfig::read_from(path)
-                .map_err(|e| anyhow::anyhow!("cannot read kubeconfig {}: {e}", path.display()))?;
+            let kc = read_kubeconfig(path)?;
             let opts = KubeConfigOptions {
                 context: context.map(str::to_owned),
                 ..Default::default()

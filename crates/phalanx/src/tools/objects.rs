@@ -69,9 +69,63 @@ fn add_value(doc: Value, at: &str, state: &mut ClusterState) -> anyhow::Result<(
     Ok(())
 }
 
-fn typed<K: DeserializeOwned>(doc: Value, at: &str) -> anyhow::Result<K> {
-    serde_path_to_error::deserialize(doc)
-        .map_err(|e| anyhow::anyhow!("{at}: field {}: {}", e.path(), e.inner()))
+fn typed<K: DeserializeOwned + serde::Serialize>(doc: Value, at: &str) -> anyhow::Result<K> {
+    let obj: K = serde_path_to_error::deserialize(doc.clone())
+        .map_err(|e| anyhow::anyhow!("{at}: field {}: {}", e.path(), e.inner()))?;
+    // The API server refuses unknown fields (strict decoding, `kubectl apply` says "unknown field"); serde drops
+    // them. A dropped `resources.limit` or `schedulingConstraint` would make the simulation answer for a different
+    // object, so a field that does not come back when the object is written out again is an error here too.
+    let back = serde_json::to_value(&obj).context("serialising an object")?;
+    let mut unknown = Vec::new();
+    unknown_fields(&doc, &back, "", &mut unknown);
+    if !unknown.is_empty() {
+        let shown: Vec<String> = unknown.iter().take(5).map(|f| format!("{f:?}")).collect();
+        let more = unknown.len().saturating_sub(5);
+        bail!(
+            "{at}: unknown field{} {}{} (the API server would refuse the object: strict decoding)",
+            if unknown.len() > 1 { "s" } else { "" },
+            shown.join(", "),
+            if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            }
+        );
+    }
+    Ok(obj)
+}
+
+/// Paths (`spec.containers[0].resources.limit`) of keys in `input` that `output` (the typed object written out
+/// again) lacks. Keys holding null, `{}` or `[]` are not reported: an empty value may be dropped on the way out.
+fn unknown_fields(input: &Value, output: &Value, path: &str, out: &mut Vec<String>) {
+    match (input, output) {
+        (Value::Object(i), Value::Object(o)) => {
+            for (k, v) in i {
+                let p = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
+                match o.get(k) {
+                    Some(ov) => unknown_fields(v, ov, &p, out),
+                    None => {
+                        let empty = v.is_null()
+                            || v.as_object().is_some_and(|m| m.is_empty())
+                            || v.as_array().is_some_and(|a| a.is_empty());
+                        if !empty {
+                            out.push(p);
+                        }
+                    }
+                }
+            }
+        }
+        (Value::Array(i), Value::Array(o)) => {
+            for (n, (iv, ov)) in i.iter().zip(o).enumerate() {
+                unknown_fields(iv, ov, &format!("{path}[{n}]"), out);
+            }
+        }
+        _ => {}
+    }
 }
 
 /// `state` as one `v1 List` (what `kubectl get -o yaml` prints for several objects), each item with its
@@ -98,6 +152,24 @@ fn push_all<K: serde::Serialize>(items: &mut Vec<Value>, objects: &[K]) -> anyho
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_misspelled_field_is_refused_and_named() {
+        let yaml = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: p, namespace: ns, labels: {a: b}}
+spec:
+  schedulrName: phalanx-scheduler
+  containers: [{name: c, image: x, resources: {limit: {cpu: "1"}}}]
+"#;
+        let err = read_objects(yaml, "m.yaml", &mut ClusterState::default()).expect_err("unknown fields");
+        let msg = format!("{err:#}");
+        assert!(msg.contains("\"spec.schedulrName\""), "{msg}");
+        assert!(msg.contains("\"spec.containers[0].resources.limit\""), "{msg}");
+        let ok = "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: c, resources: {limits: {cpu: '1'}}}], tolerations: []}\n";
+        read_objects(ok, "ok.yaml", &mut ClusterState::default()).expect("known fields only");
+    }
 
     #[test]
     fn multi_doc_and_list_are_read_and_round_trip() {
