@@ -356,28 +356,27 @@ async fn s41_lite_failing_subtree_binds_nothing() -> anyhow::Result<()> {
         ctx.wait_cpg(g, "True", "Scheduled").await?;
     }
     let sub2 = ctx.wait_cpg("sub2", "False", "Unschedulable").await?;
-    // Upstream appends the PostFilter (preemption) outcome to the failure message; with nothing of lower priority
-    // running, that is "no victims".
-    ensure!(
-        sub2.message
-            == "minCount (2) cannot be satisfied: 1 scheduled, 0 remaining; pod group preemption: No preemption \
-                victims found for incoming preemptor",
-        "sub2 message: {}",
-        sub2.message
-    );
+    // sub2's own failure; upstream appends the PostFilter (preemption) outcome when the root as a whole failed
+    // ("; pod group preemption: No preemption victims found for incoming preemptor", nothing of lower priority
+    // runs). Whether the last cycle saw the root fail depends on when `c`'s pods arrived: a tree may run as soon
+    // as two children are ready, so both forms are right.
+    const FAILURE: &str = "minCount (2) cannot be satisfied: 1 scheduled, 0 remaining";
+    const NO_VICTIMS: &str = "; pod group preemption: No preemption victims found for incoming preemptor";
+    let is_failure = |m: &str| m == FAILURE || m == format!("{FAILURE}{NO_VICTIMS}");
+    ensure!(is_failure(&sub2.message), "sub2 message: {}", sub2.message);
     for g in ["a1", "a2", "c"] {
         ctx.wait_pg(g, "True", "Scheduled").await?;
     }
-    // b1 fits on its own but its parent failed.
+    // b1 fits on its own but its parent failed: it and its pods carry sub2's failure.
     let b1c = ctx.wait_pg("b1", "False", "Unschedulable").await?;
     ensure!(
-        b1c.message == sub2.message,
-        "b1 carries sub2's message: {}",
+        is_failure(&b1c.message),
+        "b1 carries sub2's failure: {}",
         b1c.message
     );
     ctx.wait_pg("b2", "False", "Unschedulable").await?;
     let m = ctx.wait_pod_unschedulable(&b1[0]).await?;
-    ensure!(m == sub2.message, "b1 pod message: {m}");
+    ensure!(is_failure(&m), "b1 pod message: {m}");
     let mut pending = b1.clone();
     pending.extend(b2);
     ctx.stays_unbound(&pending, Duration::from_secs(2)).await?;
