@@ -306,6 +306,11 @@ async fn annotated_job_is_one_gang_without_a_hand_written_pod_group() -> Result<
         "Workload not owned by the Job"
     );
     ensure!(pg.spec.workload_ref.as_ref().map(|r| r.workload_name.as_str()) == Some("train-job"));
+    // The read-only tools (`phalanx explain`, `simulate`) build their store from one LIST with no owner caches: the
+    // Job's pods must still be the group's members there (a new-user trial found `explain` showing none).
+    let fixed = phalanx_store::Store::from_state(phalanx_store::ClusterState::list(&c.client).await?);
+    let members = fixed.group_members(&phalanx_store::GroupKey::pod_group(&c.ns, "train-job"));
+    ensure!(members.len() == 8, "members in a fixed store: {}", members.len());
     Ok(())
 }
 

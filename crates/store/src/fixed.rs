@@ -132,7 +132,13 @@ impl Store {
     /// watch's initial list.
     pub fn from_state(state: ClusterState) -> Store {
         let mut index = ClusterIndex::default();
-        index.reset_pods(state.pods.iter());
+        index.reset_group_owners(state.pod_groups.iter().filter_map(|g| {
+            let uid = g.labels().get(phalanx_api::owners::OWNER_UID_LABEL)?.clone();
+            Some((
+                GroupKey::pod_group(&g.namespace().unwrap_or_default(), &g.name_any()),
+                uid,
+            ))
+        }));
         index.reset_groups(
             GroupKind::PodGroup,
             group_keys(&state.pod_groups, GroupKind::PodGroup, |g: &PodGroup| {
@@ -152,7 +158,7 @@ impl Store {
         let pods = reader(state.pods);
         // No owner is read: pods of an annotated Job or StatefulSet resolve to their own group label only.
         let (custom, _requests) = crate::custom_owners::CustomOwners::new();
-        Store {
+        let store = Store {
             inner: Arc::new(Inner {
                 nodes: reader(state.nodes),
                 pods: pods.clone(),
@@ -172,6 +178,20 @@ impl Store {
                 ready,
                 tasks: Vec::new(),
             }),
-        }
+        };
+        // Pods join their group as in the live store: their own label, else their owner (no owner object is read
+        // here, so a Job's or StatefulSet's pods resolve to the group derived from their controller's name, which
+        // is the one the owner integration creates).
+        let shared = &store.inner.shared;
+        let pods = store.inner.pods.state();
+        let resolved: Vec<_> = pods
+            .iter()
+            .map(|p| {
+                let (g, chain) = shared.resolve(p);
+                (p.as_ref(), g, chain)
+            })
+            .collect();
+        shared.index_mut().reset_pods_resolved(resolved);
+        store
     }
 }

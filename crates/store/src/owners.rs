@@ -83,15 +83,17 @@ fn owner_ref(namespace: &str, o: &OwnerReference) -> OwnerRef {
 /// Walks the controller references of a pod (its `metadata`) up to [`MAX_OWNER_DEPTH`] owners.
 ///
 /// `lookup` answers for one reference what the caches know; `group_of_uid` names the PodGroup labelled with an
-/// owner's uid. Rules, in order at each owner:
-/// - an annotated owner ([`phalanx_api::owners::wants_gang`], valid value or not) ends the walk with the group
-///   [`phalanx_api::owners::owner_group_name`]: the pod waits for that group, so a bad annotation makes the pod
-///   wait (with the owner's Warning event) instead of being scheduled alone;
-/// - a watched owner not cached yet ends the walk with that owner's derived name too, so a pod seen before its Job
-///   waits instead of being scheduled alone; the owner's arrival re-resolves it;
+/// owner's uid. The group is the **topmost** annotated owner's ([`phalanx_api::owners::wants_gang`], valid value or
+/// not, named by [`phalanx_api::owners::owner_group_name`]): a Deployment's annotations are copied to its
+/// ReplicaSets, and its pods must form the Deployment's one gang, not one per ReplicaSet. Rules at each owner:
+/// - an annotated owner is remembered and the walk goes on to its controller; a bad annotation still makes the pod
+///   wait for that group (with the owner's Warning event) instead of being scheduled alone;
+/// - a watched owner not cached yet ends the walk: with the annotated owner below it if there is one, else with its
+///   own derived name, so a pod seen before its Job waits instead of being scheduled alone (the owner's arrival
+///   re-resolves it);
 /// - an owner of a kind that cannot be watched (`Lookup::NotWatched`) ends the walk with the group labelled with its
-///   uid, if one exists;
-/// - an unannotated owner without a controller ends the walk without a group.
+///   uid, else the annotated owner below it;
+/// - an owner without a controller ends the walk with the annotated owner found, if any.
 pub fn resolve(
     pod: &ObjectMeta,
     lookup: impl Fn(&OwnerRef) -> Lookup,
@@ -102,37 +104,52 @@ pub fn resolve(
     let Some(mut cur) = controller_of(pod).map(|o| owner_ref(namespace, o)) else {
         return out;
     };
+    // The topmost annotated owner so far: its group, and the owner.
+    let mut best: Option<(String, OwnerRef)> = None;
+    let finish = |mut out: Resolution, best: Option<(String, OwnerRef)>, top: OwnerRef| {
+        match best {
+            Some((g, owner)) => {
+                out.group = Some(g);
+                out.top = Some(owner);
+            }
+            None => out.top = Some(top),
+        }
+        out
+    };
     for _ in 0..MAX_OWNER_DEPTH {
         out.chain.push(cur.uid.clone());
         match lookup(&cur) {
             Lookup::NotWatched => {
-                out.group = group_of_uid(&cur.uid);
-                out.top = Some(cur);
-                return out;
+                if let Some(g) = group_of_uid(&cur.uid) {
+                    out.group = Some(g);
+                    out.top = Some(cur);
+                    return out;
+                }
+                return finish(out, best, cur);
             }
             Lookup::Missing => {
-                out.group = Some(phalanx_api::owners::owner_group_name(&cur.kind, &cur.name));
-                out.top = Some(cur);
-                return out;
-            }
-            Lookup::Found(meta) => {
-                if phalanx_api::owners::wants_gang(meta.annotations.as_ref()) {
+                if best.is_none() {
                     out.group = Some(phalanx_api::owners::owner_group_name(&cur.kind, &cur.name));
                     out.top = Some(cur);
                     return out;
                 }
+                return finish(out, best, cur);
+            }
+            Lookup::Found(meta) => {
+                if phalanx_api::owners::wants_gang(meta.annotations.as_ref()) {
+                    best = Some((
+                        phalanx_api::owners::owner_group_name(&cur.kind, &cur.name),
+                        cur.clone(),
+                    ));
+                }
                 match controller_of(&meta) {
                     Some(next) => cur = owner_ref(namespace, next),
-                    None => {
-                        out.top = Some(cur);
-                        return out;
-                    }
+                    None => return finish(out, best, cur),
                 }
             }
         }
     }
-    out.top = Some(cur);
-    out
+    finish(out, best, cur)
 }
 
 /// Whether `(api_version, kind)` is one of [`WATCHED_OWNERS`].
@@ -228,6 +245,44 @@ mod tests {
         let r = run(&pod, &HashMap::from([("r1".into(), rs), ("d1".into(), dep)]), &[]);
         assert_eq!(r.group.as_deref(), Some("web-deployment"));
         assert_eq!(r.chain, vec!["r1", "d1"]);
+    }
+
+    /// The Deployment controller copies a Deployment's annotations to its ReplicaSets: the pods still form the
+    /// Deployment's one gang (the topmost annotated owner), not one per ReplicaSet (found by a new-user trial).
+    #[test]
+    fn annotations_copied_to_the_replica_set_still_make_the_deployments_gang() {
+        let ann = [(phalanx_api::owners::GANG_MIN_COUNT, "2")];
+        let dep = meta("web", "d1", None, &ann);
+        let rs = meta(
+            "web-5f7",
+            "r1",
+            Some(("apps/v1", "Deployment", "web", "d1")),
+            &ann,
+        );
+        let pod = meta(
+            "web-5f7-x",
+            "p1",
+            Some(("apps/v1", "ReplicaSet", "web-5f7", "r1")),
+            &[],
+        );
+        let owners = HashMap::from([("r1".into(), rs), ("d1".into(), dep)]);
+        let r = run(&pod, &owners, &[]);
+        assert_eq!(r.group.as_deref(), Some("web-deployment"));
+        assert_eq!(r.top.map(|t| t.kind).as_deref(), Some("Deployment"));
+        // The Deployment not cached yet: the annotated ReplicaSet below it is the best known, not a wait.
+        let only_rs = HashMap::from([(
+            "r1".into(),
+            meta(
+                "web-5f7",
+                "r1",
+                Some(("apps/v1", "Deployment", "web", "d1")),
+                &ann,
+            ),
+        )]);
+        assert_eq!(
+            run(&pod, &only_rs, &[]).group.as_deref(),
+            Some("web-5f7-replicaset")
+        );
     }
 
     /// A pod seen before its Job waits for the Job's group instead of being scheduled alone.

@@ -71,8 +71,30 @@ impl OwnerReaders {
         }
     }
 
-    /// Every cached owner whose annotations ask for a gang ([`phalanx_api::owners::wants_gang`]).
+    /// Every cached owner whose annotations ask for a gang ([`phalanx_api::owners::wants_gang`]), except those
+    /// whose controller asks too: a Deployment's ReplicaSets carry its annotations, and the gang is the Deployment's
+    /// (see [`crate::owners::resolve`], which takes the topmost annotated owner).
     pub(crate) fn annotated(&self) -> Vec<OwnerRef> {
+        let mut all = self.annotated_all();
+        all.retain(|o| {
+            let parent = match self.lookup(o) {
+                Lookup::Found(meta) => crate::owners::controller_of(&meta).map(|p| OwnerRef {
+                    api_version: p.api_version.clone(),
+                    kind: p.kind.clone(),
+                    namespace: o.namespace.clone(),
+                    name: p.name.clone(),
+                    uid: p.uid.clone(),
+                }),
+                _ => None,
+            };
+            !parent.is_some_and(|p| {
+                matches!(self.lookup(&p), Lookup::Found(m) if phalanx_api::owners::wants_gang(m.annotations.as_ref()))
+            })
+        });
+        all
+    }
+
+    fn annotated_all(&self) -> Vec<OwnerRef> {
         fn of<K: Resource<DynamicType = ()> + Clone>(
             r: &Reader<PartialObjectMeta<K>>,
             out: &mut Vec<OwnerRef>,

@@ -9,7 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{Api, ResourceExt, api::ListParams};
 use phalanx_api::conditions::{self, reasons};
 use phalanx_scheduler::{EntityKey, GateReason, GroupKey, GroupKind, Outcome, PodKey, is_terminal};
-use phalanx_store::{ClusterState, MAX_TREE_DEPTH, Store, pod_group_name, pod_node};
+use phalanx_store::{ClusterState, MAX_TREE_DEPTH, Store, pod_node};
 
 use super::{ConditionFacts, EventFacts, Explanation, MemberFacts, PreemptionFacts, Quorum, Standing, facts};
 use crate::tools;
@@ -52,7 +52,8 @@ pub async fn explain(
             let Some(pod) = store.pod(&PodKey::new(namespace, name)) else {
                 bail!("pod {namespace}/{name} not found")
             };
-            let group = pod_group_name(&pod).map(|g| GroupKey::pod_group(namespace, g));
+            // Its own label, else its owner's group (a Job's or StatefulSet's pods carry no label).
+            let group = store.group_of_pod(&pod);
             if group.is_none() && !tools::is_ours(&pod, &view.scheduler_name) {
                 let theirs = pod
                     .spec
