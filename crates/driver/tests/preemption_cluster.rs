@@ -16,6 +16,8 @@
 //! (`TestPodGroupPreemption`); docs/testing.md ("Scenario index") lists them, and the setups mirror the core tests
 //! `s49_*`…`s58_*` of `crates/scheduler/tests/preemption.rs`. Each test names its case.
 
+mod common;
+
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
     fmt::Write as _,
@@ -148,7 +150,7 @@ struct Sched {
 
 impl Sched {
     async fn stop(self) -> anyhow::Result<()> {
-        report_snapshot_mismatches(&self._registry);
+        common::report_snapshot_mismatches(&self._registry);
         self.shutdown.cancel();
         self.handle.await.context("scheduler task")?
     }
@@ -1643,17 +1645,4 @@ fn mentions_number_matches_tokens() {
     assert!(mentions_number("waiting for 2 preempted pod(s)", 2));
     assert!(!mentions_number("waiting for 12 preempted pod(s)", 2));
     assert!(!mentions_number("nothing", 2));
-}
-
-/// Prints how many cycles found the snapshot kept between cycles different from a fresh build (verification is on
-/// in debug builds). Not asserted: a watch event not yet handled by the loop shows in the fresh build only.
-fn report_snapshot_mismatches(registry: &Registry) {
-    let mut s = String::new();
-    prometheus_client::encoding::text::encode(&mut s, registry).unwrap_or_default();
-    if let Some(line) = s
-        .lines()
-        .find(|l| l.starts_with("phalanx_scheduler_snapshot_mismatches_total") && !l.ends_with(" 0"))
-    {
-        eprintln!("snapshot verification: {line}");
-    }
 }

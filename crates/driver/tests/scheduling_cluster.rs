@@ -6,6 +6,8 @@
 //! kubernetes `test/integration/scheduler/podgroup/podgroup_test.go` (`TestPodGroupScheduling`); docs/testing.md
 //! ("Scenario index") lists every S-number with its upstream case, and each test names its case.
 
+mod common;
+
 use std::{
     collections::{BTreeMap, HashMap},
     time::{Duration, Instant},
@@ -48,7 +50,7 @@ struct Sched {
 
 impl Sched {
     async fn stop(self) -> anyhow::Result<()> {
-        report_snapshot_mismatches(&self.registry);
+        common::report_snapshot_mismatches(&self.registry);
         self.shutdown.cancel();
         self.handle.await.context("scheduler task")?
     }
@@ -1206,17 +1208,4 @@ async fn idle_loop_keeps_beating_with_an_unschedulable_entity() -> anyhow::Resul
         "the loop went {worst:?} without a beat while idle"
     );
     s.stop().await
-}
-
-/// Prints how many cycles found the snapshot kept between cycles different from a fresh build (verification is on
-/// in debug builds). Not asserted: a watch event not yet handled by the loop shows in the fresh build only.
-fn report_snapshot_mismatches(registry: &Registry) {
-    let mut s = String::new();
-    prometheus_client::encoding::text::encode(&mut s, registry).unwrap_or_default();
-    if let Some(line) = s
-        .lines()
-        .find(|l| l.starts_with("phalanx_scheduler_snapshot_mismatches_total") && !l.ends_with(" 0"))
-    {
-        eprintln!("snapshot verification: {line}");
-    }
 }

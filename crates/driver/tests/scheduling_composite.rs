@@ -6,6 +6,8 @@
 //! a unique name restricted to those nodes (`node_selector`), as in `scheduling_cluster.rs`. No controllers run, so
 //! the `workloadRef`s the CRDs require point at a Workload that need not exist.
 
+mod common;
+
 use std::{collections::BTreeMap, collections::HashMap, time::Duration};
 
 use anyhow::{Context as _, ensure};
@@ -40,7 +42,7 @@ struct Sched {
 
 impl Sched {
     async fn stop(self) -> anyhow::Result<()> {
-        report_snapshot_mismatches(&self.registry);
+        common::report_snapshot_mismatches(&self.registry);
         self.shutdown.cancel();
         self.handle.await.context("scheduler task")?
     }
@@ -404,17 +406,4 @@ async fn bound_tree_without_conditions_is_caught_up_after_restart() -> anyhow::R
     cx.wait_pg("a", "True", "Scheduled").await?;
     cx.wait_pg("b", "True", "Scheduled").await?;
     s.stop().await
-}
-
-/// Prints how many cycles found the snapshot kept between cycles different from a fresh build (verification is on
-/// in debug builds). Not asserted: a watch event not yet handled by the loop shows in the fresh build only.
-fn report_snapshot_mismatches(registry: &Registry) {
-    let mut s = String::new();
-    prometheus_client::encoding::text::encode(&mut s, registry).unwrap_or_default();
-    if let Some(line) = s
-        .lines()
-        .find(|l| l.starts_with("phalanx_scheduler_snapshot_mismatches_total") && !l.ends_with(" 0"))
-    {
-        eprintln!("snapshot verification: {line}");
-    }
 }
