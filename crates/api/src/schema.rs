@@ -35,6 +35,8 @@ pub const MAX_PRIORITY: i32 = 1_000_000_000;
 pub const MAX_RESOURCE_CLAIMS: u32 = 4;
 /// Maximum number of topology constraints (upstream maxItems 1).
 pub const MAX_TOPOLOGY_CONSTRAINTS: u32 = 1;
+/// Maximum number of `preferredTopology` levels (a Phalanx addition; block, rack, zone and a few more).
+pub const MAX_PREFERRED_TOPOLOGY_LEVELS: u32 = 8;
 
 /// `k8s-label-key` (upstream `IsQualifiedName`): an optional DNS-1123 subdomain prefix and `/`, then a name
 /// of at most 63 characters of alphanumerics, `-`, `_` or `.` that starts and ends with an alphanumeric.

@@ -61,6 +61,12 @@ pub fn group_info(g: &PodGroup, classes: &[Arc<PriorityClass>]) -> GroupInfo {
             .as_ref()
             .and_then(|c| c.topology.first())
             .map(|t| t.key.clone()),
+        preferred_topology: g
+            .spec
+            .scheduling_constraints
+            .as_ref()
+            .map(|c| c.preferred_topology.iter().map(|t| t.key.clone()).collect())
+            .unwrap_or_default(),
         priority,
         preemption_policy,
         parent: g
@@ -114,6 +120,12 @@ pub fn composite_info(g: &CompositePodGroup, classes: &[Arc<PriorityClass>]) -> 
             .as_ref()
             .and_then(|c| c.topology.first())
             .map(|t| t.key.clone()),
+        preferred_topology: g
+            .spec
+            .scheduling_constraints
+            .as_ref()
+            .map(|c| c.preferred_topology.iter().map(|t| t.key.clone()).collect())
+            .unwrap_or_default(),
         priority,
         preemption_policy,
         parent: g

@@ -32,6 +32,16 @@ pub struct GroupContext<'a> {
     /// The group is a leaf of a CompositePodGroup tree: success with nothing new placed stays
     /// Success (upstream applies `no pods were schedulable` only at the root).
     pub in_tree: bool,
+    /// `percentageOfPlacementsToScore` (0 = adaptive; see [`crate::placements::placements_to_find`]).
+    pub placements_percentage: u32,
+}
+
+impl GroupContext<'_> {
+    /// How many feasible placements of `placements` to find before scoring.
+    pub(crate) fn placements_to_find(&self, placements: &[Placement]) -> usize {
+        let scored = self.scorers.iter().any(|(_, w)| *w != 0);
+        crate::placements::placements_to_find(self.placements_percentage, placements, scored)
+    }
 }
 
 /// Result of a group algorithm.
@@ -171,6 +181,11 @@ pub fn placement_algorithm(
 
 /// [`placement_algorithm`] restricted to the nodes of the parent's placement (`None` = all
 /// nodes): a leaf of a CompositePodGroup tree only sees its parent's evaluated placement.
+///
+/// With `preferredTopology` (Phalanx), each level, narrowest first, refines the required
+/// placements (or the parent's nodes) into that level's domains ([`crate::placements::preferred_level`]);
+/// the first level with a feasible domain wins. When no level has one, the group is evaluated as
+/// without preferences, and its failure is reported as such: a preference never adds a reason.
 pub fn placement_algorithm_in(
     ctx: &mut GroupContext<'_>,
     snapshot: &mut Snapshot,
@@ -178,27 +193,65 @@ pub fn placement_algorithm_in(
     pods: &[Arc<PodInfo>],
     parent: Option<&[usize]>,
 ) -> GroupResult {
-    if group.topology_key.is_none() {
+    if group.topology_key.is_none() && group.preferred_topology.is_empty() {
         return default_algorithm(ctx, snapshot, group, pods, parent);
     }
-    let placements = match generate(ctx, snapshot, group, parent) {
-        Ok(p) => p,
-        Err(st) => return GroupResult::status_only(Status::new(Code::Error, st.message)),
+    let required = match &group.topology_key {
+        None => None,
+        Some(key) => match generate(ctx, snapshot, group, parent) {
+            Err(st) => return GroupResult::status_only(Status::new(Code::Error, st.message)),
+            Ok(p) if p.is_empty() => {
+                return GroupResult::status_only(Status::new(
+                    Code::Unschedulable,
+                    format!("0/0 placements are available: no node has the topology label {key:?}"),
+                ));
+            }
+            Ok(p) => Some(p),
+        },
     };
-    ctx.stats.placements += placements.len() as u32;
-    if placements.is_empty() {
-        let key = group.topology_key.as_deref().unwrap_or_default();
-        return GroupResult::status_only(Status::new(
-            Code::Unschedulable,
-            format!("0/0 placements are available: no node has the topology label {key:?}"),
-        ));
+    if !group.preferred_topology.is_empty() {
+        let base = required.clone().unwrap_or_else(|| {
+            vec![Placement {
+                name: String::new(),
+                nodes: parent.map_or_else(|| (0..snapshot.len()).collect(), <[usize]>::to_vec),
+            }]
+        });
+        let keys = std::slice::from_ref(&group.key);
+        for level in &group.preferred_topology {
+            let domains = crate::placements::preferred_level(snapshot, level, keys, &base);
+            if domains.is_empty() {
+                continue;
+            }
+            let r = evaluate_placements(ctx, snapshot, group, pods, &domains, level);
+            if r.status.is_success() || r.status.code == Code::Error {
+                return r;
+            }
+        }
     }
-    if let Some(r) = placement_by_counts(ctx, snapshot, group, pods, &placements) {
+    match (required, &group.topology_key) {
+        (Some(placements), Some(key)) => evaluate_placements(ctx, snapshot, group, pods, &placements, key),
+        _ => default_algorithm(ctx, snapshot, group, pods, parent),
+    }
+}
+
+/// Steps 3-5 of the placement algorithm on generated `placements` of node label `key`: one
+/// simulation per placement until [`GroupContext::placements_to_find`] are feasible, PlacementScore,
+/// and the winner assumed (the counts shortcut first, when it applies).
+fn evaluate_placements(
+    ctx: &mut GroupContext<'_>,
+    snapshot: &mut Snapshot,
+    group: &GroupInfo,
+    pods: &[Arc<PodInfo>],
+    placements: &[Placement],
+    key: &str,
+) -> GroupResult {
+    ctx.stats.placements += placements.len() as u32;
+    if let Some(r) = placement_by_counts(ctx, snapshot, group, pods, placements, key) {
         return r;
     }
-    let key = group.topology_key.as_deref().unwrap_or_default();
+    let limit = ctx.placements_to_find(placements);
     let mut successes =
-        match simulate_placements(snapshot, &placements, Some((key, pods.len())), |snapshot, p| {
+        match simulate_placements(snapshot, placements, Some((key, pods.len())), limit, |snapshot, p| {
             default_algorithm(ctx, snapshot, group, pods, Some(&p.nodes))
         }) {
             Ok(successes) => successes,
@@ -208,7 +261,7 @@ pub fn placement_algorithm_in(
     let best = if successes.len() == 1 {
         0
     } else {
-        match score_placements(ctx, snapshot, group, &placements, &successes) {
+        match score_placements(ctx, snapshot, group, placements, &successes) {
             Ok(b) => b,
             Err(st) => return GroupResult::status_only(Status::new(Code::Error, st.message)),
         }
@@ -314,6 +367,7 @@ pub(crate) fn closest_domain(key: &str, placements: &[Placement], placed: &[usiz
 /// Upstream `podGroupSchedulingPlacementAlgorithm` steps 3–4 (also used for composite groups): runs
 /// `run` once per placement on the snapshot, reverting its assumptions after each.
 ///
+/// Stops once `limit` placements proved feasible (upstream's `numFeasiblePlacementsToFind`; `usize::MAX` = all).
 /// Returns the feasible results with their placement index (in placement order), or the result to report:
 /// the first `Error` at once, or, when no placement is feasible, the first failure re-worded
 /// `0/<placements> placements are available: <its message>` (upstream's wording), followed for a leaf group with
@@ -322,6 +376,7 @@ pub(crate) fn simulate_placements<R: PlacementResult>(
     snapshot: &mut Snapshot,
     placements: &[Placement],
     topology: Option<(&str, usize)>,
+    limit: usize,
     mut run: impl FnMut(&mut Snapshot, &Placement) -> R,
 ) -> Result<Vec<(usize, R)>, R> {
     let mut first: Option<R> = None;
@@ -337,6 +392,9 @@ pub(crate) fn simulate_placements<R: PlacementResult>(
         placed.push(r.placed());
         if r.status().is_success() {
             successes.push((i, r));
+            if successes.len() >= limit {
+                break;
+            }
         } else if first.is_none() {
             first = Some(r);
         }
@@ -370,6 +428,7 @@ fn placement_by_counts(
     group: &GroupInfo,
     pods: &[Arc<PodInfo>],
     placements: &[Placement],
+    key: &str,
 ) -> Option<GroupResult> {
     if pods.is_empty()
         // Nominated pods reserve capacity per pod priority and identity: simulate for real.
@@ -381,6 +440,7 @@ fn placement_by_counts(
         return None;
     }
     let scheduled = snapshot.scheduled_count(&group.key);
+    let limit = ctx.placements_to_find(placements);
     let mut successes: Vec<(usize, GroupResult)> = Vec::new();
     let mut placed_per = Vec::with_capacity(placements.len());
     for (i, p) in placements.iter().enumerate() {
@@ -412,6 +472,9 @@ fn placement_by_counts(
                     placement: None,
                 },
             ));
+            if successes.len() >= limit {
+                break;
+            }
         }
     }
     ctx.stats.feasible_placements += successes.len() as u32;
@@ -424,7 +487,6 @@ fn placement_by_counts(
             return None;
         }
         let mut r = r;
-        let key = group.topology_key.as_deref().unwrap_or_default();
         r.status = Status::new(
             Code::Unschedulable,
             format!(

@@ -35,6 +35,11 @@ pub struct TreeInput<'t> {
     pub budget: Duration,
     /// Reorder-retry attempts per leaf.
     pub max_attempts: u32,
+    /// Time budget of the sibling search, shared by every CompositePodGroup of the tree
+    /// (`siblingSearchBudgetMs`; zero disables the search).
+    pub search_budget: Duration,
+    /// When the tree's first sibling search started (set once; the budget counts from it).
+    pub search_started: std::sync::OnceLock<std::time::Instant>,
 }
 
 /// Result of a (sub)tree evaluation.
@@ -66,7 +71,7 @@ impl PlacementResult for TreeResult {
 }
 
 impl TreeResult {
-    fn new(status: Status) -> TreeResult {
+    pub(crate) fn new(status: Status) -> TreeResult {
         TreeResult {
             status,
             assignments: Vec::new(),
@@ -76,7 +81,7 @@ impl TreeResult {
         }
     }
 
-    fn merge(&mut self, child: TreeResult) {
+    pub(crate) fn merge(&mut self, child: TreeResult) {
         self.statuses.extend(child.statuses);
         self.leaves.extend(child.leaves);
     }
@@ -111,27 +116,69 @@ fn run_composite(
             format!("composite pod group object not found in state for {key}"),
         ));
     };
-    let Some(topology) = cpg.topology_key.clone() else {
+    if cpg.topology_key.is_none() && cpg.preferred_topology.is_empty() {
         // No constraint: the single placement is the parent's; no revert/re-assume needed.
         return composite_default(ctx, snapshot, input, &cpg, parent);
-    };
-    let leaves = input.tree.leaves_under(key);
-    let placements = match composite_placements(ctx, snapshot, &cpg, &leaves, parent) {
-        Ok(p) => p,
-        Err(st) => return own(key, Status::new(Code::Error, st.message)),
-    };
-    ctx.stats.placements += placements.len() as u32;
-    if placements.is_empty() {
-        return own(
-            key,
-            Status::new(
-                Code::Unschedulable,
-                format!("0/0 placements are available: no node has the topology label {topology:?}"),
-            ),
-        );
     }
-    let mut successes = match simulate_placements(snapshot, &placements, None, |snapshot, p| {
-        composite_default(ctx, snapshot, input, &cpg, Some(&p.nodes))
+    let leaves = input.tree.leaves_under(key);
+    let required = match &cpg.topology_key {
+        None => None,
+        Some(topology) => match composite_placements(ctx, snapshot, &cpg, &leaves, parent) {
+            Err(st) => return own(key, Status::new(Code::Error, st.message)),
+            Ok(p) if p.is_empty() => {
+                return own(
+                    key,
+                    Status::new(
+                        Code::Unschedulable,
+                        format!("0/0 placements are available: no node has the topology label {topology:?}"),
+                    ),
+                );
+            }
+            Ok(p) => Some(p),
+        },
+    };
+    if !cpg.preferred_topology.is_empty() {
+        // Preferred levels (Phalanx), narrowest first, as for a PodGroup
+        // (`crate::algorithm::placement_algorithm_in`): the first level with a feasible domain wins.
+        let base = required.clone().unwrap_or_else(|| {
+            vec![Placement {
+                name: String::new(),
+                nodes: parent.map_or_else(|| (0..snapshot.len()).collect(), <[usize]>::to_vec),
+            }]
+        });
+        for level in &cpg.preferred_topology {
+            let domains = crate::placements::preferred_level(snapshot, level, &leaves, &base);
+            if domains.is_empty() {
+                continue;
+            }
+            let r = evaluate_composite(ctx, snapshot, input, &cpg, &leaves, &domains);
+            if r.status.is_success() || r.status.code == Code::Error {
+                return r;
+            }
+        }
+    }
+    match required {
+        Some(placements) => evaluate_composite(ctx, snapshot, input, &cpg, &leaves, &placements),
+        None => composite_default(ctx, snapshot, input, &cpg, parent),
+    }
+}
+
+/// One simulation per candidate placement of a CompositePodGroup (until
+/// [`GroupContext::placements_to_find`] are feasible), PlacementScore, and the best subtree
+/// re-assumed.
+fn evaluate_composite(
+    ctx: &mut GroupContext<'_>,
+    snapshot: &mut Snapshot,
+    input: &TreeInput<'_>,
+    cpg: &CompositeGroupInfo,
+    leaves: &[GroupKey],
+    placements: &[Placement],
+) -> TreeResult {
+    let key = &cpg.key;
+    ctx.stats.placements += placements.len() as u32;
+    let limit = ctx.placements_to_find(placements);
+    let mut successes = match simulate_placements(snapshot, placements, None, limit, |snapshot, p| {
+        composite_default(ctx, snapshot, input, cpg, Some(&p.nodes))
     }) {
         Ok(successes) => successes,
         Err(mut r) => {
@@ -146,7 +193,7 @@ fn run_composite(
     let best = if successes.len() == 1 {
         0
     } else {
-        match score(ctx, snapshot, &cpg, &leaves, &placements, &successes) {
+        match score(ctx, snapshot, cpg, leaves, placements, &successes) {
             Ok(b) => b,
             Err(st) => return own(key, Status::new(Code::Error, st.message)),
         }
@@ -208,17 +255,7 @@ pub(crate) fn composite_default(
     let mut st = ctx.feasible.feasible_composite(cpg, progress);
     if !(st.is_rejected() || st.code == Code::Error) {
         for child in children {
-            let child_res = if let Some(leaf) = input.tree.leaf(child) {
-                let pods = input.pods.get(child).map(Vec::as_slice).unwrap_or_default();
-                let r = run_leaf_in(ctx, snapshot, leaf, pods, input.budget, input.max_attempts, nodes);
-                let mut t = TreeResult::new(r.status.clone());
-                t.statuses.insert(child.clone(), r.status.clone());
-                t.assignments = r.assignments.clone();
-                t.leaves.insert(child.clone(), r);
-                t
-            } else {
-                run_composite(ctx, snapshot, input, child, nodes)
-            };
+            let child_res = run_child(ctx, snapshot, input, child, nodes);
             let child_status = child_res.status.clone();
             let child_assignments = child_res.assignments.clone();
             res.merge(child_res);
@@ -251,9 +288,37 @@ pub(crate) fn composite_default(
     if !res.status.is_success() {
         snapshot.revert_to(mark);
         res.assignments.clear();
+        if res.status.code == Code::Unschedulable
+            && let Some(found) = crate::sibling_search::search(ctx, snapshot, input, cpg, nodes)
+        {
+            return found;
+        }
     }
     res.statuses.insert(cpg.key.clone(), res.status.clone());
     res
+}
+
+/// One child of a CompositePodGroup within `nodes` (`None` = all): a leaf PodGroup through
+/// [`run_leaf_in`], a CompositePodGroup through its own placement algorithm. On success the
+/// child's assignments are assumed; otherwise nothing of it is.
+pub(crate) fn run_child(
+    ctx: &mut GroupContext<'_>,
+    snapshot: &mut Snapshot,
+    input: &TreeInput<'_>,
+    child: &GroupKey,
+    nodes: Option<&[usize]>,
+) -> TreeResult {
+    if let Some(leaf) = input.tree.leaf(child) {
+        let pods = input.pods.get(child).map(Vec::as_slice).unwrap_or_default();
+        let r = run_leaf_in(ctx, snapshot, leaf, pods, input.budget, input.max_attempts, nodes);
+        let mut t = TreeResult::new(r.status.clone());
+        t.statuses.insert(child.clone(), r.status.clone());
+        t.assignments = r.assignments.clone();
+        t.leaves.insert(child.clone(), r);
+        t
+    } else {
+        run_composite(ctx, snapshot, input, child, nodes)
+    }
 }
 
 /// PlacementScore over the successful candidates (weighted sum of normalised scores; ties go to

@@ -102,6 +102,9 @@ pub struct PlacementScoreWeights {
     pub node_resources_fit: i64,
     /// PodGroupPodsCount (default 1).
     pub pod_group_pods_count: i64,
+    /// TopologyPacking (Phalanx; default 1, 0 = upstream's scoring): the placement that leaves the
+    /// least free capacity in its domain wins, so the next large group still finds a whole domain.
+    pub topology_packing: i64,
 }
 
 impl Default for PlacementScoreWeights {
@@ -109,6 +112,7 @@ impl Default for PlacementScoreWeights {
         PlacementScoreWeights {
             node_resources_fit: 1,
             pod_group_pods_count: 1,
+            topology_packing: 1,
         }
     }
 }
@@ -155,6 +159,14 @@ pub struct SchedulerConfig {
     /// placement). Beyond upstream: 1.37 preempts for the single best placement and lists
     /// scoring placements by victim cost as future work.
     pub preemption_candidate_placements: u32,
+    /// percentageOfPlacementsToScore (upstream k/k#139064): a topology group stops evaluating
+    /// placements once this share of them proved feasible (at least one). 0 = adaptive (default):
+    /// `max(5, 100 - nodes x 9/500)` percent, where `nodes` counts the nodes of every placement, so
+    /// 10% at 5,000 nodes; else 1..=100 (100 = evaluate every placement). Phalanx rounds the count up.
+    pub percentage_of_placements_to_score: u32,
+    /// Time budget in milliseconds of the sibling search of a root CompositePodGroup, run when
+    /// the greedy pass fails (default 50; 0 disables it; at most 10000). Beyond upstream.
+    pub sibling_search_budget_ms: u64,
 }
 
 impl Default for SchedulerConfig {
@@ -180,6 +192,8 @@ impl Default for SchedulerConfig {
             reorder_max_attempts: 2,
             percentage_of_nodes_to_score: 0,
             preemption_candidate_placements: 5,
+            percentage_of_placements_to_score: 0,
+            sibling_search_budget_ms: 50,
         }
     }
 }
@@ -205,6 +219,10 @@ impl SchedulerConfig {
             (
                 "placementScoreWeights.podGroupPodsCount".to_string(),
                 self.placement_score_weights.pod_group_pods_count,
+            ),
+            (
+                "placementScoreWeights.topologyPacking".to_string(),
+                self.placement_score_weights.topology_packing,
             ),
         ];
         for (key, v) in plugin_weights.chain(placement_weights) {
@@ -268,6 +286,21 @@ impl SchedulerConfig {
                 format!("{} must be at most 10000", self.reorder_budget_ms),
             );
         }
+        if self.percentage_of_placements_to_score > 100 {
+            return bad(
+                "percentageOfPlacementsToScore",
+                format!(
+                    "{} must be between 0 and 100",
+                    self.percentage_of_placements_to_score
+                ),
+            );
+        }
+        if self.sibling_search_budget_ms > 10_000 {
+            return bad(
+                "siblingSearchBudgetMs",
+                format!("{} must be at most 10000", self.sibling_search_budget_ms),
+            );
+        }
         Ok(())
     }
 
@@ -290,6 +323,11 @@ impl SchedulerConfig {
     pub fn reorder_budget(&self) -> Duration {
         Duration::from_millis(self.reorder_budget_ms)
     }
+
+    /// Sibling search budget per root CompositePodGroup.
+    pub fn sibling_search_budget(&self) -> Duration {
+        Duration::from_millis(self.sibling_search_budget_ms)
+    }
 }
 
 #[cfg(test)]
@@ -306,9 +344,12 @@ mod tests {
             c.placement_score_weights,
             PlacementScoreWeights {
                 node_resources_fit: 1,
-                pod_group_pods_count: 1
+                pod_group_pods_count: 1,
+                topology_packing: 1,
             }
         );
+        assert_eq!(c.percentage_of_placements_to_score, 0);
+        assert_eq!(c.sibling_search_budget(), Duration::from_millis(50));
         assert_eq!(c.initial_backoff(), Duration::from_secs(1));
         assert_eq!(c.max_backoff(), Duration::from_secs(10));
         assert_eq!(c.flush_interval(), Duration::from_secs(300));

@@ -23,6 +23,7 @@ use crate::hierarchy::GroupTree;
 use crate::model::{GroupInfo, GroupKey, GroupKind, PodInfo, PodKey};
 use crate::plugins::gang_scheduling::GangScheduling;
 use crate::plugins::pod_group_pods_count::{PlacementResourcesFit, PodGroupPodsCount};
+use crate::plugins::topology_packing::TopologyPacking;
 use crate::plugins::topology_placement::TopologyPlacement;
 use crate::preemption::handle::{CoreHandle, Root};
 use crate::preemption::{self, ChainOutcome, DefaultPreemption};
@@ -53,8 +54,8 @@ impl std::fmt::Debug for Scheduler {
 
 impl Scheduler {
     /// A scheduler with the default plugin set: GangScheduling (PlacementFeasible),
-    /// TopologyPlacement (PlacementGenerate), NodeResourcesFit + PodGroupPodsCount
-    /// (PlacementScore, weights from the config), no PodGroupPostFilter. The config should
+    /// TopologyPlacement (PlacementGenerate), NodeResourcesFit + PodGroupPodsCount + Phalanx's
+    /// TopologyPacking (PlacementScore, weights from the config), no PodGroupPostFilter. The config should
     /// have passed [`SchedulerConfig::validate`].
     pub fn new(config: SchedulerConfig) -> Scheduler {
         let scorers: Vec<(Box<dyn PlacementScorePlugin>, i64)> = vec![
@@ -67,6 +68,10 @@ impl Scheduler {
             (
                 Box::new(PodGroupPodsCount),
                 config.placement_score_weights.pod_group_pods_count,
+            ),
+            (
+                Box::new(TopologyPacking),
+                config.placement_score_weights.topology_packing,
             ),
         ];
         Scheduler {
@@ -202,6 +207,7 @@ impl Scheduler {
             scorers: &self.scorers,
             stats: &mut stats,
             in_tree: false,
+            placements_percentage: self.config.percentage_of_placements_to_score,
         };
         let result = run_leaf(&mut ctx, snapshot, group, &pods, budget, max_attempts);
         let outcome = if result.status.code == Code::Unschedulable {
@@ -262,6 +268,8 @@ impl Scheduler {
             pods: by_leaf,
             budget: self.config.reorder_budget(),
             max_attempts: self.config.reorder_max_attempts,
+            search_budget: self.config.sibling_search_budget(),
+            search_started: std::sync::OnceLock::new(),
         };
         let mut stats = CycleStats::default();
         let mut ctx = GroupContext {
@@ -271,6 +279,7 @@ impl Scheduler {
             scorers: &self.scorers,
             stats: &mut stats,
             in_tree: true,
+            placements_percentage: self.config.percentage_of_placements_to_score,
         };
         let result = run_tree(&mut ctx, snapshot, &input);
         // Preemption runs only at the root (KEP-6012).
@@ -313,6 +322,7 @@ impl Scheduler {
             scorers: &self.scorers,
             stats,
             in_tree: matches!(root, Root::Tree { .. }),
+            placements_percentage: self.config.percentage_of_placements_to_score,
         };
         let (budget, max) = (self.config.reorder_budget(), self.config.reorder_max_attempts);
         let mut handle = CoreHandle::new(ctx, root, budget, max);
@@ -349,6 +359,7 @@ impl Scheduler {
             scorers: &self.scorers,
             stats,
             in_tree: false,
+            placements_percentage: self.config.percentage_of_placements_to_score,
         };
         let (budget, max) = (self.config.reorder_budget(), self.config.reorder_max_attempts);
         let mut handle = CoreHandle::new(ctx, Root::Pod, budget, max);

@@ -188,6 +188,10 @@ pub struct CycleStats {
     pub reorder_attempts: u32,
     /// Whether the reorder retry turned a failure into a success.
     pub reorder_succeeded: bool,
+    /// Child evaluations made by the sibling search of a CompositePodGroup.
+    pub sibling_search_steps: u32,
+    /// Whether the sibling search turned a failed greedy pass into a success.
+    pub sibling_search_succeeded: bool,
     /// Wall time of the cycle.
     pub duration: Duration,
 }

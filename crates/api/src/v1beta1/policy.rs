@@ -191,6 +191,15 @@ pub struct PodGroupSchedulingConstraints {
     #[schemars(length(max = crate::schema::MAX_TOPOLOGY_CONSTRAINTS))]
     #[x_kube(merge_strategy = ListMerge::Atomic)]
     pub topology: Vec<TopologyConstraint>,
+    /// preferredTopology is a Phalanx addition (upstream has no such field; KEP-5732 lists preferred
+    /// constraints as future work): soft topology levels, narrowest first, for example
+    /// `[{key: block}, {key: rack}, {key: zone}]`. The group lands in one domain of the first level that can
+    /// hold it, else of the next, else anywhere (within the required `topology` domain, when one is set). At
+    /// most 8 levels with unique keys. An empty list is written as an absent field.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = crate::schema::MAX_PREFERRED_TOPOLOGY_LEVELS))]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["key".into()]))]
+    pub preferred_topology: Vec<TopologyConstraint>,
 }
 
 /// Scheduling constraints of a CompositePodGroup (upstream `CompositePodGroupSchedulingConstraints`).
@@ -202,7 +211,13 @@ pub struct CompositePodGroupSchedulingConstraints {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = crate::schema::MAX_TOPOLOGY_CONSTRAINTS))]
     #[x_kube(merge_strategy = ListMerge::Atomic)]
-    pub topology: Vec<TopologyConstraint>,
+    pub topology: Vec<TopologyConstraint>,    /// preferredTopology is a Phalanx addition, as on a PodGroup: soft levels, narrowest first; the whole
+    /// subtree lands in one domain of the first level that can hold it, else of the next, else anywhere
+    /// (within the required `topology` domain). At most 8 levels with unique keys.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = crate::schema::MAX_PREFERRED_TOPOLOGY_LEVELS))]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["key".into()]))]
+    pub preferred_topology: Vec<TopologyConstraint>,
 }
 
 /// `single: {}`: children can be disrupted independently (upstream `SingleDisruptionMode`).

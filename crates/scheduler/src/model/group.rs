@@ -72,6 +72,8 @@ pub struct GroupInfo {
     pub policy: GroupPolicy,
     /// `schedulingConstraints.topology[0].key`, if any.
     pub topology_key: Option<String>,
+    /// `schedulingConstraints.preferredTopology[*].key` (Phalanx), narrowest first; empty when unset.
+    pub preferred_topology: Vec<String>,
     /// spec.priority; `None` when unset (the pods' priority is used, and pods are compared
     /// among themselves).
     pub priority: Option<i32>,
@@ -97,6 +99,7 @@ impl GroupInfo {
             generation: 1,
             policy,
             topology_key: None,
+            preferred_topology: Vec::new(),
             priority: None,
             preemption_policy: None,
             parent: None,
@@ -144,6 +147,8 @@ pub struct CompositeGroupInfo {
     pub policy: CompositePolicy,
     /// `schedulingConstraints.topology[0].key`, if any.
     pub topology_key: Option<String>,
+    /// `schedulingConstraints.preferredTopology[*].key` (Phalanx), narrowest first; empty when unset.
+    pub preferred_topology: Vec<String>,
     /// spec.priority (`None` when unset).
     pub priority: Option<i32>,
     /// spec.preemptionPolicy (`None` when unset).
@@ -165,6 +170,7 @@ impl CompositeGroupInfo {
             generation: 1,
             policy,
             topology_key: None,
+            preferred_topology: Vec::new(),
             priority: None,
             preemption_policy: None,
             parent: None,
@@ -187,6 +193,7 @@ impl CompositeGroupInfo {
                 },
             },
             topology_key: self.topology_key.clone(),
+            preferred_topology: self.preferred_topology.clone(),
             priority: self.priority,
             preemption_policy: self.preemption_policy,
             parent: self.parent.clone(),

@@ -23,6 +23,7 @@ pub mod pod_group_pods_count;
 pub mod pod_topology_spread;
 pub mod registry;
 pub mod taint_toleration;
+pub mod topology_packing;
 pub mod topology_placement;
 
 /// Highest normalised node score (upstream `framework.MaxNodeScore`).

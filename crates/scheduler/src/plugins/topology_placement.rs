@@ -49,7 +49,7 @@ impl PlacementGeneratePlugin for TopologyPlacement {
 
 /// One placement per value of `key` among `parent`'s nodes, restricted to the single domain of
 /// the already scheduled members of `groups` (errors when they span domains).
-fn domains_for(
+pub(crate) fn domains_for(
     snapshot: &Snapshot,
     key: &str,
     groups: &[GroupKey],

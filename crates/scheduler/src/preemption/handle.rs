@@ -107,7 +107,7 @@ impl CoreHandle<'_, '_> {
             return self.leaf(snapshot, group, pods, 1);
         }
         let ctx = &mut self.ctx;
-        let successes = simulate_placements(snapshot, &placements, None, |s, p| {
+        let successes = simulate_placements(snapshot, &placements, None, usize::MAX, |s, p| {
             run_leaf_in(ctx, s, group, pods, budget, max, Some(&p.nodes))
         })
         .map_err(|r: GroupResult| r.status)?;
@@ -143,7 +143,7 @@ impl CoreHandle<'_, '_> {
             return self.tree(snapshot, input, 1);
         }
         let ctx = &mut self.ctx;
-        let mut successes = simulate_placements(snapshot, &placements, None, |s, p| {
+        let mut successes = simulate_placements(snapshot, &placements, None, usize::MAX, |s, p| {
             composite_default(ctx, s, input, &root, Some(&p.nodes))
         })
         .map_err(|r: TreeResult| r.status)?;
