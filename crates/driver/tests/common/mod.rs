@@ -14,3 +14,6 @@ pub fn report_snapshot_mismatches(registry: &Registry) {
         eprintln!("snapshot verification: {line}");
     }
 }
+
+#[allow(dead_code)]
+pub mod cluster;

@@ -1,0 +1,310 @@
+//! The real-cluster harness of the CompositePodGroup and topology tests: a namespace, kwok nodes labelled
+//! `phalanx.dev/test-ns=<ns>`, an in-process scheduler with a unique name restricted to those nodes
+//! (`node_selector`), and helpers that create groups and pods and wait for outcomes. No controllers run, so the
+//! `workloadRef`s the CRDs require point at a Workload that need not exist.
+
+use std::{collections::BTreeMap, collections::HashMap, time::Duration};
+
+use anyhow::{Context as _, ensure};
+use k8s_openapi::{api::core::v1::Pod, apimachinery::pkg::apis::meta::v1::Condition};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{ListParams, PostParams},
+};
+use phalanx_api::{v1alpha3::CompositePodGroup, v1beta1::PodGroup};
+use phalanx_driver::{self as scheduling, SchedulerOptions};
+use phalanx_store::{Store, StoreConfig};
+use phalanx_testenv::{FakeNode, TEST_NS_LABEL, TestEnv, create_namespace, wait_for};
+use prometheus_client::registry::Registry;
+use serde_json::json;
+use tokio::{sync::watch, task::JoinHandle};
+use tokio_util::sync::CancellationToken;
+
+pub const SETTLE: Duration = Duration::from_secs(60);
+
+pub struct Ctx {
+    pub client: Client,
+    pub ns: String,
+    pub sched: String,
+}
+
+pub struct Sched {
+    shutdown: CancellationToken,
+    handle: JoinHandle<anyhow::Result<()>>,
+    _leader: watch::Sender<bool>,
+    registry: Registry,
+}
+
+impl Sched {
+    pub async fn stop(self) -> anyhow::Result<()> {
+        super::report_snapshot_mismatches(&self.registry);
+        self.shutdown.cancel();
+        self.handle.await.context("scheduler task")?
+    }
+}
+
+pub async fn setup(prefix: &str) -> anyhow::Result<Ctx> {
+    let env = TestEnv::shared();
+    let client = env.client().await?;
+    phalanx_testenv::apply_crds(&client, &phalanx_api::crds::to_yaml()).await?;
+    let ns = create_namespace(&client, prefix).await?;
+    let sched = format!("phalanx-{ns}");
+    Ok(Ctx { client, ns, sched })
+}
+
+pub fn node_of(p: &Pod) -> Option<&str> {
+    p.spec.as_ref()?.node_name.as_deref()
+}
+
+pub fn condition(conds: Option<&Vec<Condition>>, type_: &str) -> Option<Condition> {
+    conds?.iter().find(|c| c.type_ == type_).cloned()
+}
+
+impl Ctx {
+    pub fn start(&self) -> Sched {
+        self.start_with(|_| {})
+    }
+
+    /// [`Ctx::start`] with options changed by `tweak` (for example the core's configuration).
+    pub fn start_with(&self, tweak: impl FnOnce(&mut SchedulerOptions)) -> Sched {
+        let mut opts = SchedulerOptions {
+            scheduler_name: self.sched.clone(),
+            node_selector: Some(format!("{TEST_NS_LABEL}={}", self.ns)),
+            ..SchedulerOptions::default()
+        };
+        tweak(&mut opts);
+        let store = Store::start(self.client.clone(), StoreConfig::default());
+        let (tx, rx) = watch::channel(true);
+        let shutdown = CancellationToken::new();
+        let mut registry = Registry::with_prefix("phalanx");
+        let fut = scheduling::run(
+            self.client.clone(),
+            store,
+            opts,
+            rx,
+            shutdown.clone(),
+            &mut registry,
+        );
+        Sched {
+            shutdown,
+            handle: tokio::spawn(fut),
+            _leader: tx,
+            registry,
+        }
+    }
+
+    pub async fn node(&self, name: &str, cpu: &str) -> anyhow::Result<String> {
+        self.node_labelled(name, cpu, &[]).await
+    }
+
+    /// [`Ctx::node`] with node labels (topology domains).
+    pub async fn node_labelled(&self, name: &str, cpu: &str, labels: &[(&str, &str)]) -> anyhow::Result<String> {
+        let full = format!("{}-{name}", self.ns);
+        let mut node = FakeNode::new(&full);
+        for (k, v) in labels {
+            node = node.label(*k, *v);
+        }
+        node.cpu(cpu)
+            .memory("64Gi")
+            .pods(110)
+            .test_namespace(&self.ns)
+            .create(&self.client)
+            .await?;
+        Ok(full)
+    }
+
+    pub fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    pub fn pod_groups(&self) -> Api<PodGroup> {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    pub fn cpgs(&self) -> Api<CompositePodGroup> {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    /// A CompositePodGroup; `min` = None for basic.
+    pub async fn cpg(&self, name: &str, min: Option<i32>, parent: Option<&str>) -> anyhow::Result<()> {
+        self.cpg_with(name, min, parent, serde_json::Value::Null).await
+    }
+
+    /// [`Ctx::cpg`] with `spec.schedulingConstraints` (`null` = none).
+    pub async fn cpg_with(
+        &self,
+        name: &str,
+        min: Option<i32>,
+        parent: Option<&str>,
+        constraints: serde_json::Value,
+    ) -> anyhow::Result<()> {
+        let policy = match min {
+            Some(n) => json!({ "gang": { "minGroupCount": n } }),
+            None => json!({ "basic": {} }),
+        };
+        let obj: CompositePodGroup = serde_json::from_value(json!({
+            "apiVersion": "scheduling.phalanx.dev/v1alpha3",
+            "kind": "CompositePodGroup",
+            "metadata": { "name": name },
+            "spec": {
+                "parentCompositePodGroupName": parent,
+                "workloadRef": { "workloadName": "w", "templateName": name },
+                "schedulingPolicy": policy,
+                "schedulingConstraints": constraints,
+            },
+        }))?;
+        self.cpgs()
+            .create(&PostParams::default(), &obj)
+            .await
+            .with_context(|| format!("creating CompositePodGroup {name}"))?;
+        Ok(())
+    }
+
+    /// A gang PodGroup (`minCount`) under `parent`.
+    pub async fn pod_group(&self, name: &str, min: i32, parent: &str) -> anyhow::Result<()> {
+        self.pod_group_with(name, min, Some(parent), serde_json::Value::Null).await
+    }
+
+    /// A gang PodGroup (`minCount`), under `parent` when given, with `spec.schedulingConstraints` (`null` = none).
+    pub async fn pod_group_with(
+        &self,
+        name: &str,
+        min: i32,
+        parent: Option<&str>,
+        constraints: serde_json::Value,
+    ) -> anyhow::Result<()> {
+        let obj: PodGroup = serde_json::from_value(json!({
+            "apiVersion": "scheduling.phalanx.dev/v1beta1",
+            "kind": "PodGroup",
+            "metadata": { "name": name },
+            "spec": {
+                "parentCompositePodGroupName": parent,
+                "workloadRef": { "workloadName": "w", "templateName": name },
+                "schedulingPolicy": { "gang": { "minCount": min } },
+                "schedulingConstraints": constraints,
+            },
+        }))?;
+        self.pod_groups()
+            .create(&PostParams::default(), &obj)
+            .await
+            .with_context(|| format!("creating PodGroup {name}"))?;
+        Ok(())
+    }
+
+    /// `n` pods `<group>-<i>` requesting `cpu` each.
+    pub async fn pods_of(&self, group: &str, n: usize, cpu: &str) -> anyhow::Result<Vec<String>> {
+        let mut names = Vec::new();
+        for i in 1..=n {
+            let name = format!("{group}-{i}");
+            let mut labels = BTreeMap::new();
+            labels.insert(phalanx_api::labels::POD_GROUP.to_string(), group.to_string());
+            let pod: Pod = serde_json::from_value(json!({
+                "metadata": { "name": name, "labels": labels },
+                "spec": {
+                    "schedulerName": self.sched,
+                    "terminationGracePeriodSeconds": 0,
+                    "containers": [{ "name": "c", "image": "busybox", "resources": { "requests": { "cpu": cpu } } }],
+                }
+            }))?;
+            self.pods()
+                .create(&PostParams::default(), &pod)
+                .await
+                .with_context(|| format!("creating pod {name}"))?;
+            names.push(name);
+        }
+        Ok(names)
+    }
+
+    pub async fn bindings(&self) -> anyhow::Result<HashMap<String, String>> {
+        let list = self.pods().list(&ListParams::default()).await?;
+        Ok(list
+            .items
+            .iter()
+            .filter_map(|p| Some((p.name_any(), node_of(p)?.to_owned())))
+            .collect())
+    }
+
+    pub async fn wait_bound(&self, names: &[String]) -> anyhow::Result<HashMap<String, String>> {
+        wait_for(&format!("pods {names:?} bound"), SETTLE, || async {
+            let b = self.bindings().await?;
+            Ok(names.iter().all(|n| b.contains_key(n)).then_some(b))
+        })
+        .await
+    }
+
+    /// Waits for `PodScheduled=False/Unschedulable` on a pod; returns the message.
+    pub async fn wait_pod_unschedulable(&self, name: &str) -> anyhow::Result<String> {
+        let api = self.pods();
+        wait_for(
+            &format!("pod {name} PodScheduled=False/Unschedulable"),
+            SETTLE,
+            || {
+                let api = api.clone();
+                async move {
+                    let p = api.get(name).await?;
+                    let c = p
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled"))
+                        .cloned();
+                    Ok(
+                        c.filter(|c| c.status == "False" && c.reason.as_deref() == Some("Unschedulable"))
+                            .map(|c| c.message.unwrap_or_default()),
+                    )
+                }
+            },
+        )
+        .await
+    }
+
+    pub async fn wait_pg(&self, name: &str, status: &str, reason: &str) -> anyhow::Result<Condition> {
+        let api = self.pod_groups();
+        wait_for(&format!("PodGroup {name} {status}/{reason}"), SETTLE, || {
+            let api = api.clone();
+            async move {
+                let g = api.get(name).await?;
+                let c = condition(
+                    g.status.as_ref().map(|s| &s.conditions),
+                    phalanx_api::conditions::POD_GROUP_INITIALLY_SCHEDULED,
+                );
+                Ok(c.filter(|c| c.status == status && c.reason == reason))
+            }
+        })
+        .await
+    }
+
+    pub async fn wait_cpg(&self, name: &str, status: &str, reason: &str) -> anyhow::Result<Condition> {
+        let api = self.cpgs();
+        wait_for(
+            &format!("CompositePodGroup {name} {status}/{reason}"),
+            SETTLE,
+            || {
+                let api = api.clone();
+                async move {
+                    let g = api.get(name).await?;
+                    let c = condition(
+                        g.status.as_ref().map(|s| &s.conditions),
+                        phalanx_api::conditions::COMPOSITE_POD_GROUP_INITIALLY_SCHEDULED,
+                    );
+                    Ok(c.filter(|c| c.status == status && c.reason == reason))
+                }
+            },
+        )
+        .await
+    }
+
+    /// Asserts none of `names` gets bound during `d`.
+    pub async fn stays_unbound(&self, names: &[String], d: Duration) -> anyhow::Result<()> {
+        let end = std::time::Instant::now() + d;
+        while std::time::Instant::now() < end {
+            let b = self.bindings().await?;
+            for n in names {
+                ensure!(!b.contains_key(n), "pod {n} was bound to {:?}", b.get(n));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        Ok(())
+    }
+}
+
