@@ -226,8 +226,9 @@ async fn quickstart_gang_binds_all_or_nothing_with_chart_rbac() -> anyhow::Resul
     );
     eprintln!("{TOO_BIG}: {} pods unbound; message: {}", unfit.len(), too_big.2);
 
-    // 7. The other single-level samples are placed too; the gang with a rack constraint lands inside one rack.
-    for (group, one_rack) in [("etl-driver", false), ("etl-workers", true)] {
+    // 7. The other single-level samples are placed too; the gang with a rack constraint and the one that prefers a
+    //    rack (16 GPUs: a rack has 32) land inside one rack.
+    for (group, one_rack) in [("etl-driver", false), ("etl-workers", true), ("packed", true)] {
         let cond = wait_for(&format!("PodGroup {group} condition"), DECISION_TIMEOUT, || {
             let groups = groups.clone();
             async move { Ok(groups.get(group).await.ok().and_then(|g| condition(&g))) }
@@ -260,7 +261,7 @@ async fn quickstart_gang_binds_all_or_nothing_with_chart_rbac() -> anyhow::Resul
         if one_rack {
             ensure!(
                 racks.len() == 1,
-                "{group} has a rack topology constraint but landed on racks {racks:?}"
+                "{group} has a rack topology constraint or preference but landed on racks {racks:?}"
             );
         }
         eprintln!("{group}: {} pods on racks {racks:?}", nodes.len());

@@ -742,7 +742,7 @@ async fn every_sample_applies() -> anyhow::Result<()> {
     }
     // Every Phalanx object of the samples is stored.
     for (kind_api, expected) in [
-        (pod_groups(&client, &ns), 6),
+        (pod_groups(&client, &ns), 7),
         (workloads(&client, &ns), 2),
         (composites(&client, &ns), 1),
     ] {
@@ -865,4 +865,103 @@ fn kubectl(args: &[&str]) -> anyhow::Result<String> {
         String::from_utf8_lossy(&out.stderr)
     );
     Ok(String::from_utf8(out.stdout)?)
+}
+
+/// `preferredTopology` (a Phalanx addition) at most 8 levels.
+#[tokio::test]
+async fn rejects_nine_preferred_topology_levels() -> anyhow::Result<()> {
+    let levels: Vec<Value> = (0..9).map(|i| json!({"key": format!("level-{i}")})).collect();
+    let obj = pod_group(
+        "pref9",
+        json!({
+            "schedulingPolicy": {"basic": {}},
+            "schedulingConstraints": {"preferredTopology": levels},
+        }),
+    )?;
+    rejects_create(
+        "pref9",
+        pod_groups,
+        obj,
+        "spec.schedulingConstraints.preferredTopology",
+        "at most 8 items",
+    )
+    .await
+}
+
+/// `preferredTopology` is a list-map keyed by `key`: a level given twice is a duplicate.
+#[tokio::test]
+async fn rejects_duplicate_preferred_topology_keys() -> anyhow::Result<()> {
+    let obj = composite(
+        "prefdup",
+        json!({
+            "workloadRef": {"workloadName": "w", "templateName": "t"},
+            "schedulingPolicy": {"basic": {}},
+            "schedulingConstraints": {"preferredTopology": [{"key": "rack"}, {"key": "block"}, {"key": "rack"}]},
+        }),
+    )?;
+    rejects_create(
+        "prefdup",
+        composites,
+        obj,
+        "spec.schedulingConstraints.preferredTopology[2]",
+        "Duplicate value",
+    )
+    .await
+}
+
+/// A preferred level's key must be a label key, as the required one.
+#[tokio::test]
+async fn rejects_preferred_topology_key_that_is_not_a_label_key() -> anyhow::Result<()> {
+    let obj = pod_group(
+        "prefbad",
+        json!({
+            "schedulingPolicy": {"basic": {}},
+            "schedulingConstraints": {"preferredTopology": [{"key": "rack"}, {"key": "not a key!"}]},
+        }),
+    )?;
+    rejects_create(
+        "prefbad",
+        pod_groups,
+        obj,
+        "spec.schedulingConstraints.preferredTopology[1].key",
+        "should match",
+    )
+    .await
+}
+
+/// Required and preferred together on a PodGroup, and preferred levels in the Workload's templates down to the
+/// deepest level, are accepted and kept as written.
+#[tokio::test]
+async fn accepts_preferred_topology_on_groups_and_templates() -> anyhow::Result<()> {
+    let (client, ns) = setup("prefok").await?;
+    let constraints = json!({
+        "topology": [{"key": "topology.kubernetes.io/zone"}],
+        "preferredTopology": [{"key": "example.com/block"}, {"key": "example.com/rack"}],
+    });
+    let pg = pod_group(
+        "both",
+        json!({"schedulingPolicy": {"gang": {"minCount": 2}}, "schedulingConstraints": constraints}),
+    )?;
+    let created = pod_groups(&client, &ns)
+        .create(&PostParams::default(), &pg)
+        .await?;
+    ensure!(
+        created.data["spec"]["schedulingConstraints"] == constraints,
+        "stored as written: {}",
+        created.data["spec"]["schedulingConstraints"]
+    );
+    let leaf = json!({
+        "name": "leaf",
+        "schedulingPolicy": {"basic": {}},
+        "schedulingConstraints": {"preferredTopology": [{"key": "rack"}]},
+    });
+    let mut tree = json!({"name": "c3", "schedulingPolicy": {"basic": {}}, "podGroupTemplates": [leaf],
+        "schedulingConstraints": {"preferredTopology": [{"key": "block"}]}});
+    for name in ["c2", "c1"] {
+        tree = json!({"name": name, "schedulingPolicy": {"basic": {}}, "compositePodGroupTemplates": [tree],
+            "schedulingConstraints": {"preferredTopology": [{"key": "zone"}]}});
+    }
+    let w = workload("deep", json!({"compositePodGroupTemplates": [tree]}))?;
+    workloads(&client, &ns).create(&PostParams::default(), &w).await?;
+    Ok(())
 }

@@ -15,12 +15,21 @@ use serde_json::json;
 use common::cluster::{Ctx, setup};
 
 /// The values of node label `key` on the nodes that `pods` are bound to.
-fn domains(bindings: &HashMap<String, String>, nodes: &HashMap<String, String>, pods: &[String]) -> BTreeSet<String> {
-    pods.iter().filter_map(|p| nodes.get(bindings.get(p)?).cloned()).collect()
+fn domains(
+    bindings: &HashMap<String, String>,
+    nodes: &HashMap<String, String>,
+    pods: &[String],
+) -> BTreeSet<String> {
+    pods.iter()
+        .filter_map(|p| nodes.get(bindings.get(p)?).cloned())
+        .collect()
 }
 
+/// A node's `(name, cpu, labels)`.
+type NodeSpec<'a> = (&'a str, &'a str, &'a [(&'a str, &'a str)]);
+
 /// Creates nodes `(name, cpu, labels)`; returns node name -> value of each label key asked for later.
-async fn nodes(ctx: &Ctx, spec: &[(&str, &str, &[(&str, &str)])], key: &str) -> anyhow::Result<HashMap<String, String>> {
+async fn nodes(ctx: &Ctx, spec: &[NodeSpec<'_>], key: &str) -> anyhow::Result<HashMap<String, String>> {
     let mut by_node = HashMap::new();
     for (name, cpu, labels) in spec {
         let full = ctx.node_labelled(name, cpu, labels).await?;
@@ -55,16 +64,29 @@ async fn preferred_rack_is_honoured_then_relaxed_to_the_block() -> anyhow::Resul
     let sched = ctx.start();
     let preferred = json!({ "preferredTopology": [{ "key": "rack" }, { "key": "block" }] });
     // 4 x 2 CPU = 8 CPU: one rack holds it.
-    ctx.pod_group_with("fits-rack", 4, None, preferred.clone()).await?;
+    ctx.pod_group_with("fits-rack", 4, None, preferred.clone())
+        .await?;
     let a = ctx.pods_of("fits-rack", 4, "2").await?;
     let b = ctx.wait_bound(&a).await?;
-    ensure!(domains(&b, &rack, &a).len() == 1, "one rack: {:?}", domains(&b, &rack, &a));
+    ensure!(
+        domains(&b, &rack, &a).len() == 1,
+        "one rack: {:?}",
+        domains(&b, &rack, &a)
+    );
     // 6 x 2 CPU = 12 CPU: no rack holds it; the untouched block (16 CPU) does.
     ctx.pod_group_with("fits-block", 6, None, preferred).await?;
     let c = ctx.pods_of("fits-block", 6, "2").await?;
     let b = ctx.wait_bound(&c).await?;
-    ensure!(domains(&b, &block, &c).len() == 1, "one block: {:?}", domains(&b, &block, &c));
-    ensure!(domains(&b, &rack, &c).len() == 2, "two racks: {:?}", domains(&b, &rack, &c));
+    ensure!(
+        domains(&b, &block, &c).len() == 1,
+        "one block: {:?}",
+        domains(&b, &block, &c)
+    );
+    ensure!(
+        domains(&b, &rack, &c).len() == 2,
+        "two racks: {:?}",
+        domains(&b, &rack, &c)
+    );
     ensure!(
         domains(&b, &block, &a).is_disjoint(&domains(&b, &block, &c)),
         "the block gang avoided the partly used block"
@@ -76,7 +98,7 @@ async fn preferred_rack_is_honoured_then_relaxed_to_the_block() -> anyhow::Resul
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn required_zone_with_preferred_rack() -> anyhow::Result<()> {
     let ctx = setup("topo-req-pref").await?;
-    let spec: &[(&str, &str, &[(&str, &str)])] = &[
+    let spec: &[NodeSpec<'_>] = &[
         ("a", "4", &[("zone", "z1"), ("rack", "r1")]),
         ("b", "4", &[("zone", "z1"), ("rack", "r2")]),
         ("c", "4", &[("zone", "z2"), ("rack", "r3")]),
@@ -93,12 +115,18 @@ async fn required_zone_with_preferred_rack() -> anyhow::Result<()> {
     let first = ctx.pods_of("first", 4, "2").await?;
     let b = ctx.wait_bound(&first).await?;
     // Only r3 holds 8 CPU in one rack.
-    ensure!(domains(&b, &rack, &first) == BTreeSet::from(["r3".to_string()]), "first in r3");
+    ensure!(
+        domains(&b, &rack, &first) == BTreeSet::from(["r3".to_string()]),
+        "first in r3"
+    );
     ctx.pod_group_with("second", 4, None, constraints).await?;
     let second = ctx.pods_of("second", 4, "2").await?;
     let b = ctx.wait_bound(&second).await?;
     // No whole rack is left: the preference relaxes, the required zone holds.
-    ensure!(domains(&b, &zone, &second) == BTreeSet::from(["z1".to_string()]), "second in z1");
+    ensure!(
+        domains(&b, &zone, &second) == BTreeSet::from(["z1".to_string()]),
+        "second in z1"
+    );
     ensure!(domains(&b, &rack, &second).len() == 2, "second spans r1 and r2");
     sched.stop().await
 }
@@ -112,12 +140,16 @@ async fn packing_leaves_a_whole_rack_for_the_next_gang() -> anyhow::Result<()> {
     let mut rack = HashMap::new();
     let mut big = Vec::new();
     for i in 0..7 {
-        let n = ctx.node_labelled(&format!("big-{i}"), "4", &[("rack", "big")]).await?;
+        let n = ctx
+            .node_labelled(&format!("big-{i}"), "4", &[("rack", "big")])
+            .await?;
         rack.insert(n.clone(), "big".to_string());
         big.push(n);
     }
     for i in 0..3 {
-        let n = ctx.node_labelled(&format!("small-{i}"), "4", &[("rack", "small")]).await?;
+        let n = ctx
+            .node_labelled(&format!("small-{i}"), "4", &[("rack", "small")])
+            .await?;
         rack.insert(n, "small".to_string());
     }
     // Load: pods bound directly to three "big" nodes (no scheduler involved).
@@ -137,11 +169,17 @@ async fn packing_leaves_a_whole_rack_for_the_next_gang() -> anyhow::Result<()> {
     ctx.pod_group_with("first", 2, None, by_rack.clone()).await?;
     let first = ctx.pods_of("first", 2, "4").await?;
     let b = ctx.wait_bound(&first).await?;
-    ensure!(domains(&b, &rack, &first) == BTreeSet::from(["small".to_string()]), "first gang in small");
+    ensure!(
+        domains(&b, &rack, &first) == BTreeSet::from(["small".to_string()]),
+        "first gang in small"
+    );
     ctx.pod_group_with("second", 4, None, by_rack).await?;
     let second = ctx.pods_of("second", 4, "4").await?;
     let b = ctx.wait_bound(&second).await?;
-    ensure!(domains(&b, &rack, &second) == BTreeSet::from(["big".to_string()]), "second gang in big");
+    ensure!(
+        domains(&b, &rack, &second) == BTreeSet::from(["big".to_string()]),
+        "second gang in big"
+    );
     sched.stop().await
 }
 
@@ -151,14 +189,20 @@ async fn packing_leaves_a_whole_rack_for_the_next_gang() -> anyhow::Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn composite_whose_first_child_would_strand_the_second_is_placed_whole() -> anyhow::Result<()> {
     let ctx = setup("topo-sibling").await?;
-    let mut spec: Vec<(String, &str, &[(&str, &str)])> = Vec::new();
-    for i in 0..2 {
-        spec.push((format!("r1-{i}"), "4", &[("rack", "r1")]));
-    }
-    for i in 0..4 {
-        spec.push((format!("r2-{i}"), "2", &[("rack", "r2")]));
-    }
-    let spec: Vec<(&str, &str, &[(&str, &str)])> = spec.iter().map(|(n, c, l)| (n.as_str(), *c, *l)).collect();
+    let names: Vec<String> = (0..2)
+        .map(|i| format!("r1-{i}"))
+        .chain((0..4).map(|i| format!("r2-{i}")))
+        .collect();
+    let spec: Vec<NodeSpec<'_>> = names
+        .iter()
+        .map(|n| {
+            if n.starts_with("r1") {
+                (n.as_str(), "4", &[("rack", "r1")][..])
+            } else {
+                (n.as_str(), "2", &[("rack", "r2")][..])
+            }
+        })
+        .collect();
     let rack = nodes(&ctx, &spec, "rack").await?;
     let sched = ctx.start();
     let by_rack = json!({ "topology": [{ "key": "rack" }] });
@@ -169,8 +213,14 @@ async fn composite_whose_first_child_would_strand_the_second_is_placed_whole() -
     let b_pods = ctx.pods_of("b", 2, "4").await?;
     let all: Vec<String> = a.iter().chain(&b_pods).cloned().collect();
     let b = ctx.wait_bound(&all).await?;
-    ensure!(domains(&b, &rack, &a) == BTreeSet::from(["r2".to_string()]), "a in r2");
-    ensure!(domains(&b, &rack, &b_pods) == BTreeSet::from(["r1".to_string()]), "b in r1");
+    ensure!(
+        domains(&b, &rack, &a) == BTreeSet::from(["r2".to_string()]),
+        "a in r2"
+    );
+    ensure!(
+        domains(&b, &rack, &b_pods) == BTreeSet::from(["r1".to_string()]),
+        "b in r1"
+    );
     ctx.wait_cpg("root", "True", "Scheduled").await?;
     sched.stop().await
 }

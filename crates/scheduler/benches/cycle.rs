@@ -2,12 +2,15 @@
 //!
 //! Cases: `gang8` (1,000 gangs of 8 pods), `gang1000` (10 gangs of 1,000 pods), `gang8-rack`
 //! (1,000 gangs of 8 pods, each constrained to one of 50 racks through a `rack` topology
-//! constraint), and `gang8-15k` / `gang1000-15k`, the first two on 15,000 nodes (upstream
+//! constraint), `gang8-preferred` / `gang1000-preferred` (a soft `preferredTopology` of rack,
+//! then block: 50 racks in 10 blocks), `gang8-zone-preferred` (required zone, preferred rack then
+//! block), and `gang8-15k` / `gang1000-15k`, the first two on 15,000 nodes (upstream
 //! `test/integration/scheduler_perf`'s largest cluster). The timed loop is what a driver does per entity: `pop`, `schedule`, `done`, on a
 //! snapshot kept up to date incrementally. Prints one line per case:
 //! `bench: <case> pods_per_sec=<n> cycle_p50_ms=<x> cycle_p99_ms=<y>` (best of `BENCH_REPEAT`
 //! runs, default 3, because the machine is shared; `BENCH_DEBUG=1` lists the slowest cycles;
-//! `BENCH_NO_BATCH=1` switches the batching cache and count-based placement evaluation off).
+//! `BENCH_NO_BATCH=1` switches the batching cache and count-based placement evaluation off;
+//! `BENCH_PLACEMENTS_PERCENT=<1..100>` sets `percentageOfPlacementsToScore`, default adaptive).
 //! An optional argument filters cases by name.
 //!
 //! Preemption cases (`preempt-gang8`, `preempt-gang1000`, also best of `BENCH_REPEAT` runs) are
@@ -31,11 +34,12 @@ fn nodes() -> Vec<Arc<NodeStatic>> {
     nodes_n(NODES)
 }
 
-/// `n` nodes of 32 cores and 128 GiB in 50 racks.
+/// `n` nodes of 32 cores and 128 GiB in 50 racks; 5 racks make a block (10 blocks).
 fn nodes_n(n: usize) -> Vec<Arc<NodeStatic>> {
     (0..n)
         .map(|i| {
             let rack = format!("rack-{}", i % RACKS);
+            let block = format!("block-{}", (i % RACKS) / 5);
             let host = format!("node-{i}");
             Arc::new(NodeStatic::simple(
                 &host,
@@ -43,6 +47,7 @@ fn nodes_n(n: usize) -> Vec<Arc<NodeStatic>> {
                 128 << 30,
                 &[
                     ("rack", &rack),
+                    ("block", &block),
                     ("kubernetes.io/hostname", &host),
                     ("topology.kubernetes.io/zone", "zone-a"),
                 ],
@@ -58,10 +63,19 @@ struct Case {
     gangs: usize,
     size: usize,
     topology: Option<&'static str>,
+    /// `preferredTopology` levels, narrowest first.
+    preferred: &'static [&'static str],
 }
 
 fn run(case: &Case) -> (f64, f64, f64, usize) {
-    let config = SchedulerConfig::default();
+    // `BENCH_PLACEMENTS_PERCENT=100` evaluates every placement (percentageOfPlacementsToScore).
+    let config = SchedulerConfig {
+        percentage_of_placements_to_score: std::env::var("BENCH_PLACEMENTS_PERCENT")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0),
+        ..SchedulerConfig::default()
+    };
     let mut snapshot = Snapshot::new(nodes_n(case.nodes));
     if std::env::var_os("BENCH_NO_BATCH").is_some() {
         // An inert pod that requests nothing, with an anti-affinity term selecting every bench
@@ -98,6 +112,7 @@ fn run(case: &Case) -> (f64, f64, f64, usize) {
             },
         );
         group.topology_key = case.topology.map(String::from);
+        group.preferred_topology = case.preferred.iter().map(|l| l.to_string()).collect();
         queue.add_group(Arc::new(group), t0);
         // One spec shared by every member, as PodInfo::from_pod would derive for a Job's pods.
         let template = PodInfo::simple("bench", "template", 1000);
@@ -170,6 +185,7 @@ fn main() {
             gangs: 1000,
             size: 8,
             topology: None,
+            preferred: &[],
         },
         Case {
             name: "gang1000",
@@ -177,6 +193,7 @@ fn main() {
             gangs: 10,
             size: 1000,
             topology: None,
+            preferred: &[],
         },
         Case {
             name: "gang8-rack",
@@ -184,6 +201,31 @@ fn main() {
             gangs: 1000,
             size: 8,
             topology: Some("rack"),
+            preferred: &[],
+        },
+        Case {
+            name: "gang8-preferred",
+            nodes: NODES,
+            gangs: 1000,
+            size: 8,
+            topology: None,
+            preferred: &["rack", "block"],
+        },
+        Case {
+            name: "gang8-zone-preferred",
+            nodes: NODES,
+            gangs: 1000,
+            size: 8,
+            topology: Some("topology.kubernetes.io/zone"),
+            preferred: &["rack", "block"],
+        },
+        Case {
+            name: "gang1000-preferred",
+            nodes: NODES,
+            gangs: 10,
+            size: 1000,
+            topology: None,
+            preferred: &["rack", "block"],
         },
         Case {
             name: "gang8-15k",
@@ -191,6 +233,7 @@ fn main() {
             gangs: 1000,
             size: 8,
             topology: None,
+            preferred: &[],
         },
         Case {
             name: "gang1000-15k",
@@ -198,6 +241,7 @@ fn main() {
             gangs: 10,
             size: 1000,
             topology: None,
+            preferred: &[],
         },
     ];
     for case in &cases {

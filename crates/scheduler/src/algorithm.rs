@@ -250,13 +250,16 @@ fn evaluate_placements(
         return r;
     }
     let limit = ctx.placements_to_find(placements);
-    let mut successes =
-        match simulate_placements(snapshot, placements, Some((key, pods.len())), limit, |snapshot, p| {
-            default_algorithm(ctx, snapshot, group, pods, Some(&p.nodes))
-        }) {
-            Ok(successes) => successes,
-            Err(r) => return r,
-        };
+    let mut successes = match simulate_placements(
+        snapshot,
+        placements,
+        Some((key, pods.len())),
+        limit,
+        |snapshot, p| default_algorithm(ctx, snapshot, group, pods, Some(&p.nodes)),
+    ) {
+        Ok(successes) => successes,
+        Err(r) => return r,
+    };
     ctx.stats.feasible_placements += successes.len() as u32;
     let best = if successes.len() == 1 {
         0

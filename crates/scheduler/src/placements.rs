@@ -19,7 +19,12 @@ use crate::snapshot::Snapshot;
 /// run, only the domain that holds all of them is kept; when they span several domains of this
 /// level (or run on a node without the label), the level cannot be honoured and the result is
 /// empty, so the caller moves on to the next level.
-pub fn preferred_level(snapshot: &Snapshot, key: &str, groups: &[GroupKey], base: &[Placement]) -> Vec<Placement> {
+pub fn preferred_level(
+    snapshot: &Snapshot,
+    key: &str,
+    groups: &[GroupKey],
+    base: &[Placement],
+) -> Vec<Placement> {
     let mut out = Vec::new();
     for p in base {
         match domains_for(snapshot, key, groups, p) {

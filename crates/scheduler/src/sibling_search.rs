@@ -219,7 +219,13 @@ fn assemble(
     for r in left_out {
         res.merge(r);
     }
-    let st = ctx.feasible.feasible_composite(cpg, PlacementProgress { scheduled, remaining: 0 });
+    let st = ctx.feasible.feasible_composite(
+        cpg,
+        PlacementProgress {
+            scheduled,
+            remaining: 0,
+        },
+    );
     if !st.is_success() {
         // Cannot happen: the search only ends with at least `minGroupCount` children placed.
         res.status = st;

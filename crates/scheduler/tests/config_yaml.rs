@@ -17,13 +17,15 @@ scoringStrategy: MostAllocated
 scoringResources:
   - {name: cpu, weight: 2}
   - {name: nvidia.com/gpu, weight: 10}
-placementScoreWeights: {nodeResourcesFit: 1, podGroupPodsCount: 3}
+placementScoreWeights: {nodeResourcesFit: 1, podGroupPodsCount: 3, topologyPacking: 0}
 podInitialBackoffMs: 500
 podMaxBackoffMs: 20000
 unschedulableFlushSeconds: 60
 reorderBudgetMs: 10
 reorderMaxAttempts: 1
 percentageOfNodesToScore: 50
+percentageOfPlacementsToScore: 20
+siblingSearchBudgetMs: 5
 "#;
     let c: SchedulerConfig = serde_saphyr::from_str(yaml).unwrap();
     c.validate().unwrap();
@@ -32,6 +34,9 @@ percentageOfNodesToScore: 50
     assert_eq!(c.scoring_resources[1].name, "nvidia.com/gpu");
     assert_eq!(c.placement_score_weights.pod_group_pods_count, 3);
     assert_eq!(c.percentage_of_nodes_to_score, 50);
+    assert_eq!(c.placement_score_weights.topology_packing, 0);
+    assert_eq!(c.percentage_of_placements_to_score, 20);
+    assert_eq!(c.sibling_search_budget_ms, 5);
     let back: SchedulerConfig = serde_saphyr::from_str(&serde_saphyr::to_string(&c).unwrap()).unwrap();
     assert_eq!(back, c);
 }
@@ -54,6 +59,10 @@ fn unknown_and_bad_keys_are_reported() {
         err.to_string(),
         "invalid scheduler configuration: scoringResources[0].weight: weight 0 must be between 1 and 100"
     );
+    let c: SchedulerConfig = serde_saphyr::from_str("percentageOfPlacementsToScore: 101\n").unwrap();
+    assert_eq!(c.validate().unwrap_err().key, "percentageOfPlacementsToScore");
+    let c: SchedulerConfig = serde_saphyr::from_str("siblingSearchBudgetMs: 10001\n").unwrap();
+    assert_eq!(c.validate().unwrap_err().key, "siblingSearchBudgetMs");
 }
 
 #[test]

@@ -10,8 +10,11 @@ use common::{Sim, node};
 use phalanx_scheduler::SchedulerConfig;
 use phalanx_scheduler::model::NodeStatic;
 
+/// A node's `(name, cpu, labels)`.
+type NodeSpec<'a> = (&'a str, i64, &'a [(&'a str, &'a str)]);
+
 /// `(name, cpu, labels)` nodes.
-fn nodes(spec: &[(&str, i64, &[(&str, &str)])]) -> Vec<NodeStatic> {
+fn nodes(spec: &[NodeSpec<'_>]) -> Vec<NodeStatic> {
     spec.iter().map(|(n, cpu, l)| node(n, *cpu, l)).collect()
 }
 
@@ -177,8 +180,10 @@ fn stranding_tree(config: SchedulerConfig) -> (Sim, Vec<String>, Vec<String>) {
 
 #[test]
 fn sibling_search_places_a_tree_that_greedy_order_strands() {
-    let mut greedy = SchedulerConfig::default();
-    greedy.sibling_search_budget_ms = 0;
+    let greedy = SchedulerConfig {
+        sibling_search_budget_ms: 0,
+        ..SchedulerConfig::default()
+    };
     let (s, a, b) = stranding_tree(greedy);
     assert!(s.unbound(&a.iter().chain(&b).map(String::as_str).collect::<Vec<_>>()));
 

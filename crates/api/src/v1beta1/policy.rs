@@ -211,7 +211,8 @@ pub struct CompositePodGroupSchedulingConstraints {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = crate::schema::MAX_TOPOLOGY_CONSTRAINTS))]
     #[x_kube(merge_strategy = ListMerge::Atomic)]
-    pub topology: Vec<TopologyConstraint>,    /// preferredTopology is a Phalanx addition, as on a PodGroup: soft levels, narrowest first; the whole
+    pub topology: Vec<TopologyConstraint>,
+    /// preferredTopology is a Phalanx addition, as on a PodGroup: soft levels, narrowest first; the whole
     /// subtree lands in one domain of the first level that can hold it, else of the next, else anywhere
     /// (within the required `topology` domain). At most 8 levels with unique keys.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

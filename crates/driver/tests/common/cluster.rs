@@ -98,7 +98,12 @@ impl Ctx {
     }
 
     /// [`Ctx::node`] with node labels (topology domains).
-    pub async fn node_labelled(&self, name: &str, cpu: &str, labels: &[(&str, &str)]) -> anyhow::Result<String> {
+    pub async fn node_labelled(
+        &self,
+        name: &str,
+        cpu: &str,
+        labels: &[(&str, &str)],
+    ) -> anyhow::Result<String> {
         let full = format!("{}-{name}", self.ns);
         let mut node = FakeNode::new(&full);
         for (k, v) in labels {
@@ -162,7 +167,8 @@ impl Ctx {
 
     /// A gang PodGroup (`minCount`) under `parent`.
     pub async fn pod_group(&self, name: &str, min: i32, parent: &str) -> anyhow::Result<()> {
-        self.pod_group_with(name, min, Some(parent), serde_json::Value::Null).await
+        self.pod_group_with(name, min, Some(parent), serde_json::Value::Null)
+            .await
     }
 
     /// A gang PodGroup (`minCount`), under `parent` when given, with `spec.schedulingConstraints` (`null` = none).
@@ -307,4 +313,3 @@ impl Ctx {
         Ok(())
     }
 }
-

@@ -60,12 +60,20 @@ pub fn free_after(snapshot: &Snapshot, a: &PodGroupAssignments) -> f64 {
         if alloc <= 0 {
             continue;
         }
-        let req: i128 = a.proposed.iter().map(|p| i128::from(p.pod.spec.requests.get(name))).sum();
+        let req: i128 = a
+            .proposed
+            .iter()
+            .map(|p| i128::from(p.pod.spec.requests.get(name)))
+            .sum();
         let free = (alloc - used - req).max(0);
         sum += free as f64 * nodes / alloc as f64;
         counted += 1;
     }
-    if counted == 0 { 0.0 } else { sum / f64::from(counted) }
+    if counted == 0 {
+        0.0
+    } else {
+        sum / f64::from(counted)
+    }
 }
 
 impl PlacementScorePlugin for TopologyPacking {
