@@ -65,7 +65,7 @@ pub fn group_info(g: &PodGroup, classes: &[Arc<PriorityClass>]) -> GroupInfo {
             .spec
             .scheduling_constraints
             .as_ref()
-            .map(|c| c.preferred_topology.iter().map(|t| t.key.clone()).collect())
+            .map(|c| level_keys(&c.preferred_topology))
             .unwrap_or_default(),
         priority,
         preemption_policy,
@@ -124,7 +124,7 @@ pub fn composite_info(g: &CompositePodGroup, classes: &[Arc<PriorityClass>]) -> 
             .spec
             .scheduling_constraints
             .as_ref()
-            .map(|c| c.preferred_topology.iter().map(|t| t.key.clone()).collect())
+            .map(|c| level_keys(&c.preferred_topology))
             .unwrap_or_default(),
         priority,
         preemption_policy,
@@ -212,6 +212,11 @@ impl ModelCache {
     pub fn remove_pod(&mut self, key: &PodKey) {
         self.pods.remove(key);
     }
+}
+
+/// The keys of `preferredTopology` levels, in order (narrowest first).
+fn level_keys(levels: &[phalanx_api::v1beta1::TopologyConstraint]) -> Vec<String> {
+    levels.iter().map(|t| t.key.clone()).collect()
 }
 
 #[cfg(test)]

@@ -2,7 +2,8 @@
 //!
 //! Cases: `gang8` (1,000 gangs of 8 pods), `gang1000` (10 gangs of 1,000 pods), `gang8-rack`
 //! (1,000 gangs of 8 pods, each constrained to one of 50 racks through a `rack` topology
-//! constraint), `gang8-preferred` / `gang1000-preferred` (a soft `preferredTopology` of rack,
+//! constraint), `gang8-host` (each gang on one node: 5,000 placements, where
+//! `percentageOfPlacementsToScore` matters most), `gang8-preferred` / `gang1000-preferred` (a soft `preferredTopology` of rack,
 //! then block: 50 racks in 10 blocks), `gang8-zone-preferred` (required zone, preferred rack then
 //! block), and `gang8-15k` / `gang1000-15k`, the first two on 15,000 nodes (upstream
 //! `test/integration/scheduler_perf`'s largest cluster). The timed loop is what a driver does per entity: `pop`, `schedule`, `done`, on a
@@ -201,6 +202,14 @@ fn main() {
             gangs: 1000,
             size: 8,
             topology: Some("rack"),
+            preferred: &[],
+        },
+        Case {
+            name: "gang8-host",
+            nodes: NODES,
+            gangs: 1000,
+            size: 8,
+            topology: Some("kubernetes.io/hostname"),
             preferred: &[],
         },
         Case {
