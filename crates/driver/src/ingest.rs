@@ -193,6 +193,12 @@ impl Driver {
     pub(crate) fn forget_group(&mut self, g: &GroupKey, now: Instant) {
         self.group_infos.remove(g);
         self.composite_infos.remove(g);
+        // The conditions last wanted on it: a write still queued finds none and writes nothing, and a group
+        // recreated under the name starts afresh (its uid differs anyway).
+        self.group_wanted
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(g);
         if !self.known_groups.remove(g) {
             return;
         }

@@ -30,6 +30,7 @@ pub struct Metrics {
     preemption_latency: Histogram,
     snapshot_latency: Family<Labels, Histogram>,
     snapshot_mismatches: Counter,
+    tracked: Family<Labels, Gauge>,
 }
 
 impl Metrics {
@@ -48,7 +49,14 @@ impl Metrics {
                 Histogram::new(exponential_buckets(0.00001, 2.0, 20))
             }),
             snapshot_mismatches: Counter::default(),
+            tracked: Family::default(),
         };
+        registry.register(
+            "scheduler_tracked_objects",
+            "Objects the scheduling loop keeps state for, by kind (pods, nodes, groups, group_conditions, nominated, \
+             preemptions_in_flight); each falls back when its objects are deleted",
+            m.tracked.clone(),
+        );
         registry.register(
             "scheduler_snapshot_duration_seconds",
             "Time to bring a cycle's snapshot up to date, by mode: incremental (only what changed since the last \
@@ -141,6 +149,13 @@ impl Metrics {
     pub fn pending(&self, queue: &'static str, n: usize) {
         self.pending
             .get_or_create(&vec![("queue", queue.to_owned())])
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    /// Sets the number of objects of `kind` the loop keeps state for.
+    pub fn tracked(&self, kind: &'static str, n: usize) {
+        self.tracked
+            .get_or_create(&vec![("kind", kind.to_owned())])
             .set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 

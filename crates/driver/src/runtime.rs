@@ -166,5 +166,20 @@ impl Driver {
         self.metrics.pending("backoff", c.backoff);
         self.metrics.pending("unschedulable", c.unschedulable);
         self.metrics.pending("gated", c.gated);
+        let group_conditions = self
+            .group_wanted
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len();
+        for (kind, n) in [
+            ("pods", self.known.len()),
+            ("nodes", self.nodes_seen.len()),
+            ("groups", self.known_groups.len()),
+            ("group_conditions", group_conditions),
+            ("nominated", self.nominated.len()),
+            ("preemptions_in_flight", self.in_flight.len()),
+        ] {
+            self.metrics.tracked(kind, n);
+        }
     }
 }

@@ -17,6 +17,7 @@ pub mod leader;
 pub mod owners;
 pub mod priority;
 mod reflectors;
+pub mod slim;
 
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 

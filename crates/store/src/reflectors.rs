@@ -1,6 +1,7 @@
 //! Wiring of kube watchers into the reflector stores, the indexes and the notification channel.
 //!
-//! Each kind runs `watcher(..).default_backoff().modify(clear managedFields).reflect(writer)` in its own task. The
+//! Each kind runs `watcher(..).default_backoff().modify(slim).reflect(writer)` in its own task (`slim` drops what
+//! nothing reads, see [`crate::slim`]). The
 //! stream is polled by that task before anyone awaits readiness (awaiting first deadlocks: `kube::runtime::reflector::Store::wait_until_ready` is fed only by the stream). The
 //! per-event hook runs after the reflector applied the event, so at `InitDone` the reader already holds the full
 //! relisted state and the indexes are rebuilt from it (a `Delete` may be missed across a relist: kube-rs's watcher
@@ -186,7 +187,7 @@ pub(crate) fn start(client: Client, config: StoreConfig) -> Store {
         &shared,
         &ready_tx,
         &mut tasks,
-        Box::new(pod_hook),
+        (Box::new(pod_hook), crate::slim::pod),
     );
     spawn_owner::<Job>(
         jobs_w,
@@ -304,7 +305,8 @@ fn spawn<K>(
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
-    spawn_with(reflector::store::<K>(), api, wc, shared, ready_tx, tasks, hook)
+    let on = (hook, crate::slim::managed_fields::<K> as fn(&mut K));
+    spawn_with(reflector::store::<K>(), api, wc, shared, ready_tx, tasks, on)
 }
 
 /// Watches the metadata of one built-in owner kind: each change re-resolves the pods whose owner chain went
@@ -368,7 +370,7 @@ fn spawn_with<K>(
     shared: &Arc<Shared>,
     ready_tx: &watch::Sender<usize>,
     tasks: &mut Vec<tokio::task::AbortHandle>,
-    hook: Hook<K>,
+    (hook, slim): (Hook<K>, fn(&mut K)),
 ) -> Reader<K>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
@@ -379,10 +381,7 @@ where
     let kind = K::kind(&()).to_string();
     let task = tokio::spawn(async move {
         let mut counted = false;
-        let stream = watcher(api, wc)
-            .default_backoff()
-            .modify(|o: &mut K| o.managed_fields_mut().clear())
-            .reflect(writer);
+        let stream = watcher(api, wc).default_backoff().modify(slim).reflect(writer);
         let mut stream = std::pin::pin!(stream);
         while let Some(item) = stream.next().await {
             match item {

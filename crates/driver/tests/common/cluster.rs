@@ -36,6 +36,13 @@ pub struct Sched {
 }
 
 impl Sched {
+    /// The registry's text exposition.
+    pub fn metrics(&self) -> String {
+        let mut s = String::new();
+        prometheus_client::encoding::text::encode(&mut s, &self.registry).unwrap_or_default();
+        s
+    }
+
     pub async fn stop(self) -> anyhow::Result<()> {
         super::report_snapshot_mismatches(&self.registry);
         self.shutdown.cancel();

@@ -1,0 +1,102 @@
+//! What the caches drop from each object before storing it: every kind loses `metadata.managedFields` (large, and
+//! read by no one here), and pods also lose what no scheduler, controller or explain path reads: container
+//! commands, arguments, environment, probes and lifecycle hooks, the `kubectl apply` copy of the whole object in
+//! the `kubectl.kubernetes.io/last-applied-configuration` annotation, and per-container statuses. Scheduling reads
+//! resources, ports, affinity, tolerations, topology spread, node selection, scheduling gates, claims, labels,
+//! owners, phase and conditions, all of which stay. kube-scheduler keeps whole pods in its informer cache; at
+//! 50,000 pods the difference is most of the process's memory (docs/benchmarks.md).
+
+use k8s_openapi::api::core::v1::{Container, Pod};
+use kube::Resource;
+
+/// The annotation `kubectl apply` writes with the last applied object, often as large as the object itself.
+pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Drops `metadata.managedFields`.
+pub fn managed_fields<K: Resource>(o: &mut K) {
+    o.meta_mut().managed_fields = None;
+}
+
+/// [`managed_fields`], and the parts of a pod that Phalanx never reads (see the module doc).
+pub fn pod(p: &mut Pod) {
+    managed_fields(p);
+    if let Some(a) = p.metadata.annotations.as_mut() {
+        a.remove(LAST_APPLIED);
+    }
+    if let Some(spec) = p.spec.as_mut() {
+        spec.containers.iter_mut().for_each(container);
+        spec.init_containers.iter_mut().flatten().for_each(container);
+    }
+    if let Some(status) = p.status.as_mut() {
+        status.container_statuses = None;
+        status.init_container_statuses = None;
+        status.ephemeral_container_statuses = None;
+    }
+}
+
+fn container(c: &mut Container) {
+    c.command = None;
+    c.args = None;
+    c.env = None;
+    c.env_from = None;
+    c.liveness_probe = None;
+    c.readiness_probe = None;
+    c.startup_probe = None;
+    c.lifecycle = None;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_slim_pod_keeps_what_scheduling_reads() {
+        let mut p: Pod = serde_json::from_value(json!({
+            "metadata": {
+                "name": "p", "namespace": "ns", "labels": {"scheduling.phalanx.dev/pod-group": "g"},
+                "annotations": {LAST_APPLIED: "{...}", "keep": "me"},
+                "managedFields": [{"manager": "kubectl"}],
+            },
+            "spec": {
+                "schedulerName": "phalanx-scheduler",
+                "nodeSelector": {"rack": "r1"},
+                "initContainers": [{"name": "i", "command": ["sh"], "resources": {"requests": {"cpu": "1"}}}],
+                "containers": [{
+                    "name": "c", "image": "x", "command": ["run"], "args": ["--big"],
+                    "env": [{"name": "A", "value": "1"}],
+                    "ports": [{"containerPort": 80, "hostPort": 8080}],
+                    "resources": {"requests": {"cpu": "2", "nvidia.com/gpu": "1"}},
+                    "readinessProbe": {"exec": {"command": ["true"]}},
+                }],
+            },
+            "status": {"phase": "Running", "conditions": [{"type": "PodScheduled", "status": "True"}],
+                       "containerStatuses": [{"name": "c", "image": "x", "imageID": "", "ready": true, "restartCount": 0}]},
+        }))
+        .unwrap();
+        pod(&mut p);
+        assert!(p.metadata.managed_fields.is_none());
+        let a = p.metadata.annotations.as_ref().unwrap();
+        assert!(!a.contains_key(LAST_APPLIED) && a.contains_key("keep"));
+        let spec = p.spec.as_ref().unwrap();
+        let c = &spec.containers[0];
+        assert!(c.command.is_none() && c.args.is_none() && c.env.is_none() && c.readiness_probe.is_none());
+        assert_eq!(c.ports.as_ref().unwrap()[0].host_port, Some(8080));
+        assert!(
+            c.resources
+                .as_ref()
+                .unwrap()
+                .requests
+                .as_ref()
+                .unwrap()
+                .contains_key("nvidia.com/gpu")
+        );
+        assert!(spec.init_containers.as_ref().unwrap()[0].command.is_none());
+        assert_eq!(spec.node_selector.as_ref().unwrap()["rack"], "r1");
+        let st = p.status.as_ref().unwrap();
+        assert_eq!(st.phase.as_deref(), Some("Running"));
+        assert_eq!(st.conditions.as_ref().unwrap().len(), 1);
+        assert!(st.container_statuses.is_none());
+        assert_eq!(p.metadata.labels.as_ref().unwrap().len(), 1);
+    }
+}
