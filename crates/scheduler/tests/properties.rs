@@ -43,6 +43,18 @@ fn build_nodes(spec: &[(i64, u8)]) -> Vec<NodeStatic> {
         .collect()
 }
 
+/// Binds each `(node, cpu)` blocker that fits on node `node % nodes`.
+fn add_blockers(s: &mut Sim, nodes: usize, blockers: &[(usize, i64)]) {
+    for (i, (n, cpu)) in blockers.iter().enumerate() {
+        let name = format!("n{}", n % nodes);
+        let idx = s.snap.node_index(&name).unwrap();
+        let ni = s.snap.node(idx);
+        if *cpu <= ni.node.allocatable.milli_cpu - ni.requested.milli_cpu {
+            s.add_assigned(&format!("b{i}"), *cpu, &name, 0);
+        }
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
@@ -54,13 +66,7 @@ proptest! {
         blockers in prop::collection::vec((0usize..8, 100i64..2000), 0..4),
     ) {
         let mut s = Sim::new(build_nodes(&nodes));
-        for (i, (n, cpu)) in blockers.iter().enumerate() {
-            let name = format!("n{}", n % nodes.len());
-            let free = { let idx = s.snap.node_index(&name).unwrap(); let ni = s.snap.node(idx); ni.node.allocatable.milli_cpu - ni.requested.milli_cpu };
-            if *cpu <= free {
-                s.add_assigned(&format!("b{i}"), *cpu, &name, 0);
-            }
-        }
+        add_blockers(&mut s, nodes.len(), &blockers);
         for (g, spec) in gangs.iter().enumerate() {
             let name = format!("g{g}");
             let mut group = Sim::gang(&name, spec.min);
@@ -88,6 +94,45 @@ proptest! {
             if let EntityKey::Group(_) = &d.entity {
                 prop_assert_eq!(d.outcome == Outcome::Scheduled, !d.bindings.is_empty());
             }
+        }
+    }
+
+    /// `preferredTopology` is soft: a gang binds with a preferred rack exactly when it binds without one, and
+    /// when some rack alone holds it, it lands in one rack.
+    #[test]
+    fn a_preference_never_makes_a_gang_unschedulable(
+        nodes in cluster(),
+        spec in gang_spec(),
+        blockers in prop::collection::vec((0usize..8, 100i64..2000), 0..4),
+    ) {
+        let run = |preferred: bool| {
+            let mut s = Sim::new(build_nodes(&nodes));
+            add_blockers(&mut s, nodes.len(), &blockers);
+            let mut group = Sim::gang("g", spec.size as u32);
+            if preferred { group.preferred_topology = vec!["rack".into()]; }
+            s.add_group(group);
+            for p in 0..spec.size {
+                s.add_group_pod(&format!("g-{p}"), spec.cpu, "g");
+            }
+            s.run();
+            s.assert_no_overcommit();
+            let bound: Vec<String> = (0..spec.size).map(|p| format!("g-{p}")).filter(|p| s.node_of(p).is_some()).collect();
+            let racks: std::collections::BTreeSet<_> = bound.iter().map(|p| s.label_of(p, "rack")).collect();
+            (bound.len(), racks.len())
+        };
+        let (without, _) = run(false);
+        let (with, racks) = run(true);
+        prop_assert_eq!(with, without, "bound pods with and without the preference");
+        // Whether one rack could hold the gang alone: the same gang with a required rack.
+        let mut required = Sim::new(build_nodes(&nodes));
+        add_blockers(&mut required, nodes.len(), &blockers);
+        required.add_group(Sim::gang_topo("g", spec.size as u32, "rack"));
+        for p in 0..spec.size {
+            required.add_group_pod(&format!("g-{p}"), spec.cpu, "g");
+        }
+        required.run();
+        if required.node_of("g-0").is_some() {
+            prop_assert_eq!(racks, 1, "a rack holds the gang, yet it spans racks");
         }
     }
 
