@@ -172,13 +172,14 @@ pub(crate) fn start(client: Client, config: StoreConfig) -> Store {
         .any_semantic();
     let mut tasks = Vec::new();
 
-    let nodes = spawn::<Node>(
+    let nodes = spawn_with::<Node>(
+        reflector::store::<Node>(),
         Api::all(client.clone()),
         wc.clone(),
         &shared,
         &ready_tx,
         &mut tasks,
-        Box::new(node_hook),
+        (Box::new(node_hook), crate::slim::node),
     );
     let pods = spawn_with::<Pod>(
         (pods_reader, pods_writer),

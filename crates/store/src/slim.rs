@@ -1,12 +1,15 @@
 //! What the caches drop from each object before storing it: every kind loses `metadata.managedFields` (large, and
-//! read by no one here), and pods also lose what no scheduler, controller or explain path reads: container
-//! commands, arguments, environment, probes and lifecycle hooks, the `kubectl apply` copy of the whole object in
-//! the `kubectl.kubernetes.io/last-applied-configuration` annotation, and per-container statuses. Scheduling reads
-//! resources, ports, affinity, tolerations, topology spread, node selection, scheduling gates, claims, labels,
-//! owners, phase and conditions, all of which stay. kube-scheduler keeps whole pods in its informer cache; at
+//! read by no one here). Pods also lose what no scheduler, controller or explain path reads: container commands,
+//! arguments, environment, probes and lifecycle hooks, volumes (no volume plugin runs; claims stay), the
+//! `kubectl apply` copy of the whole object in the `kubectl.kubernetes.io/last-applied-configuration` annotation,
+//! and per-container statuses. Scheduling reads resources, ports, affinity, tolerations, topology spread, node
+//! selection, scheduling gates, claims, labels, owners, phase and conditions, all of which stay. Nodes keep their
+//! metadata, spec (taints, `unschedulable`) and capacity and allocatable, and lose their annotations and the rest
+//! of the status (conditions, addresses, images, node info), which kubelets rewrite on every heartbeat and
+//! scheduling does not read: kube-scheduler too filters on taints, not conditions. kube-scheduler keeps whole pods in its informer cache; at
 //! 50,000 pods the difference is most of the process's memory (docs/benchmarks.md).
 
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, Node, NodeStatus, Pod};
 use kube::Resource;
 
 /// The annotation `kubectl apply` writes with the last applied object, often as large as the object itself.
@@ -24,6 +27,7 @@ pub fn pod(p: &mut Pod) {
         a.remove(LAST_APPLIED);
     }
     if let Some(spec) = p.spec.as_mut() {
+        spec.volumes = None;
         spec.containers.iter_mut().for_each(container);
         spec.init_containers.iter_mut().flatten().for_each(container);
     }
@@ -31,6 +35,19 @@ pub fn pod(p: &mut Pod) {
         status.container_statuses = None;
         status.init_container_statuses = None;
         status.ephemeral_container_statuses = None;
+    }
+}
+
+/// [`managed_fields`], annotations, and every part of a node's status but capacity and allocatable.
+pub fn node(n: &mut Node) {
+    managed_fields(n);
+    n.metadata.annotations = None;
+    if let Some(status) = n.status.take() {
+        n.status = Some(NodeStatus {
+            allocatable: status.allocatable,
+            capacity: status.capacity,
+            ..NodeStatus::default()
+        });
     }
 }
 
@@ -49,6 +66,30 @@ fn container(c: &mut Container) {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_slim_node_keeps_labels_taints_and_allocatable() {
+        let mut n: Node = serde_json::from_value(json!({
+            "metadata": {"name": "n", "labels": {"rack": "r1"}, "annotations": {"kwok.x-k8s.io/node": "fake"}},
+            "spec": {"unschedulable": true, "taints": [{"key": "k", "effect": "NoSchedule"}]},
+            "status": {
+                "allocatable": {"cpu": "8"}, "capacity": {"cpu": "8"},
+                "conditions": [{"type": "Ready", "status": "True"}],
+                "images": [{"names": ["a"], "sizeBytes": 1}],
+                "addresses": [{"type": "InternalIP", "address": "10.0.0.1"}],
+            },
+        }))
+        .unwrap();
+        node(&mut n);
+        assert_eq!(n.metadata.labels.as_ref().unwrap()["rack"], "r1");
+        assert!(n.metadata.annotations.is_none());
+        let spec = n.spec.as_ref().unwrap();
+        assert_eq!(spec.unschedulable, Some(true));
+        assert_eq!(spec.taints.as_ref().unwrap().len(), 1);
+        let st = n.status.as_ref().unwrap();
+        assert_eq!(st.allocatable.as_ref().unwrap()["cpu"].0, "8");
+        assert!(st.capacity.is_some() && st.conditions.is_none() && st.images.is_none() && st.addresses.is_none());
+    }
 
     #[test]
     fn a_slim_pod_keeps_what_scheduling_reads() {
