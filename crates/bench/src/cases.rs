@@ -240,12 +240,18 @@ async fn run_in(ctx: &Ctx, case: Case, ns: &str) -> anyhow::Result<(Outcome, Opt
         other => Some(other),
     };
     let groups_scheduled = if case.has_groups() {
-        let n = wait_groups_scheduled(&ctx.admin, case, ns, s.gangs).await;
+        // At least 60 s, or what is left of --timeout: a large backlog's last status writes trail its binds.
+        let wait = s
+            .timeout
+            .saturating_sub(start.elapsed())
+            .max(Duration::from_secs(60));
+        let n = wait_groups_scheduled(&ctx.admin, case, ns, s.gangs, wait).await;
         if n < s.gangs {
             let msg = format!(
-                "all pods bound, but only {n}/{} PodGroups report PodGroupInitiallyScheduled=True within 60 s \
+                "all pods bound, but only {n}/{} PodGroups report PodGroupInitiallyScheduled=True within {} s \
                  (not gang-scheduled?)",
-                s.gangs
+                s.gangs,
+                wait.as_secs()
             );
             return Ok((Outcome::Failed(msg), running));
         }
@@ -441,10 +447,10 @@ async fn stop(r: Running) {
     }
 }
 
-/// Polls (every 250 ms, up to 60 s) until all `gangs` PodGroups of `ns` report `PodGroupInitiallyScheduled=True`;
+/// Polls (every second, up to `wait`) until all `gangs` PodGroups of `ns` report `PodGroupInitiallyScheduled=True`;
 /// returns how many did at the end.
-async fn wait_groups_scheduled(admin: &Client, case: Case, ns: &str, gangs: usize) -> usize {
-    let deadline = Instant::now() + Duration::from_secs(60);
+async fn wait_groups_scheduled(admin: &Client, case: Case, ns: &str, gangs: usize, wait: Duration) -> usize {
+    let deadline = Instant::now() + wait;
     let mut last = 0;
     while Instant::now() < deadline {
         match count_scheduled(admin, case, ns).await {
@@ -456,7 +462,7 @@ async fn wait_groups_scheduled(admin: &Client, case: Case, ns: &str, gangs: usiz
             }
             Err(e) => tracing::warn!(error = %format!("{e:#}"), "listing PodGroups"),
         }
-        tokio::time::sleep(Duration::from_millis(250)).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
     }
     last
 }
@@ -486,7 +492,7 @@ async fn count_scheduled(admin: &Client, case: Case, ns: &str) -> anyhow::Result
 }
 
 /// Deletes the namespace's pods with grace period 0 (no kubelet to finish a graceful deletion), then the namespace,
-/// and waits (up to 300 s) until it is gone, so the next run starts on a quiet cluster. A delete-collection of many
+/// and waits (up to 600 s) until it is gone, so the next run starts on a quiet cluster. A delete-collection of many
 /// thousand pods can outlast the API server's request timeout (504) or lose its connection while the deletion goes
 /// on server-side: each call is retried (up to 5 attempts, 3 s apart), and a pod deletion that still fails is left
 /// to the namespace controller.
@@ -508,7 +514,7 @@ async fn cleanup(admin: &Client, ns: &str) -> anyhow::Result<()> {
         }
     })
     .await?;
-    phalanx_testenv::wait_for(&format!("namespace {ns} gone"), Duration::from_secs(300), || {
+    phalanx_testenv::wait_for(&format!("namespace {ns} gone"), Duration::from_secs(600), || {
         let nss = nss.clone();
         async move { Ok(nss.get_opt(ns).await?.is_none().then_some(())) }
     })
