@@ -493,9 +493,9 @@ async fn count_scheduled(admin: &Client, case: Case, ns: &str) -> anyhow::Result
 
 /// Deletes the namespace's pods with grace period 0 (no kubelet to finish a graceful deletion), then the namespace,
 /// and waits (up to 600 s) until it is gone, so the next run starts on a quiet cluster. A delete-collection of many
-/// thousand pods can outlast the API server's request timeout (504) or lose its connection while the deletion goes
-/// on server-side: each call is retried (up to 5 attempts, 3 s apart), and a pod deletion that still fails is left
-/// to the namespace controller.
+/// thousand pods can outlast the API server's 60 s request timeout (504, or the connection closed) while the
+/// deletion goes on server-side: it is tried twice, and pods still there are left to the namespace deletion (the
+/// namespace controller deletes them); the namespace deletion is retried up to 5 times, 3 s apart.
 async fn cleanup(admin: &Client, ns: &str) -> anyhow::Result<()> {
     let dp = DeleteParams {
         grace_period_seconds: Some(0),
@@ -503,11 +503,11 @@ async fn cleanup(admin: &Client, ns: &str) -> anyhow::Result<()> {
     };
     let pods: Api<Pod> = Api::namespaced(admin.clone(), ns);
     let all = ListParams::default();
-    if let Err(e) = retry("deleting the pods", || pods.delete_collection(&dp, &all)).await {
+    if let Err(e) = retry("deleting the pods", 2, || pods.delete_collection(&dp, &all)).await {
         eprintln!("bench-e2e: warning: {e:#}; leaving the pods to the namespace deletion");
     }
     let nss: Api<Namespace> = Api::all(admin.clone());
-    retry("deleting the namespace", || async {
+    retry("deleting the namespace", 5, || async {
         match nss.delete(ns, &DeleteParams::default()).await {
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
             other => other.map(|_| ()),
@@ -521,24 +521,23 @@ async fn cleanup(admin: &Client, ns: &str) -> anyhow::Result<()> {
     .await
 }
 
-/// Runs `f` up to 5 times, 3 s apart, until it succeeds; the last error (with `what`) otherwise.
-async fn retry<T, E, F, Fut>(what: &str, mut f: F) -> anyhow::Result<T>
+/// Runs `f` up to `attempts` times, 3 s apart, until it succeeds; the last error (with `what`) otherwise.
+async fn retry<T, E, F, Fut>(what: &str, attempts: usize, mut f: F) -> anyhow::Result<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, E>>,
     E: std::fmt::Display,
 {
-    const ATTEMPTS: usize = 5;
     let mut attempt = 1;
     loop {
         match f().await {
             Ok(v) => return Ok(v),
-            Err(e) if attempt < ATTEMPTS => {
-                eprintln!("bench-e2e: warning: {what} failed (attempt {attempt}/{ATTEMPTS}): {e}; retrying");
+            Err(e) if attempt < attempts => {
+                eprintln!("bench-e2e: warning: {what} failed (attempt {attempt}/{attempts}): {e}; retrying");
                 attempt += 1;
                 tokio::time::sleep(Duration::from_secs(3)).await;
             }
-            Err(e) => anyhow::bail!("{what} failed after {ATTEMPTS} attempts: {e}"),
+            Err(e) => anyhow::bail!("{what} failed after {attempt} attempts: {e}"),
         }
     }
 }
