@@ -46,6 +46,7 @@ bench: ## Scheduler benchmarks
 	$(CARGO) bench -p phalanx-scheduler
 
 bench-e2e: bins ## End-to-end: Phalanx vs upstream kube-scheduler vs raw bind rate (BENCH_E2E_ARGS='--nodes 500 --gangs 500 --rounds 3')
+	$(CARGO) build --release -p phalanx --bin phalanx
 	$(CARGO) run --release -p phalanx-bench -- $(BENCH_E2E_ARGS)
 
 chaos: bins ## Chaos suite: 2 real replicas under faults, invariants I1-I6 (CHAOS_ARGS='--only leader-kill --runs 5'); docs/testing.md

@@ -3,6 +3,7 @@
 //!
 //! The cluster is private to the benchmark (its own state dir): nothing else schedules or creates load on it.
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -16,6 +17,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client};
 use serde_json::json;
 
+use crate::procfs::{self, ProcSample};
 use crate::workload::{BENCH_NODE_LABEL, node_name};
 
 /// Feature gates kube-scheduler gets: the same set `hack/cluster.sh` gives the API server and KCM with
@@ -179,11 +181,56 @@ pub async fn ensure_nodes(admin: &Client, n: usize, concurrency: usize) -> anyho
     Ok(names)
 }
 
-/// Upstream kube-scheduler v1.37.2 running as a child of the benchmark, killed when dropped or stopped.
-pub struct KubeScheduler {
+/// A scheduler running as a child process of the benchmark (kube-scheduler or `phalanx run`), its output in a log
+/// file, killed when dropped or stopped.
+pub struct ChildProcess {
     child: tokio::process::Child,
+    pid: u32,
     log: PathBuf,
 }
+
+impl ChildProcess {
+    /// Spawns `cmd` with stdin closed and stdout/stderr to `log`, and checks that it is still running 300 ms
+    /// later (a bad flag or config ends it at once).
+    async fn spawn(mut cmd: tokio::process::Command, what: &str, log: PathBuf) -> anyhow::Result<Self> {
+        let file = std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(file.try_clone()?)
+            .stderr(file)
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("starting {what}"))?;
+        let pid = child.id().with_context(|| format!("{what} has no process id"))?;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        if let Some(status) = child.try_wait()? {
+            anyhow::bail!("{what} exited at once ({status}); see {}", log.display());
+        }
+        Ok(Self { child, pid, log })
+    }
+
+    /// The log file.
+    pub fn log(&self) -> &Path {
+        &self.log
+    }
+
+    /// Its peak RSS, RSS and CPU time now (`None` if it has exited).
+    pub fn sample(&mut self) -> Option<ProcSample> {
+        if !matches!(self.child.try_wait(), Ok(None)) {
+            return None;
+        }
+        procfs::sample(self.pid)
+    }
+
+    /// Kills the process (SIGKILL; no state to save) and reaps it.
+    pub async fn stop(mut self) {
+        let _ = self.child.start_kill();
+        let _ = self.child.wait().await;
+    }
+}
+
+/// Upstream kube-scheduler v1.37.2 as a child process.
+pub struct KubeScheduler;
 
 impl KubeScheduler {
     /// Writes a `KubeSchedulerConfiguration` (kubeconfig of the `system:kube-scheduler` identity,
@@ -192,7 +239,7 @@ impl KubeScheduler {
     /// `<work dir>/<log_name>`.
     ///
     /// # Errors
-    /// When the config cannot be written or the process cannot be spawned, or it exits within the first second
+    /// When the config cannot be written or the process cannot be spawned, or it exits within the first 300 ms
     /// (bad flag or config; the log path is in the message).
     pub async fn start(
         cluster: &Cluster,
@@ -200,43 +247,128 @@ impl KubeScheduler {
         burst: u32,
         v: u8,
         log_name: &str,
-    ) -> anyhow::Result<Self> {
+    ) -> anyhow::Result<ChildProcess> {
         let config = cluster.work_dir.join("kube-scheduler.yaml");
         std::fs::write(
             &config,
             scheduler_config(&cluster.scheduler_kubeconfig, qps, burst),
         )
         .with_context(|| format!("writing {}", config.display()))?;
-        let log = cluster.work_dir.join(log_name);
-        let file = std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
-        let mut child = tokio::process::Command::new(cluster.bin_dir.join("kube-scheduler"))
-            .arg(format!("--config={}", config.display()))
+        let mut cmd = tokio::process::Command::new(cluster.bin_dir.join("kube-scheduler"));
+        cmd.arg(format!("--config={}", config.display()))
             .arg("--secure-port=0")
             .arg(format!("--feature-gates={SCHEDULER_GATES}"))
-            .arg(format!("--v={v}"))
-            .stdin(Stdio::null())
-            .stdout(file.try_clone()?)
-            .stderr(file)
-            .kill_on_drop(true)
-            .spawn()
-            .context("starting kube-scheduler")?;
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        if let Some(status) = child.try_wait()? {
-            anyhow::bail!("kube-scheduler exited at once ({status}); see {}", log.display());
+            .arg(format!("--v={v}"));
+        ChildProcess::spawn(cmd, "kube-scheduler", cluster.work_dir.join(log_name)).await
+    }
+}
+
+/// `phalanx run` (the release binary) as a child process.
+pub struct Phalanx {
+    /// The process.
+    pub process: ChildProcess,
+    /// Where its `/metrics` listens.
+    pub metrics_addr: SocketAddr,
+}
+
+impl Phalanx {
+    /// Starts `<bin> run --kubeconfig <scheduler kubeconfig> --metrics-addr 127.0.0.1:<free port>
+    /// --bind-concurrency <n> --log-format text` (leader election is off by default: it schedules at once; the
+    /// store, the reconcilers and the scheduler all run, as in production), `RUST_LOG=info`, logging to
+    /// `<work dir>/<log_name>`.
+    ///
+    /// # Errors
+    /// No free port, the process cannot be spawned, or it exits within the first 300 ms.
+    pub async fn start(
+        cluster: &Cluster,
+        bin: &Path,
+        bind_concurrency: usize,
+        log_name: &str,
+    ) -> anyhow::Result<Self> {
+        let metrics_addr = free_local_addr()?;
+        let mut cmd = tokio::process::Command::new(bin);
+        cmd.arg("run")
+            .arg("--kubeconfig")
+            .arg(&cluster.scheduler_kubeconfig)
+            .arg("--metrics-addr")
+            .arg(metrics_addr.to_string())
+            .arg("--bind-concurrency")
+            .arg(bind_concurrency.to_string())
+            .arg("--log-format")
+            .arg("text")
+            .env("RUST_LOG", "info")
+            .env_remove("KUBECONFIG")
+            .env_remove("PHALANX_CONFIG")
+            .env_remove("PHALANX_LEADER_ELECT");
+        let process = ChildProcess::spawn(cmd, "phalanx run", cluster.work_dir.join(log_name)).await?;
+        Ok(Self {
+            process,
+            metrics_addr,
+        })
+    }
+
+    /// The text of its `/metrics` (Prometheus exposition format), by a plain HTTP/1.1 GET.
+    ///
+    /// # Errors
+    /// Connection or read failure, or a status other than 200.
+    pub async fn metrics(&self) -> anyhow::Result<String> {
+        let addr = self.metrics_addr;
+        tokio::task::spawn_blocking(move || http_get(addr, "/metrics"))
+            .await
+            .context("metrics scrape task")?
+    }
+}
+
+/// A local address with a port free right now (bound and released; the child binds it a moment later).
+fn free_local_addr() -> anyhow::Result<SocketAddr> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
+    Ok(l.local_addr()?)
+}
+
+/// `GET path` on `addr` with `Connection: close`; the body (de-chunked if need be) when the status is 200.
+fn http_get(addr: SocketAddr, path: &str) -> anyhow::Result<String> {
+    use std::io::{Read as _, Write as _};
+    let timeout = Duration::from_secs(10);
+    let mut s = std::net::TcpStream::connect_timeout(&addr, timeout)
+        .with_context(|| format!("connecting to {addr}"))?;
+    s.set_read_timeout(Some(timeout))?;
+    s.set_write_timeout(Some(timeout))?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw)
+        .with_context(|| format!("reading {addr}{path}"))?;
+    let text = String::from_utf8_lossy(&raw);
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .with_context(|| format!("{addr}{path}: no HTTP header"))?;
+    let status = head.lines().next().unwrap_or_default();
+    anyhow::ensure!(
+        status.split_whitespace().nth(1) == Some("200"),
+        "{addr}{path}: {status}"
+    );
+    let chunked = head.lines().any(|l| {
+        l.to_ascii_lowercase().starts_with("transfer-encoding:") && l.to_ascii_lowercase().contains("chunked")
+    });
+    Ok(if chunked { dechunk(body) } else { body.to_owned() })
+}
+
+/// Decodes an HTTP/1.1 chunked body (sizes in hex, each chunk followed by CRLF, a 0-size chunk at the end).
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let Ok(n) = usize::from_str_radix(size.split(';').next().unwrap_or("").trim(), 16) else {
+            break;
+        };
+        if n == 0 || rest.len() < n {
+            break;
         }
-        Ok(Self { child, log })
+        out.push_str(&rest[..n]);
+        body = rest[n..].strip_prefix("\r\n").unwrap_or(&rest[n..]);
     }
-
-    /// The log file.
-    pub fn log(&self) -> &Path {
-        &self.log
-    }
-
-    /// Kills the process (SIGKILL; no state to save) and reaps it.
-    pub async fn stop(mut self) {
-        let _ = self.child.start_kill();
-        let _ = self.child.wait().await;
-    }
+    out
 }
 
 /// The `KubeSchedulerConfiguration` YAML for [`KubeScheduler::start`] (kubescheduler.config.k8s.io/v1).
@@ -261,5 +393,11 @@ mod tests {
         assert!(y.contains("  kubeconfig: \"/s/scheduler.kubeconfig\"\n"), "{y}");
         assert!(y.contains("  qps: 5000\n  burst: 4000\n"), "{y}");
         assert!(y.contains("leaderElect: false"), "{y}");
+    }
+
+    #[test]
+    fn chunked_bodies_are_decoded() {
+        assert_eq!(dechunk("5\r\nhello\r\n7\r\n, world\r\n0\r\n\r\n"), "hello, world");
+        assert_eq!(dechunk("0\r\n\r\n"), "");
     }
 }

@@ -5,13 +5,16 @@
 //! cargo run --release -p phalanx-bench -- [bind-rate] [upstream] [phalanx] [--nodes 500] [--gangs 500] ...
 //! ```
 //! Prints one line per run, `bench-e2e: <case> nodes=<n> pods=<p> pods_per_sec=<x> wall_s=<y> ...`, and a final
-//! `bench-e2e: ratio phalanx/upstream=<r> phalanx/bind-rate=<s>` (medians over rounds). Method and results:
+//! `bench-e2e: ratio phalanx/upstream=<r> phalanx/bind-rate=<s>` (medians over rounds), plus per scheduler process
+//! (kube-scheduler and `phalanx run`, both children of this one) its peak RSS, CPU seconds per 1,000 pods, API
+//! calls per pod and gang latency, and `bench-e2e: ratio-resources phalanx/upstream ...`. Method and results:
 //! docs/benchmarks.md. The project standard this follows: "Report ratios against a baseline run on the same machine
 //! at the same time: upstream kube-scheduler, or the raw bind rate of the API server".
 
 mod cases;
 mod cluster;
 mod measure;
+mod procfs;
 mod report;
 mod workload;
 
@@ -72,9 +75,26 @@ struct Args {
     /// Leave the cluster running on exit (stop it with `hack/cluster.sh down --state-dir <dir>`).
     #[arg(long)]
     keep_cluster: bool,
-    /// Also run Phalanx's Workload/PodGroup reconcilers in the phalanx case, as `phalanx run` does.
+    /// The `phalanx` binary the phalanx case runs as `phalanx run` (default: `phalanx` next to this executable,
+    /// i.e. `cargo build --release -p phalanx --bin phalanx`, which `make bench-e2e` does first).
     #[arg(long)]
-    with_controllers: bool,
+    phalanx_bin: Option<PathBuf>,
+}
+
+/// `--phalanx-bin`, else `phalanx` in the directory of the running executable (`<target>/release/`).
+fn phalanx_bin(arg: Option<&Path>) -> anyhow::Result<PathBuf> {
+    let bin = match arg {
+        Some(p) => p.to_path_buf(),
+        None => std::env::current_exe()
+            .context("locating this executable")?
+            .with_file_name("phalanx"),
+    };
+    anyhow::ensure!(
+        bin.is_file(),
+        "no phalanx binary at {} (build it: cargo build --release -p phalanx --bin phalanx, or pass --phalanx-bin)",
+        bin.display()
+    );
+    Ok(bin)
 }
 
 fn repo_root() -> PathBuf {
@@ -121,10 +141,14 @@ async fn main() -> anyhow::Result<()> {
         burst: args.burst,
         timeout: Duration::from_secs(args.timeout),
         settle: Duration::from_secs(args.settle),
-        with_controllers: args.with_controllers,
         kube_scheduler_v: args.kube_scheduler_v,
     };
 
+    let phalanx_bin = if cases.contains(&Case::Phalanx) {
+        phalanx_bin(args.phalanx_bin.as_deref())?
+    } else {
+        PathBuf::new()
+    };
     let state_dir = args.state_dir.clone().unwrap_or_else(default_state_dir);
     eprintln!(
         "bench-e2e: starting the control plane (hack/cluster.sh up, state {})",
@@ -158,15 +182,20 @@ async fn main() -> anyhow::Result<()> {
         settings.burst,
         measure::load_average()
     );
+    if cases.contains(&Case::Phalanx) {
+        println!("bench-e2e: phalanx binary {}", phalanx_bin.display());
+    }
     let ctx = Ctx {
         admin,
         sched,
+        phalanx_bin,
         cluster,
         nodes,
         settings,
     };
 
     let mut rates: BTreeMap<Case, Vec<(f64, f64, f64)>> = BTreeMap::new();
+    let mut figures: BTreeMap<Case, Vec<cases::Figures>> = BTreeMap::new();
     let mut failed = false;
     for round in 0..args.rounds.max(1) {
         let mut order = cases.clone();
@@ -179,7 +208,9 @@ async fn main() -> anyhow::Result<()> {
                 Ok(Outcome::Done {
                     summary,
                     groups_scheduled,
+                    figures: f,
                 }) => {
+                    figures.entry(case).or_default().push(f);
                     rates.entry(case).or_default().push((
                         summary.pods_per_sec,
                         summary.wall_s,
@@ -241,6 +272,7 @@ async fn main() -> anyhow::Result<()> {
         })
         .collect();
     println!("{}", report::ratio_line(&medians, &steady));
+    println!("{}", report::resource_ratio_line(&figures));
     if args.keep_cluster {
         eprintln!(
             "bench-e2e: cluster left running: export KUBECONFIG={}; stop: hack/cluster.sh down --state-dir {}",

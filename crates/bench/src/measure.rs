@@ -87,14 +87,12 @@ impl BindTracker {
         self.bound()
     }
 
-    /// The bind instants seen so far (unordered).
-    pub fn stamps(&self) -> Vec<Instant> {
+    /// The first-bound instant of every pod seen bound so far, by pod name.
+    pub fn bound_at(&self) -> HashMap<String, Instant> {
         self.bound
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .values()
-            .copied()
-            .collect()
+            .clone()
     }
 
     /// Stops the watch.
@@ -103,17 +101,37 @@ impl BindTracker {
     }
 }
 
-/// The API server's count of mutating requests so far (`apiserver_request_total` summed over the verbs POST, PUT,
-/// PATCH, APPLY and DELETE, all clients), read from its `/metrics`. The difference over a run's window is the
-/// writes of the scheduler under test plus those of kwok and kube-controller-manager, which are the same for every
-/// case: subtracting the bind-rate case's figure (one bind per pod and nothing else) leaves the scheduler's own.
+/// The API server's request counters so far, read from its `/metrics` (one scrape).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ApiCounters {
+    /// Mutating requests of ALL clients: `apiserver_request_total` summed over the verbs POST, PUT, PATCH, APPLY
+    /// and DELETE. That metric has no user label. The difference over a run's window is the writes of the
+    /// scheduler under test plus those of kwok and kube-controller-manager, which are the same for every case:
+    /// subtracting the bind-rate case's figure (one bind per pod and nothing else) leaves the scheduler's own.
+    pub mutating: f64,
+    /// Every request (all verbs: GET, LIST, WATCH, POST, ...) of the user `system:kube-scheduler` (the identity
+    /// kube-scheduler, `phalanx run` and the bind-rate binder share): `apiserver_flowcontrol_dispatched_requests_total`
+    /// of the FlowSchema `kube-scheduler`, the APF schema that matches exactly that user. Nothing else in the cluster
+    /// uses that identity (leader election is off for both schedulers, so the `system-leader-election` schema, which
+    /// would catch their Lease calls, sees none).
+    pub scheduler_requests: f64,
+}
+
+/// Reads [`ApiCounters`] from the API server's `/metrics`.
 ///
 /// # Errors
 /// `/metrics` cannot be read.
-pub async fn mutating_requests(admin: &Client) -> anyhow::Result<f64> {
+pub async fn api_counters(admin: &Client) -> anyhow::Result<ApiCounters> {
     let req = http::Request::get("/metrics").body(Vec::new())?;
     let text = admin.request_text(req).await?;
-    Ok(sum_mutating(&text))
+    Ok(ApiCounters {
+        mutating: sum_mutating(&text),
+        scheduler_requests: sum_scheduler_requests(&text),
+    })
+}
+
+fn sample_value(line: &str) -> Option<f64> {
+    line.rsplit(' ').next()?.parse::<f64>().ok()
 }
 
 fn sum_mutating(text: &str) -> f64 {
@@ -126,8 +144,55 @@ fn sum_mutating(text: &str) -> f64 {
     ];
     text.lines()
         .filter(|l| l.starts_with("apiserver_request_total{") && VERBS.iter().any(|v| l.contains(v)))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .filter_map(sample_value)
         .sum()
+}
+
+fn sum_scheduler_requests(text: &str) -> f64 {
+    text.lines()
+        .filter(|l| {
+            l.starts_with("apiserver_flowcontrol_dispatched_requests_total{")
+                && l.contains("flow_schema=\"kube-scheduler\"")
+        })
+        .filter_map(sample_value)
+        .sum()
+}
+
+/// The group of a benchmark pod: its name without the last `-<index>` ([`crate::workload::pod_name`]).
+pub fn group_of(pod: &str) -> &str {
+    pod.rsplit_once('-').map_or(pod, |(g, _)| g)
+}
+
+/// Per group, the instant its last member was first seen bound.
+pub fn last_bind_per_group(bound: &HashMap<String, Instant>) -> HashMap<&str, Instant> {
+    let mut out: HashMap<&str, Instant> = HashMap::new();
+    for (pod, t) in bound {
+        let e = out.entry(group_of(pod)).or_insert(*t);
+        if *t > *e {
+            *e = *t;
+        }
+    }
+    out
+}
+
+/// Gang latencies (seconds), one per group, from `origin(group)` to the group's last member bound; groups with no
+/// origin are left out.
+pub fn gang_latencies(last: &HashMap<&str, Instant>, origin: impl Fn(&str) -> Option<Instant>) -> Vec<f64> {
+    last.iter()
+        .filter_map(|(g, t)| Some(t.saturating_duration_since(origin(g)?).as_secs_f64()))
+        .collect()
+}
+
+/// The `p`-th percentile (0 < p <= 100) of `xs` by the nearest-rank method (the smallest value with at least p% of
+/// the values at or below it); `None` when empty. NaNs sort last.
+pub fn percentile(xs: &[f64], p: f64) -> Option<f64> {
+    if xs.is_empty() {
+        return None;
+    }
+    let mut v = xs.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    let rank = (p / 100.0 * v.len() as f64).ceil() as usize;
+    Some(v[rank.clamp(1, v.len()) - 1])
 }
 
 /// What one run measured. Times are seconds from `start` (the moment the scheduler or binder was started).
@@ -217,6 +282,53 @@ mod tests {
             apiserver_request_total{code=\"200\",resource=\"pods\",verb=\"LIST\"} 99\n\
             apiserver_request_total{code=\"200\",resource=\"podgroups\",verb=\"APPLY\"} 7\n";
         assert_eq!(sum_mutating(text), 49.5);
+    }
+
+    #[test]
+    fn scheduler_requests_are_those_of_its_flow_schema() {
+        let text = "apiserver_flowcontrol_dispatched_requests_total{flow_schema=\"kube-scheduler\",priority_level=\"workload-high\"} 120\n\
+            apiserver_flowcontrol_dispatched_requests_total{flow_schema=\"exempt\",priority_level=\"exempt\"} 5000\n\
+            apiserver_flowcontrol_dispatched_requests_total{flow_schema=\"kube-controller-manager\",priority_level=\"workload-high\"} 77\n\
+            apiserver_flowcontrol_dispatched_requests_total{flow_schema=\"kube-scheduler\",priority_level=\"other\"} 3\n\
+            apiserver_flowcontrol_current_inqueue_requests{flow_schema=\"kube-scheduler\",priority_level=\"workload-high\"} 9\n";
+        assert_eq!(sum_scheduler_requests(text), 123.0);
+        assert_eq!(sum_scheduler_requests(""), 0.0);
+    }
+
+    #[test]
+    fn percentile_is_nearest_rank() {
+        let xs: Vec<f64> = (1..=100).rev().map(f64::from).collect();
+        assert_eq!(percentile(&xs, 50.0), Some(50.0));
+        assert_eq!(percentile(&xs, 99.0), Some(99.0));
+        assert_eq!(percentile(&xs, 100.0), Some(100.0));
+        assert_eq!(percentile(&[7.0], 99.0), Some(7.0));
+        assert_eq!(percentile(&[1.0, 2.0, 3.0, 4.0], 50.0), Some(2.0));
+        assert_eq!(percentile(&[1.0, 2.0, 3.0, 4.0], 99.0), Some(4.0));
+        assert_eq!(percentile(&[3.0, 1.0, 2.0], 1.0), Some(1.0));
+        assert_eq!(percentile(&[], 50.0), None);
+    }
+
+    #[test]
+    fn gang_latency_is_to_the_last_member() {
+        assert_eq!(group_of("gang-00003-7"), "gang-00003");
+        assert_eq!(group_of("gang-00012-123"), "gang-00012");
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let bound = HashMap::from([
+            ("gang-00000-0".to_owned(), at(1000)),
+            ("gang-00000-1".to_owned(), at(3000)),
+            ("gang-00001-0".to_owned(), at(2000)),
+            ("gang-00001-1".to_owned(), at(1500)),
+        ]);
+        let last = last_bind_per_group(&bound);
+        assert_eq!(last.len(), 2);
+        assert_eq!(last["gang-00000"], at(3000));
+        assert_eq!(last["gang-00001"], at(2000));
+        let mut from_start = gang_latencies(&last, |_| Some(t0));
+        from_start.sort_by(f64::total_cmp);
+        assert_eq!(from_start, vec![2.0, 3.0]);
+        let created = HashMap::from([("gang-00000", at(500))]);
+        assert_eq!(gang_latencies(&last, |g| created.get(g).copied()), vec![2.5]);
     }
 
     #[test]

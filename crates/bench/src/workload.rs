@@ -27,7 +27,7 @@ pub enum Case {
     BindRate,
     /// Upstream kube-scheduler v1.37.2 with `scheduling.k8s.io/v1beta1` PodGroups (gang).
     Upstream,
-    /// The Phalanx scheduler in-process, with `scheduling.phalanx.dev/v1beta1` PodGroups (gang).
+    /// `phalanx run` (the release binary) as a child process, with `scheduling.phalanx.dev/v1beta1` PodGroups (gang).
     Phalanx,
 }
 
