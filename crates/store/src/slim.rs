@@ -88,7 +88,9 @@ mod tests {
         assert_eq!(spec.taints.as_ref().unwrap().len(), 1);
         let st = n.status.as_ref().unwrap();
         assert_eq!(st.allocatable.as_ref().unwrap()["cpu"].0, "8");
-        assert!(st.capacity.is_some() && st.conditions.is_none() && st.images.is_none() && st.addresses.is_none());
+        assert!(
+            st.capacity.is_some() && st.conditions.is_none() && st.images.is_none() && st.addresses.is_none()
+        );
     }
 
     #[test]
