@@ -215,7 +215,7 @@ impl ModelCache {
 }
 
 /// The keys of `preferredTopology` levels, in order (narrowest first).
-fn level_keys(levels: &[phalanx_api::v1beta1::TopologyConstraint]) -> Vec<String> {
+fn level_keys(levels: &[phalanx_api::v1beta1::TopologyPreference]) -> Vec<String> {
     levels.iter().map(|t| t.key.clone()).collect()
 }
 

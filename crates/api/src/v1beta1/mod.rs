@@ -14,7 +14,7 @@ pub use policy::{
     CompositePodGroupSchedulingPolicy, DisruptionMode, GangSchedulingPolicy, PodGroupResourceClaim,
     PodGroupResourceClaimStatus, PodGroupSchedulingConstraints, PodGroupSchedulingPolicy, PolicyKind,
     PreemptionPolicy, SingleCompositeDisruptionMode, SingleDisruptionMode, TopologyConstraint,
-    TypedLocalObjectReference, WorkloadReference,
+    TopologyPreference, TypedLocalObjectReference, WorkloadReference,
 };
 pub use templates::{CompositePodGroupTemplate, PodGroupTemplate};
 pub use workload::{Workload, WorkloadSpec, WorkloadStatus};

@@ -181,6 +181,17 @@ pub struct TopologyConstraint {
     pub key: String,
 }
 
+/// One preferred topology level (a Phalanx addition): the group lands in one domain of the node label `key` when
+/// one can hold it; otherwise the next level, or no level, is tried. It never makes a group unschedulable.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TopologyPreference {
+    /// key is the node label of this level's domains, for example "topology.kubernetes.io/rack". The group is kept
+    /// inside one domain of it when one can hold the group.
+    #[schemars(length(min = 1, max = QUALIFIED_NAME_MAX_LENGTH), pattern(LABEL_KEY_PATTERN))]
+    pub key: String,
+}
+
 /// Scheduling constraints of a PodGroup (upstream `PodGroupSchedulingConstraints`). Immutable.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
@@ -199,7 +210,7 @@ pub struct PodGroupSchedulingConstraints {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = crate::schema::MAX_PREFERRED_TOPOLOGY_LEVELS))]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["key".into()]))]
-    pub preferred_topology: Vec<TopologyConstraint>,
+    pub preferred_topology: Vec<TopologyPreference>,
 }
 
 /// Scheduling constraints of a CompositePodGroup (upstream `CompositePodGroupSchedulingConstraints`).
@@ -218,7 +229,7 @@ pub struct CompositePodGroupSchedulingConstraints {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = crate::schema::MAX_PREFERRED_TOPOLOGY_LEVELS))]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["key".into()]))]
-    pub preferred_topology: Vec<TopologyConstraint>,
+    pub preferred_topology: Vec<TopologyPreference>,
 }
 
 /// `single: {}`: children can be disrupted independently (upstream `SingleDisruptionMode`).
