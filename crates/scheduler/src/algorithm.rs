@@ -152,10 +152,7 @@ pub(crate) fn generate(
     group: &GroupInfo,
     parent: Option<&[usize]>,
 ) -> Result<Vec<Placement>, Status> {
-    let mut placements = vec![Placement {
-        name: String::new(),
-        nodes: parent.map_or_else(|| (0..snapshot.len()).collect(), <[usize]>::to_vec),
-    }];
+    let mut placements = vec![crate::placements::parent_placement(snapshot, parent)];
     for g in ctx.generators {
         let mut next = Vec::new();
         for p in &placements {
@@ -210,12 +207,9 @@ pub fn placement_algorithm_in(
         },
     };
     if !group.preferred_topology.is_empty() {
-        let base = required.clone().unwrap_or_else(|| {
-            vec![Placement {
-                name: String::new(),
-                nodes: parent.map_or_else(|| (0..snapshot.len()).collect(), <[usize]>::to_vec),
-            }]
-        });
+        let base = required
+            .clone()
+            .unwrap_or_else(|| vec![crate::placements::parent_placement(snapshot, parent)]);
         let keys = std::slice::from_ref(&group.key);
         for level in &group.preferred_topology {
             let domains = crate::placements::preferred_level(snapshot, level, keys, &base);

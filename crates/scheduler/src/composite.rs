@@ -140,12 +140,9 @@ fn run_composite(
     if !cpg.preferred_topology.is_empty() {
         // Preferred levels (Phalanx), narrowest first, as for a PodGroup
         // (`crate::algorithm::placement_algorithm_in`): the first level with a feasible domain wins.
-        let base = required.clone().unwrap_or_else(|| {
-            vec![Placement {
-                name: String::new(),
-                nodes: parent.map_or_else(|| (0..snapshot.len()).collect(), <[usize]>::to_vec),
-            }]
-        });
+        let base = required
+            .clone()
+            .unwrap_or_else(|| vec![crate::placements::parent_placement(snapshot, parent)]);
         for level in &cpg.preferred_topology {
             let domains = crate::placements::preferred_level(snapshot, level, &leaves, &base);
             if domains.is_empty() {
@@ -216,10 +213,7 @@ pub(crate) fn composite_placements(
     leaves: &[GroupKey],
     parent: Option<&[usize]>,
 ) -> Result<Vec<Placement>, Status> {
-    let mut placements = vec![Placement {
-        name: String::new(),
-        nodes: parent.map_or_else(|| (0..snapshot.len()).collect(), <[usize]>::to_vec),
-    }];
+    let mut placements = vec![crate::placements::parent_placement(snapshot, parent)];
     for g in ctx.generators {
         let mut next = Vec::new();
         for p in &placements {

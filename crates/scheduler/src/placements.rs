@@ -14,6 +14,14 @@ use crate::model::GroupKey;
 use crate::plugins::topology_placement::domains_for;
 use crate::snapshot::Snapshot;
 
+/// The parent's placement as a candidate: `nodes` (`None` = every node of the snapshot), unnamed.
+pub fn parent_placement(snapshot: &Snapshot, nodes: Option<&[usize]>) -> Placement {
+    Placement {
+        name: String::new(),
+        nodes: nodes.map_or_else(|| (0..snapshot.len()).collect(), <[usize]>::to_vec),
+    }
+}
+
 /// The placements of one preferred level: the domains of node label `key` inside each of `base`
 /// (in `base` order, then by domain value), named `<value>`. When members of `groups` already
 /// run, only the domain that holds all of them is kept; when they span several domains of this

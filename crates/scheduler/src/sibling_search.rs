@@ -242,10 +242,7 @@ fn child_candidates(
     child: &GroupKey,
     nodes: Option<&[usize]>,
 ) -> Result<Vec<Placement>, crate::framework::Status> {
-    let parent = || Placement {
-        name: String::new(),
-        nodes: nodes.map_or_else(|| (0..snapshot.len()).collect(), <[usize]>::to_vec),
-    };
+    let parent = || crate::placements::parent_placement(snapshot, nodes);
     let (required, preferred, leaves) = if let Some(leaf) = input.tree.leaf(child) {
         let required = match leaf.topology_key {
             Some(_) => generate(ctx, snapshot, leaf, nodes)?,
