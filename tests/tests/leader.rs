@@ -172,7 +172,7 @@ async fn stale_lease_write_is_refused_with_conflict() -> anyhow::Result<()> {
     }))?;
     plain.create(&Default::default(), &lease).await?;
     let fenced: Api<Lease> = Api::namespaced(
-        phalanx::lease_precondition::client(client.clone(), &ns, "rv"),
+        phalanx::lease_precondition::client(client.clone(), &ns, "rv", "a", Duration::ZERO),
         &ns,
     );
     fenced.get("rv").await?;
@@ -203,12 +203,75 @@ async fn stale_lease_write_is_refused_with_conflict() -> anyhow::Result<()> {
         .patch("rv", &PatchParams::default(), &Patch::Strategic(&renew))
         .await?;
     // Requests for other objects pass through unchanged.
-    let other: Api<Lease> = Api::namespaced(phalanx::lease_precondition::client(client, &ns, "rv"), &ns);
+    let other: Api<Lease> = Api::namespaced(
+        phalanx::lease_precondition::client(client, &ns, "rv", "a", Duration::ZERO),
+        &ns,
+    );
     let mut l2 = lease.clone();
     l2.metadata.name = Some("other".into());
     other.create(&Default::default(), &l2).await?;
     other
         .patch("other", &PatchParams::default(), &Patch::Strategic(&take))
+        .await?;
+    Ok(())
+}
+
+/// A holder does not renew a term of its own that has run out (kube-lease-manager would, as soon as an unreachable
+/// API server answers again; the chaos suite's apiserver-kill caught it): the wrapper refuses the renewal with 409
+/// without sending it, and the Lease stays as it was. An acquisition still goes through, and so does the renewal of
+/// a process that has not written a term of its own yet (a restart under the same identity).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewal_of_an_ended_term_is_refused() -> anyhow::Result<()> {
+    let env = TestEnv::shared();
+    let client = env.client().await?;
+    let ns = create_namespace(&client, "lease-term").await?;
+    let plain: Api<Lease> = Api::namespaced(client.clone(), &ns);
+    let now = || MicroTime(k8s_openapi::jiff::Timestamp::now());
+    let lease: Lease = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "term"},
+        "spec": {"holderIdentity": "me", "leaseDurationSeconds": 2, "renewTime": now()}
+    }))?;
+    plain.create(&Default::default(), &lease).await?;
+    let margin = Duration::from_millis(500);
+    let holder = |c: Client| -> Api<Lease> {
+        Api::namespaced(
+            phalanx::lease_precondition::client(c, &ns, "term", "me", margin),
+            &ns,
+        )
+    };
+    let me = holder(client.clone());
+    let renew = |t: MicroTime| serde_json::json!({"spec": {"renewTime": t}});
+    // Inside the term: the renewal goes through and starts a term of 2 s.
+    let renewed = me
+        .patch("term", &PatchParams::default(), &Patch::Strategic(&renew(now())))
+        .await?;
+    let term_start = renewed.spec.and_then(|s| s.renew_time).context("renewTime")?;
+    // 1.6 s later less than the 0.5 s margin is left of it.
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    let err = me
+        .patch("term", &PatchParams::default(), &Patch::Strategic(&renew(now())))
+        .await
+        .expect_err("a renewal at the end of the term must be refused");
+    ensure!(
+        matches!(&err, kube::Error::Api(s) if s.code == 409 && s.message.contains("ended")),
+        "expected 409 Conflict naming the ended term, got {err}"
+    );
+    let kept = plain.get("term").await?.spec.and_then(|s| s.renew_time);
+    ensure!(
+        kept.as_ref() == Some(&term_start),
+        "the refused renewal reached the API server: renewTime {kept:?}, was {term_start:?}"
+    );
+    // An acquisition names the holder: it is not a renewal and goes through.
+    let acquire =
+        serde_json::json!({"spec": {"holderIdentity": "me", "renewTime": now(), "leaseDurationSeconds": 2}});
+    me.patch("term", &PatchParams::default(), &Patch::Strategic(&acquire))
+        .await?;
+    // A fresh process under the same identity renews the (now ended) term: that is its acquisition.
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let restarted = holder(client);
+    restarted.get("term").await?;
+    restarted
+        .patch("term", &PatchParams::default(), &Patch::Strategic(&renew(now())))
         .await?;
     Ok(())
 }

@@ -156,8 +156,15 @@ pub async fn start(
             config.lease_duration_secs
         );
     }
-    // Its writes carry the resourceVersion it last read, as client-go's do (see `lease_precondition`).
-    let lease_client = crate::lease_precondition::client(client.clone(), &namespace, &config.lease_name);
+    // Its writes carry the resourceVersion it last read, as client-go's do, and it renews a term only while half
+    // the grace is left of it, where the write fence of the components ends too (see `lease_precondition`).
+    let lease_client = crate::lease_precondition::client(
+        client.clone(),
+        &namespace,
+        &config.lease_name,
+        &identity,
+        Duration::from_millis(config.grace_secs * 500),
+    );
     let manager = LeaseManagerBuilder::new(lease_client, &config.lease_name)
         .with_namespace(&namespace)
         .with_identity(&identity)
