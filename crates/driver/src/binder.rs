@@ -15,7 +15,7 @@ use kube::{
     api::{ObjectMeta, PostParams},
 };
 use phalanx_store::Leader;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// What happened to one bind call.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,6 +39,12 @@ impl BindOutcome {
     }
 }
 
+/// One of the binder's `concurrency` slots; dropping it frees the slot.
+#[derive(Debug)]
+pub struct BindPermit {
+    _slot: OwnedSemaphorePermit,
+}
+
 /// Issues `pods/binding` calls with at most `concurrency` in flight.
 #[derive(Clone)]
 pub struct Binder {
@@ -60,13 +66,22 @@ impl Binder {
         }
     }
 
-    /// Binds `pod` to `node`. Waits for a permit first; the timeout covers only the API call.
-    pub async fn bind(&self, pod: &Pod, node: &str) -> BindOutcome {
+    /// A permit for one bind call, if fewer than `concurrency` are in flight. The driver starts a bind task only
+    /// with a permit in hand, so binds waiting for one are queue entries of a few bytes, not parked tasks.
+    pub fn try_permit(&self) -> Option<BindPermit> {
+        self.permits
+            .clone()
+            .try_acquire_owned()
+            .ok()
+            .map(|p| BindPermit { _slot: p })
+    }
+
+    /// Binds `pod` to `node` under `permit` (from [`Binder::try_permit`]), released when the call returns. The
+    /// timeout covers the API call.
+    pub async fn bind_with(&self, permit: BindPermit, pod: &Pod, node: &str) -> BindOutcome {
+        let _permit = permit;
         let (Some(ns), Some(name)) = (pod.metadata.namespace.as_deref(), pod.metadata.name.as_deref()) else {
             return BindOutcome::Failed("pod has no namespace or name".into());
-        };
-        let Ok(_permit) = self.permits.acquire().await else {
-            return BindOutcome::Failed("binder closed".into());
         };
         // Leadership is checked here, after the wait for a permit, at the moment the call is sent: a replica that
         // was paused or lost the Lease while queued must not bind beside the new leader.

@@ -13,7 +13,7 @@ use phalanx_store::pod_node;
 
 use crate::{
     BindOutcome, names,
-    state::{BindResult, Driver},
+    state::{BindJob, BindResult, Driver},
 };
 
 impl Driver {
@@ -100,48 +100,14 @@ impl Driver {
             }
             let node = b.node.to_string();
             self.store.assume(pod.clone(), &node);
-            let (binder, writer, store, metrics, tx) = (
-                self.binder.clone(),
-                self.writer.clone(),
-                self.store.clone(),
-                self.metrics.clone(),
-                self.bind_tx.clone(),
-            );
-            self.tasks.spawn(async move {
-                let outcome = if writer.is_leader() {
-                    let t = Instant::now();
-                    let o = binder.bind(&pod, &node).await;
-                    let label = match &o {
-                        BindOutcome::Bound => "bound",
-                        BindOutcome::AlreadyBound => "already_bound",
-                        BindOutcome::Conflict(_) => "conflict",
-                        BindOutcome::NotFound => "not_found",
-                        BindOutcome::Failed(_) => "error",
-                    };
-                    metrics.bind(label, t.elapsed().as_secs_f64());
-                    o
-                } else {
-                    BindOutcome::Failed("lost leadership before binding".into())
-                };
-                if outcome.is_success() {
-                    store.finish_binding(&key);
-                    writer.event_scheduled(&pod, &node).await;
-                } else {
-                    // The assumed pod is forgotten by the loop (`on_bind_result`), not here: a cycle running
-                    // between a forget here and the loop's handling of the result would see the room free and
-                    // give it to other work, leaving this pod's gang half bound.
-                    tracing::info!(pod = %key, node, ?outcome, "bind failed");
-                    if let BindOutcome::Failed(m) = &outcome {
-                        let msg = format!("Binding rejected: {m}");
-                        let _ = writer
-                            .pod_unschedulable(&pod, reasons::SCHEDULER_ERROR, &msg)
-                            .await;
-                        writer.event_failed(&pod, reasons::SCHEDULER_ERROR, &msg).await;
-                    }
-                }
-                let _ = tx.send(BindResult { key, node, outcome });
+            self.pending_binds.push_back(BindJob {
+                key,
+                pod,
+                node,
+                queued: Instant::now(),
             });
         }
+        self.start_binds();
         self.apply_preemption(&d);
         let waiting = d.preemption.as_ref().is_some_and(|p| p.success);
         for f in d.failures {
@@ -191,6 +157,67 @@ impl Driver {
                 names::condition_reason(c.reason),
                 message,
             );
+        }
+    }
+
+    /// Starts the queued binds that a free binder permit allows, oldest first (the order the cycles decided them).
+    /// A bind waiting for a permit stays a queue entry (an `Arc` of the pod and the node name) rather than a
+    /// parked task: at 8,000 pods decided at once, parked tasks held 34 MB (see `docs/benchmarks.md`).
+    pub(crate) fn start_binds(&mut self) {
+        while !self.pending_binds.is_empty() {
+            let Some(permit) = self.binder.try_permit() else {
+                return;
+            };
+            let Some(BindJob {
+                key,
+                pod,
+                node,
+                queued,
+            }) = self.pending_binds.pop_front()
+            else {
+                return;
+            };
+            let (binder, writer, store, metrics, tx) = (
+                self.binder.clone(),
+                self.writer.clone(),
+                self.store.clone(),
+                self.metrics.clone(),
+                self.bind_tx.clone(),
+            );
+            self.tasks.spawn(async move {
+                let outcome = if writer.is_leader() {
+                    let o = binder.bind_with(permit, &pod, &node).await;
+                    let label = match &o {
+                        BindOutcome::Bound => "bound",
+                        BindOutcome::AlreadyBound => "already_bound",
+                        BindOutcome::Conflict(_) => "conflict",
+                        BindOutcome::NotFound => "not_found",
+                        BindOutcome::Failed(_) => "error",
+                    };
+                    metrics.bind(label, queued.elapsed().as_secs_f64());
+                    o
+                } else {
+                    drop(permit);
+                    BindOutcome::Failed("lost leadership before binding".into())
+                };
+                if outcome.is_success() {
+                    store.finish_binding(&key);
+                    writer.event_scheduled(&pod, &node).await;
+                } else {
+                    // The assumed pod is forgotten by the loop (`on_bind_result`), not here: a cycle running
+                    // between a forget here and the loop's handling of the result would see the room free and
+                    // give it to other work, leaving this pod's gang half bound.
+                    tracing::info!(pod = %key, node, ?outcome, "bind failed");
+                    if let BindOutcome::Failed(m) = &outcome {
+                        let msg = format!("Binding rejected: {m}");
+                        let _ = writer
+                            .pod_unschedulable(&pod, reasons::SCHEDULER_ERROR, &msg)
+                            .await;
+                        writer.event_failed(&pod, reasons::SCHEDULER_ERROR, &msg).await;
+                    }
+                }
+                let _ = tx.send(BindResult { key, node, outcome });
+            });
         }
     }
 

@@ -54,7 +54,8 @@ impl Metrics {
         registry.register(
             "scheduler_tracked_objects",
             "Objects the scheduling loop keeps state for, by kind (pods, nodes, groups, group_conditions, nominated, \
-             preemptions_in_flight); each falls back when its objects are deleted",
+             preemptions_in_flight; binds_waiting: binds decided and waiting for a bind permit; tasks: background \
+             binds and writes running); each falls back when its objects are deleted or its work is done",
             m.tracked.clone(),
         );
         registry.register(

@@ -107,6 +107,7 @@ impl Driver {
             while let Ok(r) = self.bind_rx.try_recv() {
                 self.on_bind_result(r);
             }
+            self.start_binds();
             while self.tasks.try_join_next().is_some() {}
             let leader = self.is_leader();
             if leader && !was_leader {
@@ -150,13 +151,25 @@ impl Driver {
                 Wake::Shutdown => break,
                 Wake::Event(Ok(StoreEvent::Resync)) | Wake::Event(Err(_)) => self.resync(),
                 Wake::Event(Ok(ev)) => self.on_event(ev),
-                Wake::Bind(Some(r)) => self.on_bind_result(r),
+                Wake::Bind(Some(r)) => {
+                    self.on_bind_result(r);
+                    self.start_binds();
+                }
                 Wake::Bind(None) | Wake::Leader | Wake::Timer => {}
             }
         }
-        // Graceful: let binds in flight finish (bounded by the bind timeout) so no assumption is left dangling.
-        let drain = async { while self.tasks.join_next().await.is_some() {} };
-        let _ = tokio::time::timeout(self.opts.bind_timeout, drain).await;
+        // Graceful: let binds in flight and queued finish (bounded by the bind timeout) so no assumption is left
+        // dangling.
+        let timeout = self.opts.bind_timeout;
+        let drain = async {
+            loop {
+                self.start_binds();
+                if self.tasks.join_next().await.is_none() {
+                    break;
+                }
+            }
+        };
+        let _ = tokio::time::timeout(timeout, drain).await;
         Ok(())
     }
 
@@ -178,6 +191,8 @@ impl Driver {
             ("group_conditions", group_conditions),
             ("nominated", self.nominated.len()),
             ("preemptions_in_flight", self.in_flight.len()),
+            ("binds_waiting", self.pending_binds.len()),
+            ("tasks", self.tasks.len()),
         ] {
             self.metrics.tracked(kind, n);
         }

@@ -38,6 +38,15 @@ pub(crate) enum WriteKey {
     Group(GroupKey),
 }
 
+/// A bind decided by a cycle, waiting for a binder permit: the pod is assumed on `node` in the store already.
+pub(crate) struct BindJob {
+    pub(crate) key: PodKey,
+    pub(crate) pod: Arc<k8s_openapi::api::core::v1::Pod>,
+    pub(crate) node: String,
+    /// When the cycle decided it (the bind latency metric counts the wait for a permit).
+    pub(crate) queued: std::time::Instant,
+}
+
 /// Result of one background bind, sent back to the loop.
 pub(crate) struct BindResult {
     pub(crate) key: PodKey,
@@ -91,6 +100,8 @@ pub(crate) struct Driver {
     pub(crate) preempted: HashSet<PodKey>,
     /// Preemptions whose victims are not all gone, by preemptor entity.
     pub(crate) in_flight: HashMap<phalanx_scheduler::EntityKey, crate::preempt::InFlight>,
+    /// Binds decided but not started: a bind task starts only with a binder permit (see `Driver::start_binds`).
+    pub(crate) pending_binds: std::collections::VecDeque<BindJob>,
     pub(crate) bind_tx: mpsc::UnboundedSender<BindResult>,
     pub(crate) bind_rx: mpsc::UnboundedReceiver<BindResult>,
     /// The snapshot kept between cycles (see [`crate::snapshot_cache`]).
@@ -154,6 +165,7 @@ impl Driver {
             foreign_bound: HashSet::new(),
             known_groups: HashSet::new(),
             tasks: JoinSet::new(),
+            pending_binds: std::collections::VecDeque::new(),
             bind_tx,
             bind_rx,
             snapshots: Default::default(),

@@ -1,0 +1,67 @@
+//! Binds of a placed gang on a real control plane (phalanx-testenv: kube-apiserver, etcd, KCM v1.37.2 and kwok):
+//! the binds beyond `bind_concurrency` wait in the loop's queue, not as parked tasks, and all of them go through.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, ensure};
+
+use common::cluster::{SETTLE, node_of, setup};
+
+/// `phalanx_scheduler_tracked_objects{kind="<kind>"}` in a text exposition.
+fn tracked(metrics: &str, kind: &str) -> Option<f64> {
+    let prefix = format!("phalanx_scheduler_tracked_objects{{kind=\"{kind}\"}} ");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix)?.trim().parse().ok())
+}
+
+/// A gang of 24 with one bind permit: the cycle decides 24 binds at once; 23 of them must wait as queue entries
+/// (`binds_waiting`) while the loop runs at most a handful of tasks (the one bind, condition writes). Before the
+/// queue, each bind was spawned as a task waiting for the permit, so `tasks` reached 24.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binds_beyond_the_permits_wait_in_the_queue_not_as_tasks() -> anyhow::Result<()> {
+    const GANG: usize = 24;
+    let ctx = setup("binds").await?;
+    ctx.node("n0", "16").await?;
+    ctx.node("n1", "16").await?;
+    ctx.pod_group_with("g", GANG as i32, None, serde_json::Value::Null)
+        .await?;
+    let names = ctx.pods_of("g", GANG, "1").await?;
+    let sched = ctx.start_with(|o| o.bind_concurrency = 1);
+    let (mut max_waiting, mut max_tasks) = (0.0f64, 0.0f64);
+    let deadline = Instant::now() + SETTLE;
+    loop {
+        let m = sched.metrics();
+        max_waiting = max_waiting.max(tracked(&m, "binds_waiting").unwrap_or(0.0));
+        max_tasks = max_tasks.max(tracked(&m, "tasks").unwrap_or(0.0));
+        let pods = ctx.pods().list(&Default::default()).await?;
+        let bound = pods.items.iter().filter(|p| node_of(p).is_some()).count();
+        if bound == GANG {
+            break;
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "{bound} of {GANG} pods bound after {SETTLE:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    ctx.wait_bound(&names).await?;
+    ensure!(
+        max_waiting >= (GANG / 2) as f64,
+        "binds_waiting peaked at {max_waiting}; with 1 permit and {GANG} binds decided at once most must wait"
+    );
+    ensure!(
+        max_tasks <= 6.0,
+        "tasks peaked at {max_tasks}: binds waiting for a permit must not be tasks"
+    );
+    // Nothing is left waiting once the gang is bound.
+    phalanx_testenv::wait_for("bind queue empty", Duration::from_secs(10), || {
+        let m = sched.metrics();
+        async move { Ok((tracked(&m, "binds_waiting") == Some(0.0)).then_some(())) }
+    })
+    .await
+    .context("binds_waiting did not return to 0")?;
+    sched.stop().await
+}
