@@ -275,6 +275,15 @@ async fn run_in(ctx: &Ctx, case: Case, ns: &str) -> anyhow::Result<(Outcome, Opt
     if let (Some(before), Some(after)) = (counters_before, counters_after) {
         figures.api_writes_per_pod = Some((after.mutating - before.mutating) / pods_f);
         figures.api_calls_per_pod = Some((after.scheduler_requests - before.scheduler_requests) / pods_f);
+        let by: Vec<String> = after
+            .writes_per_pod_since(&before, pods_f)
+            .iter()
+            .map(|(k, n)| format!("{k}={n:.2}"))
+            .collect();
+        println!(
+            "bench-e2e: {case} api_writes_per_pod_by_kind {} (all clients, per pod, same window)",
+            by.join(" ")
+        );
     }
     figures.cpu_s_per_1000_pods = figures.at_end.map(|p| p.cpu_s / pods_f * 1000.0);
     if case.has_groups() {

@@ -102,7 +102,7 @@ impl BindTracker {
 }
 
 /// The API server's request counters so far, read from its `/metrics` (one scrape).
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ApiCounters {
     /// Mutating requests of ALL clients: `apiserver_request_total` summed over the verbs POST, PUT, PATCH, APPLY
     /// and DELETE. That metric has no user label. The difference over a run's window is the writes of the
@@ -115,6 +115,29 @@ pub struct ApiCounters {
     /// uses that identity (leader election is off for both schedulers, so the `system-leader-election` schema, which
     /// would catch their Lease calls, sees none).
     pub scheduler_requests: f64,
+    /// [`ApiCounters::mutating`] by `resource[/subresource] VERB` (for example `pods/binding POST`), to say which
+    /// writes a run made.
+    pub mutating_by: std::collections::BTreeMap<String, f64>,
+}
+
+impl ApiCounters {
+    /// The writes per pod of each `resource[/subresource] VERB` between `before` and `self`, largest first, over
+    /// `pods` pods; kinds with less than 0.005 per pod are left out.
+    pub fn writes_per_pod_since(&self, before: &ApiCounters, pods: f64) -> Vec<(String, f64)> {
+        let mut v: Vec<(String, f64)> = self
+            .mutating_by
+            .iter()
+            .map(|(k, n)| {
+                (
+                    k.clone(),
+                    (n - before.mutating_by.get(k).copied().unwrap_or(0.0)) / pods,
+                )
+            })
+            .filter(|(_, per)| *per >= 0.005)
+            .collect();
+        v.sort_by(|a, b| b.1.total_cmp(&a.1));
+        v
+    }
 }
 
 /// Reads [`ApiCounters`] from the API server's `/metrics`.
@@ -127,25 +150,41 @@ pub async fn api_counters(admin: &Client) -> anyhow::Result<ApiCounters> {
     Ok(ApiCounters {
         mutating: sum_mutating(&text),
         scheduler_requests: sum_scheduler_requests(&text),
+        mutating_by: mutating_by_kind(&text),
     })
 }
+
+/// `label="value"` of one sample line, if present.
+fn label<'a>(line: &'a str, name: &str) -> Option<&'a str> {
+    let start = line.find(&format!("{name}=\""))? + name.len() + 2;
+    let rest = &line[start..];
+    rest.find('"').map(|end| &rest[..end])
+}
+
+fn mutating_by_kind(text: &str) -> std::collections::BTreeMap<String, f64> {
+    let mut out = std::collections::BTreeMap::new();
+    for l in text.lines().filter(|l| l.starts_with("apiserver_request_total{")) {
+        let Some(verb) = label(l, "verb").filter(|v| MUTATING_VERBS.contains(v)) else {
+            continue;
+        };
+        let resource = label(l, "resource").unwrap_or("-");
+        let kind = match label(l, "subresource").filter(|s| !s.is_empty()) {
+            Some(sub) => format!("{resource}/{sub} {verb}"),
+            None => format!("{resource} {verb}"),
+        };
+        *out.entry(kind).or_insert(0.0) += sample_value(l).unwrap_or(0.0);
+    }
+    out
+}
+
+const MUTATING_VERBS: [&str; 5] = ["POST", "PUT", "PATCH", "APPLY", "DELETE"];
 
 fn sample_value(line: &str) -> Option<f64> {
     line.rsplit(' ').next()?.parse::<f64>().ok()
 }
 
 fn sum_mutating(text: &str) -> f64 {
-    const VERBS: [&str; 5] = [
-        "verb=\"POST\"",
-        "verb=\"PUT\"",
-        "verb=\"PATCH\"",
-        "verb=\"APPLY\"",
-        "verb=\"DELETE\"",
-    ];
-    text.lines()
-        .filter(|l| l.starts_with("apiserver_request_total{") && VERBS.iter().any(|v| l.contains(v)))
-        .filter_map(sample_value)
-        .sum()
+    mutating_by_kind(text).values().sum()
 }
 
 fn sum_scheduler_requests(text: &str) -> f64 {
@@ -282,6 +321,24 @@ mod tests {
             apiserver_request_total{code=\"200\",resource=\"pods\",verb=\"LIST\"} 99\n\
             apiserver_request_total{code=\"200\",resource=\"podgroups\",verb=\"APPLY\"} 7\n";
         assert_eq!(sum_mutating(text), 49.5);
+        let by = mutating_by_kind(text);
+        assert_eq!(by.get("pods/binding POST"), Some(&40.0));
+        assert_eq!(by.get("podgroups APPLY"), Some(&7.0));
+        assert_eq!(by.get("pods LIST"), None, "reads are not writes");
+        let mut after = ApiCounters {
+            mutating: 0.0,
+            scheduler_requests: 0.0,
+            mutating_by: by.clone(),
+        };
+        *after.mutating_by.get_mut("pods/binding POST").expect("binds") += 80.0;
+        let before = ApiCounters {
+            mutating_by: by,
+            ..after.clone()
+        };
+        assert_eq!(
+            after.writes_per_pod_since(&before, 40.0),
+            vec![("pods/binding POST".to_owned(), 2.0)]
+        );
     }
 
     #[test]

@@ -82,6 +82,9 @@ pub struct Written {
 #[derive(Default)]
 pub struct Bookkeeping {
     written: HashMap<String, Written>,
+    /// When a status write of this UID was first wanted, for objects not written yet by this process: the first
+    /// write waits one interval too, so the member pods created right after a group share its first write.
+    first_wanted: HashMap<String, Instant>,
     failures: HashMap<String, u32>,
     /// Last user-visible state reported by an event, per UID and topic (so each change is reported once).
     reported: HashMap<(String, &'static str), String>,
@@ -145,7 +148,9 @@ impl Context {
 
     /// Records an applied status.
     pub fn record_written(&self, uid: &str, status: serde_json::Value) {
-        self.book().written.insert(
+        let mut b = self.book();
+        b.first_wanted.remove(uid);
+        b.written.insert(
             uid.to_string(),
             Written {
                 status,
@@ -154,12 +159,18 @@ impl Context {
         );
     }
 
-    /// How long to wait before the next status write of `uid` is allowed (zero = now).
+    /// How long to wait before the next status write of `uid` is allowed (zero = now): one
+    /// `min_status_interval` after the previous write, or, before the first, after the first time a write was
+    /// wanted. This batches the status writes of pod events as the Job controller batches its syncs
+    /// (`syncJobBatchPeriod`, 1 s, `pkg/controller/job/job_controller.go`).
     pub fn write_delay(&self, uid: &str) -> Duration {
-        match self.book().written.get(uid) {
-            Some(w) => self.opts.min_status_interval.saturating_sub(w.at.elapsed()),
-            None => Duration::ZERO,
+        let interval = self.opts.min_status_interval;
+        let mut b = self.book();
+        if let Some(w) = b.written.get(uid) {
+            return interval.saturating_sub(w.at.elapsed());
         }
+        let since = *b.first_wanted.entry(uid.to_string()).or_insert_with(Instant::now);
+        interval.saturating_sub(since.elapsed())
     }
 
     /// Counts one failure of `uid` and returns the number of consecutive failures.
@@ -179,6 +190,7 @@ impl Context {
     pub fn forget(&self, uid: &str) {
         let mut b = self.book();
         b.written.remove(uid);
+        b.first_wanted.remove(uid);
         b.failures.remove(uid);
         b.reported.retain(|(u, _), _| u != uid);
     }
@@ -188,6 +200,7 @@ impl Context {
     pub fn retain(&self, live: &std::collections::HashSet<String>) {
         let mut b = self.book();
         b.written.retain(|u, _| live.contains(u));
+        b.first_wanted.retain(|u, _| live.contains(u));
         b.failures.retain(|u, _| live.contains(u));
         b.reported.retain(|(u, _), _| live.contains(u));
     }

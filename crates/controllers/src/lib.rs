@@ -43,7 +43,8 @@ use crate::error::Error;
 pub struct ControllerOptions {
     /// Reporting instance of events (usually the pod name); `None` = the controller name.
     pub instance: Option<String>,
-    /// Minimum time between two status writes of one object (debounces counter updates). Default 250 ms.
+    /// Minimum time between two status writes of one object, and before its first (batches counter updates, as the
+    /// Job controller's `syncJobBatchPeriod` does). Default 1 s.
     pub min_status_interval: Duration,
     /// Safety re-check of every object even without a change. Default 5 min.
     pub resync: Duration,
@@ -57,7 +58,7 @@ impl Default for ControllerOptions {
     fn default() -> Self {
         Self {
             instance: None,
-            min_status_interval: Duration::from_millis(250),
+            min_status_interval: Duration::from_secs(1),
             resync: Duration::from_secs(300),
             concurrency: 16,
             max_backoff: Duration::from_secs(120),

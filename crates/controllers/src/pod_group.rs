@@ -11,7 +11,7 @@
 //!
 //! Counters: `pods` = non-terminal member pods, `scheduledPods` = those bound to a node, `runningPods` = those
 //! in phase Running. A status write happens at most once per `min_status_interval` per group (default
-//! 250 ms), so a 1,000-pod group being bound costs a handful of writes, not 1,000.
+//! 1 s), the first one too, so a 1,000-pod group being bound costs a handful of writes, not 1,000.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1028,9 +1028,10 @@ async fn counters_of_a_200_pod_group_follow_binds_and_deletes() -> Result<()> {
     println!(
         "(controller lag, time since the step ended) after each step: {lags:?}; final {final_counts:?}; podgroup status writes during the test: {writes}"
     );
+    // One batching interval (`min_status_interval`, 1 s by default) plus the cache's and the API server's share.
     for (step, (lag, _total)) in &lags {
         ensure!(
-            *lag <= Duration::from_secs(2),
+            *lag <= Duration::from_secs(3),
             "counters took {lag:?} to match after step {step:?}"
         );
     }

@@ -184,6 +184,7 @@ impl Driver {
                 self.metrics.clone(),
                 self.bind_tx.clone(),
             );
+            let scheduled_event = self.opts.scheduled_events;
             self.tasks.spawn(async move {
                 let outcome = if writer.is_leader() {
                     let o = binder.bind_with(permit, &pod, &node).await;
@@ -202,7 +203,9 @@ impl Driver {
                 };
                 if outcome.is_success() {
                     store.finish_binding(&key);
-                    writer.event_scheduled(&pod, &node).await;
+                    if scheduled_event {
+                        writer.event_scheduled(&pod, &node).await;
+                    }
                 } else {
                     // The assumed pod is forgotten by the loop (`on_bind_result`), not here: a cycle running
                     // between a forget here and the loop's handling of the result would see the room free and

@@ -64,6 +64,8 @@ pub struct SchedulerOptions {
     pub bind_timeout: Duration,
     /// Maximum status patches and events in flight (default 16).
     pub status_concurrency: usize,
+    /// Emit a `Scheduled` event for every bound pod, as kube-scheduler does (default true).
+    pub scheduled_events: bool,
     /// Label selector (kubectl `-l` syntax) restricting the nodes this instance considers; empty = all nodes.
     /// Partitions a cluster between scheduler instances.
     pub node_selector: Option<String>,
@@ -86,6 +88,7 @@ impl Default for SchedulerOptions {
             bind_concurrency: 16,
             bind_timeout: Duration::from_secs(10),
             status_concurrency: 16,
+            scheduled_events: true,
             node_selector: None,
             instance: None,
             config: SchedulerConfig::default(),

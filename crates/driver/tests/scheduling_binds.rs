@@ -1,5 +1,6 @@
 //! Binds of a placed gang on a real control plane (phalanx-testenv: kube-apiserver, etcd, KCM v1.37.2 and kwok):
-//! the binds beyond `bind_concurrency` wait in the loop's queue, not as parked tasks, and all of them go through.
+//! the binds beyond `bind_concurrency` wait in the loop's queue, not as parked tasks, and all of them go through;
+//! the per-pod `Scheduled` event can be turned off.
 
 mod common;
 
@@ -63,5 +64,35 @@ async fn binds_beyond_the_permits_wait_in_the_queue_not_as_tasks() -> anyhow::Re
     })
     .await
     .context("binds_waiting did not return to 0")?;
+    sched.stop().await
+}
+
+/// `scheduled_events: false` (the config file's `binder.scheduledEvents`) binds as usual but writes no `Scheduled`
+/// event; the default writes one per pod (`s1_gang_all_fit` in `scheduling_cluster.rs`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scheduled_events_can_be_turned_off() -> anyhow::Result<()> {
+    let ctx = setup("noevents").await?;
+    ctx.node("n0", "8").await?;
+    ctx.pod_group_with("g", 3, None, serde_json::Value::Null).await?;
+    let names = ctx.pods_of("g", 3, "1").await?;
+    let sched = ctx.start_with(|o| o.scheduled_events = false);
+    ctx.wait_bound(&names).await?;
+    ctx.wait_pg("g", "True", "Scheduled").await?;
+    // The binds' tasks end before the group's condition is decided; give any event write a moment more.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let events: kube::Api<k8s_openapi::api::events::v1::Event> =
+        kube::Api::namespaced(ctx.client.clone(), &ctx.ns);
+    let scheduled: Vec<String> = events
+        .list(&Default::default())
+        .await?
+        .items
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("Scheduled"))
+        .filter_map(|e| e.regarding.as_ref()?.name.clone())
+        .collect();
+    ensure!(
+        scheduled.is_empty(),
+        "Scheduled events were written with scheduled_events off: {scheduled:?}"
+    );
     sched.stop().await
 }

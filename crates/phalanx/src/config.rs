@@ -52,6 +52,10 @@ pub struct BinderConfig {
     pub timeout_seconds: u64,
     /// Status patches and events in flight (1-1024, default 16).
     pub status_concurrency: u32,
+    /// Emit the `Scheduled` event for every bound pod (default true), as kube-scheduler does
+    /// (`pkg/scheduler/schedule_one.go`, "Successfully assigned"). It is a third of the API writes per bound pod
+    /// (`docs/benchmarks.md`); `false` leaves a bound pod with its `PodScheduled=True` condition only.
+    pub scheduled_events: bool,
 }
 
 impl Default for BinderConfig {
@@ -59,6 +63,7 @@ impl Default for BinderConfig {
         Self {
             timeout_seconds: 10,
             status_concurrency: 16,
+            scheduled_events: true,
         }
     }
 }
@@ -73,7 +78,7 @@ pub struct ControllersConfig {
     pub resync_seconds: u64,
     /// Upper bound in seconds of the per-object retry backoff after errors (1-3600, default 120).
     pub max_backoff_seconds: u64,
-    /// Minimum milliseconds between two status writes of one object (0-60000, default 250).
+    /// Minimum milliseconds between two status writes of one object, and before its first (0-60000, default 1000).
     pub min_status_interval_ms: u64,
 }
 
@@ -83,7 +88,7 @@ impl Default for ControllersConfig {
             concurrency: 16,
             resync_seconds: 300,
             max_backoff_seconds: 120,
-            min_status_interval_ms: 250,
+            min_status_interval_ms: 1000,
         }
     }
 }

@@ -55,6 +55,7 @@ pub fn scheduler(
         bind_concurrency: opts.bind_concurrency as usize,
         bind_timeout: Duration::from_secs(binder.timeout_seconds),
         status_concurrency: binder.status_concurrency as usize,
+        scheduled_events: binder.scheduled_events,
         node_selector: (!opts.node_selector.trim().is_empty()).then(|| opts.node_selector.clone()),
         instance: opts.instance.clone(),
         config: opts.config.scheduler.clone(),
@@ -114,6 +115,7 @@ mod tests {
             config.binder.status_concurrency as usize,
             sched.status_concurrency
         );
+        assert_eq!(config.binder.scheduled_events, sched.scheduled_events);
         let ctrl = phalanx_controllers::ControllerOptions::default();
         assert_eq!(config.controllers.concurrency, ctrl.concurrency);
         assert_eq!(config.controllers.resync_seconds, ctrl.resync.as_secs());

@@ -46,7 +46,10 @@ pub use phalanx_scheduler::model::{GroupKey, GroupKind, PodKey};
 /// Settings for [`Store::start`].
 #[derive(Clone, Debug)]
 pub struct StoreConfig {
-    /// Capacity of the change-notification channel; a slower subscriber gets `Lagged` and must resync.
+    /// Capacity of the change-notification channel; a slower subscriber gets `Lagged` and must resync. Default
+    /// 16,384 events. The channel allocates every slot up front (about 144 bytes each): 65,536 slots were 9.4 MB
+    /// of the scheduler's heap at 5,000 nodes (`docs/benchmarks.md`), and the scheduling loop drains the channel
+    /// between cycles of milliseconds, so a burst that outruns 16,384 slots costs one resync.
     pub event_buffer: usize,
     /// LIST page size for the initial and re-lists (kube default 500).
     pub page_size: u32,
@@ -55,7 +58,7 @@ pub struct StoreConfig {
 impl Default for StoreConfig {
     fn default() -> Self {
         Self {
-            event_buffer: 65_536,
+            event_buffer: 16_384,
             page_size: 500,
         }
     }
