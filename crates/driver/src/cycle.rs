@@ -203,21 +203,28 @@ impl Driver {
                 };
                 if outcome.is_success() {
                     store.finish_binding(&key);
+                    // The result goes back before the event is written: the loop starts the next queued bind on
+                    // it, and the permit is already free.
+                    let _ = tx.send(BindResult {
+                        key,
+                        node: node.clone(),
+                        outcome,
+                    });
                     if scheduled_event {
                         writer.event_scheduled(&pod, &node).await;
                     }
-                } else {
-                    // The assumed pod is forgotten by the loop (`on_bind_result`), not here: a cycle running
-                    // between a forget here and the loop's handling of the result would see the room free and
-                    // give it to other work, leaving this pod's gang half bound.
-                    tracing::info!(pod = %key, node, ?outcome, "bind failed");
-                    if let BindOutcome::Failed(m) = &outcome {
-                        let msg = format!("Binding rejected: {m}");
-                        let _ = writer
-                            .pod_unschedulable(&pod, reasons::SCHEDULER_ERROR, &msg)
-                            .await;
-                        writer.event_failed(&pod, reasons::SCHEDULER_ERROR, &msg).await;
-                    }
+                    return;
+                }
+                // The assumed pod is forgotten by the loop (`on_bind_result`), not here: a cycle running between a
+                // forget here and the loop's handling of the result would see the room free and give it to other
+                // work, leaving this pod's gang half bound.
+                tracing::info!(pod = %key, node, ?outcome, "bind failed");
+                if let BindOutcome::Failed(m) = &outcome {
+                    let msg = format!("Binding rejected: {m}");
+                    let _ = writer
+                        .pod_unschedulable(&pod, reasons::SCHEDULER_ERROR, &msg)
+                        .await;
+                    writer.event_failed(&pod, reasons::SCHEDULER_ERROR, &msg).await;
                 }
                 let _ = tx.send(BindResult { key, node, outcome });
             });
