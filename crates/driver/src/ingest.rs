@@ -298,6 +298,16 @@ impl Driver {
                 self.queue.delete_pod(&old, now);
             }
         }
+        // Ingest's record of the considered nodes restarts from the store: nodes listed at the start (or in a
+        // relist) raise no watch event of their own, and the wake-up below covers any change among them.
+        self.nodes_seen.clear();
+        for n in self.store.nodes().state() {
+            if self.filter.matches(n.metadata.labels.as_ref())
+                && let Ok(info) = self.cache.node(&n)
+            {
+                self.nodes_seen.insert(n.name_any(), info);
+            }
+        }
         self.queue.on_event(ClusterEvent::NodeUpdated, now);
         self.catch_up_conditions();
     }
