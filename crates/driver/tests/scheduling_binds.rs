@@ -8,15 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, ensure};
 
-use common::cluster::{SETTLE, node_of, setup};
-
-/// `phalanx_scheduler_tracked_objects{kind="<kind>"}` in a text exposition.
-fn tracked(metrics: &str, kind: &str) -> Option<f64> {
-    let prefix = format!("phalanx_scheduler_tracked_objects{{kind=\"{kind}\"}} ");
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix(&prefix)?.trim().parse().ok())
-}
+use common::cluster::{SETTLE, node_of, setup, tracked};
 
 /// A gang of 24 with one bind permit: the cycle decides 24 binds at once; 23 of them must wait as queue entries
 /// (`binds_waiting`) while the loop runs at most a handful of tasks (the one bind, condition writes). Before the

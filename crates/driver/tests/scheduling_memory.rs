@@ -10,15 +10,7 @@ use anyhow::ensure;
 use kube::api::DeleteParams;
 use phalanx_testenv::wait_for;
 
-use common::cluster::setup;
-
-/// `phalanx_scheduler_tracked_objects{kind="<kind>"}` in a text exposition.
-fn tracked(metrics: &str, kind: &str) -> Option<f64> {
-    let prefix = format!("phalanx_scheduler_tracked_objects{{kind=\"{kind}\"}} ");
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix(&prefix)?.trim().parse().ok())
-}
+use common::cluster::{setup, tracked};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn group_state_is_pruned_when_groups_are_deleted() -> anyhow::Result<()> {

@@ -59,6 +59,14 @@ pub async fn setup(prefix: &str) -> anyhow::Result<Ctx> {
     Ok(Ctx { client, ns, sched })
 }
 
+/// `phalanx_scheduler_tracked_objects{kind="<kind>"}` in a text exposition ([`Sched::metrics`]).
+pub fn tracked(metrics: &str, kind: &str) -> Option<f64> {
+    let prefix = format!("phalanx_scheduler_tracked_objects{{kind=\"{kind}\"}} ");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix)?.trim().parse().ok())
+}
+
 pub fn node_of(p: &Pod) -> Option<&str> {
     p.spec.as_ref()?.node_name.as_deref()
 }
