@@ -182,7 +182,8 @@ pub async fn ensure_nodes(admin: &Client, n: usize, concurrency: usize) -> anyho
 }
 
 /// A scheduler running as a child process of the benchmark (kube-scheduler or `phalanx run`), its output in a log
-/// file, killed when dropped or stopped.
+/// file, killed with its whole process group when dropped or stopped: a `--phalanx-bin` wrapper script (a profiler
+/// in front of `phalanx run`) leaves no grandchild behind.
 pub struct ChildProcess {
     child: tokio::process::Child,
     pid: u32,
@@ -199,6 +200,7 @@ impl ChildProcess {
             .stdout(file.try_clone()?)
             .stderr(file)
             .kill_on_drop(true)
+            .process_group(0)
             .spawn()
             .with_context(|| format!("starting {what}"))?;
         let pid = child.id().with_context(|| format!("{what} has no process id"))?;
@@ -222,10 +224,28 @@ impl ChildProcess {
         procfs::sample(self.pid)
     }
 
-    /// Kills the process (SIGKILL; no state to save) and reaps it.
+    /// Kills the process group (SIGKILL; no state to save) and reaps the child.
     pub async fn stop(mut self) {
-        let _ = self.child.start_kill();
+        self.kill_group();
         let _ = self.child.wait().await;
+    }
+
+    fn kill_group(&mut self) {
+        // The child leads its own group (`process_group(0)`), so the group id is its pid.
+        if let Some(pgid) = i32::try_from(self.pid)
+            .ok()
+            .and_then(rustix::process::Pid::from_raw)
+        {
+            // ESRCH when the group is already gone (after `stop`): nothing to do.
+            let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
+        }
+        let _ = self.child.start_kill();
+    }
+}
+
+impl Drop for ChildProcess {
+    fn drop(&mut self) {
+        self.kill_group();
     }
 }
 

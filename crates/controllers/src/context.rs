@@ -82,12 +82,31 @@ pub struct Written {
 #[derive(Default)]
 pub struct Bookkeeping {
     written: HashMap<String, Written>,
-    /// When a status write of this UID was first wanted, for objects not written yet by this process: the first
-    /// write waits one interval too, so the member pods created right after a group share its first write.
+    /// When a status write of this UID was first wanted since its last write (see [`Context::write_delay`]);
+    /// removed by a write or when nothing is wanted any more.
     first_wanted: HashMap<String, Instant>,
     failures: HashMap<String, u32>,
     /// Last user-visible state reported by an event, per UID and topic (so each change is reported once).
     reported: HashMap<(String, &'static str), String>,
+}
+
+impl Bookkeeping {
+    /// Records that `status` was applied to `uid` at `now`; the next change starts a new batch.
+    fn written_at(&mut self, uid: &str, status: serde_json::Value, now: Instant) {
+        self.first_wanted.remove(uid);
+        self.written.insert(uid.to_string(), Written { status, at: now });
+    }
+
+    /// The wait before the write `uid` wants at `now`: `interval` after the first time a write was wanted since
+    /// the previous write (or since the start, before the first). A change thus waits one interval for the
+    /// changes that follow it, as the Job controller batches the syncs of pod events (`syncJobBatchPeriod`, 1 s,
+    /// `pkg/controller/job/job_controller.go`), and two writes of one object are at least one interval apart.
+    /// Counting from the last write instead would write a group's `scheduledPods` at once and its `runningPods` a
+    /// moment later: two writes for one start.
+    fn write_delay(&mut self, uid: &str, interval: Duration, now: Instant) -> Duration {
+        let since = *self.first_wanted.entry(uid.to_string()).or_insert(now);
+        interval.saturating_sub(now.saturating_duration_since(since))
+    }
 }
 
 /// Context handed to every reconcile.
@@ -148,29 +167,19 @@ impl Context {
 
     /// Records an applied status.
     pub fn record_written(&self, uid: &str, status: serde_json::Value) {
-        let mut b = self.book();
-        b.first_wanted.remove(uid);
-        b.written.insert(
-            uid.to_string(),
-            Written {
-                status,
-                at: Instant::now(),
-            },
-        );
+        self.book().written_at(uid, status, Instant::now());
     }
 
-    /// How long to wait before the next status write of `uid` is allowed (zero = now): one
-    /// `min_status_interval` after the previous write, or, before the first, after the first time a write was
-    /// wanted. This batches the status writes of pod events as the Job controller batches its syncs
-    /// (`syncJobBatchPeriod`, 1 s, `pkg/controller/job/job_controller.go`).
+    /// How long to wait before the status write `uid` now wants is allowed (zero = now); see
+    /// [`Bookkeeping::write_delay`].
     pub fn write_delay(&self, uid: &str) -> Duration {
-        let interval = self.opts.min_status_interval;
-        let mut b = self.book();
-        if let Some(w) = b.written.get(uid) {
-            return interval.saturating_sub(w.at.elapsed());
-        }
-        let since = *b.first_wanted.entry(uid.to_string()).or_insert_with(Instant::now);
-        interval.saturating_sub(since.elapsed())
+        self.book()
+            .write_delay(uid, self.opts.min_status_interval, Instant::now())
+    }
+
+    /// Notes that `uid` wants no write (the object shows the desired status): a later change starts a new batch.
+    pub fn nothing_wanted(&self, uid: &str) {
+        self.book().first_wanted.remove(uid);
     }
 
     /// Counts one failure of `uid` and returns the number of consecutive failures.
@@ -300,7 +309,30 @@ pub type Ctx = Arc<Context>;
 
 #[cfg(test)]
 mod tests {
-    use super::truncate;
+    use super::{Bookkeeping, truncate};
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_change_waits_one_interval_from_when_it_was_first_wanted() {
+        let second = Duration::from_secs(1);
+        let t0 = Instant::now();
+        let at = |ms| t0 + Duration::from_millis(ms);
+        let mut b = Bookkeeping::default();
+        // First write: batched from the first time it is wanted.
+        assert_eq!(b.write_delay("u", second, at(0)), second);
+        assert_eq!(b.write_delay("u", second, at(400)), Duration::from_millis(600));
+        assert_eq!(b.write_delay("u", second, at(1000)), Duration::ZERO);
+        b.written_at("u", serde_json::json!({}), at(1000));
+        // A change 5 s after the write still waits a full interval (the old rule wrote it at once) ...
+        assert_eq!(b.write_delay("u", second, at(6000)), second);
+        assert_eq!(b.write_delay("u", second, at(6900)), Duration::from_millis(100));
+        // ... and an object that wants nothing any more starts afresh.
+        b.first_wanted.remove("u");
+        assert_eq!(b.write_delay("u", second, at(7000)), second);
+        // Other objects have their own batch.
+        assert_eq!(b.write_delay("v", second, at(7500)), second);
+        assert_eq!(b.write_delay("u", second, at(7500)), Duration::from_millis(500));
+    }
 
     #[test]
     fn truncate_respects_char_boundaries() {

@@ -139,13 +139,12 @@ pub enum WriteDecision {
 
 /// Decides whether to apply `desired` to the object `uid` whose cached status is `current`.
 pub fn decide(ctx: &Context, uid: &str, desired: &Value, current: &Value) -> WriteDecision {
-    if is_applied(desired, current) {
-        return WriteDecision::Skip;
-    }
-    if let Some(w) = ctx.last_written(uid)
-        && w.status == *desired
-        && w.at.elapsed() < CACHE_LAG_GRACE
-    {
+    let recent_identical = || {
+        ctx.last_written(uid)
+            .is_some_and(|w| w.status == *desired && w.at.elapsed() < CACHE_LAG_GRACE)
+    };
+    if is_applied(desired, current) || recent_identical() {
+        ctx.nothing_wanted(uid);
         return WriteDecision::Skip;
     }
     match ctx.write_delay(uid) {
