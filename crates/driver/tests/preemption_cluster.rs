@@ -18,6 +18,8 @@
 
 mod common;
 
+use common::cluster::{milli, node_of, pod_condition, pod_cpu, pod_scheduled};
+
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap},
     fmt::Write as _,
@@ -933,56 +935,8 @@ impl Ctx {
     }
 }
 
-fn node_of(p: &Pod) -> Option<&str> {
-    p.spec
-        .as_ref()
-        .and_then(|s| s.node_name.as_deref())
-        .filter(|n| !n.is_empty())
-}
-
-fn pod_condition(p: &Pod, type_: &str) -> Option<(String, String, String)> {
-    let c = p
-        .status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == type_)?;
-    Some((
-        c.status.clone(),
-        c.reason.clone().unwrap_or_default(),
-        c.message.clone().unwrap_or_default(),
-    ))
-}
-
-fn pod_scheduled(p: &Pod) -> Option<(String, String, String)> {
-    pod_condition(p, "PodScheduled")
-}
-
 fn disruption_target(p: &Pod) -> Option<(String, String, String)> {
     pod_condition(p, DISRUPTION_TARGET)
-}
-
-fn milli(q: &str) -> i64 {
-    match q.strip_suffix('m') {
-        Some(m) => m.parse().unwrap_or(0),
-        None => q.parse::<f64>().map(|v| (v * 1000.0) as i64).unwrap_or(0),
-    }
-}
-
-fn pod_cpu(p: &Pod) -> i64 {
-    p.spec
-        .iter()
-        .flat_map(|s| s.containers.iter())
-        .filter_map(|c| {
-            c.resources
-                .as_ref()?
-                .requests
-                .as_ref()?
-                .get("cpu")
-                .map(|q| milli(&q.0))
-        })
-        .sum()
 }
 
 /// How many of `pods` are mapped to each node in `m`.

@@ -8,6 +8,8 @@
 
 mod common;
 
+use common::cluster::{Ctx, SETTLE, milli, node_of, pod_cpu, pod_scheduled, setup};
+
 use std::{
     collections::{BTreeMap, HashMap},
     time::{Duration, Instant},
@@ -17,114 +19,17 @@ use anyhow::{Context as _, bail, ensure};
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::{
-    Api, Client, ResourceExt,
+    Api, ResourceExt,
     api::{DeleteParams, ListParams, PostParams},
     runtime::{WatchStreamExt, watcher},
 };
 use phalanx_api::v1beta1::PodGroup;
-use phalanx_driver::{self as scheduling, SchedulerOptions};
-use phalanx_store::{Store, StoreConfig};
-use phalanx_testenv::{FakeNode, TEST_NS_LABEL, TestEnv, create_namespace, wait_for};
-use prometheus_client::registry::Registry;
+use phalanx_testenv::{TEST_NS_LABEL, wait_for};
 use rand::seq::SliceRandom;
 use serde_json::json;
-use tokio::{sync::watch, task::JoinHandle};
-use tokio_util::sync::CancellationToken;
 
-const SETTLE: Duration = Duration::from_secs(60);
-
-/// One test's client, namespace and scheduler name.
-struct Ctx {
-    client: Client,
-    ns: String,
-    sched: String,
-}
-
-/// A running in-process scheduler.
-struct Sched {
-    shutdown: CancellationToken,
-    handle: JoinHandle<anyhow::Result<()>>,
-    registry: Registry,
-    leader: watch::Sender<bool>,
-}
-
-impl Sched {
-    async fn stop(self) -> anyhow::Result<()> {
-        common::report_snapshot_mismatches(&self.registry);
-        self.shutdown.cancel();
-        self.handle.await.context("scheduler task")?
-    }
-
-    /// Abrupt stop: the task and its binds are aborted mid-flight (a crash).
-    async fn kill(self) {
-        self.handle.abort();
-        let _ = self.handle.await;
-    }
-
-    fn metrics(&self) -> String {
-        let mut s = String::new();
-        prometheus_client::encoding::text::encode(&mut s, &self.registry).unwrap_or_default();
-        s
-    }
-}
-
-async fn setup(prefix: &str) -> anyhow::Result<Ctx> {
-    let env = TestEnv::shared();
-    let client = env.client().await?;
-    phalanx_testenv::apply_crds(&client, &phalanx_api::crds::to_yaml()).await?;
-    let ns = create_namespace(&client, prefix).await?;
-    let sched = format!("phalanx-{ns}");
-    Ok(Ctx { client, ns, sched })
-}
-
+/// The helpers only this binary uses; the shared ones are in `common/cluster.rs`.
 impl Ctx {
-    fn start(&self, tweak: impl FnOnce(&mut SchedulerOptions)) -> Sched {
-        let mut opts = SchedulerOptions {
-            scheduler_name: self.sched.clone(),
-            node_selector: Some(format!("{TEST_NS_LABEL}={}", self.ns)),
-            ..SchedulerOptions::default()
-        };
-        tweak(&mut opts);
-        let store = Store::start(self.client.clone(), StoreConfig::default());
-        let (tx, rx) = watch::channel(opts.instance.as_deref() != Some("follower"));
-        let shutdown = CancellationToken::new();
-        let mut registry = Registry::with_prefix("phalanx");
-        let fut = scheduling::run(
-            self.client.clone(),
-            store,
-            opts,
-            rx,
-            shutdown.clone(),
-            &mut registry,
-        );
-        Sched {
-            shutdown,
-            handle: tokio::spawn(fut),
-            registry,
-            leader: tx,
-        }
-    }
-
-    async fn node(&self, name: &str, cpu: &str) -> anyhow::Result<String> {
-        let full = format!("{}-{name}", self.ns);
-        FakeNode::new(&full)
-            .cpu(cpu)
-            .memory("32Gi")
-            .pods(110)
-            .test_namespace(&self.ns)
-            .create(&self.client)
-            .await?;
-        Ok(full)
-    }
-
-    fn pods(&self) -> Api<Pod> {
-        Api::namespaced(self.client.clone(), &self.ns)
-    }
-
-    fn groups(&self) -> Api<PodGroup> {
-        Api::namespaced(self.client.clone(), &self.ns)
-    }
-
     async fn pod(&self, name: &str, cpu: &str, group: Option<&str>) -> anyhow::Result<()> {
         self.pod_with(name, cpu, group, &self.sched.clone(), None).await
     }
@@ -168,7 +73,7 @@ impl Ctx {
             "metadata": { "name": name },
             "spec": { "schedulingPolicy": policy },
         }))?;
-        self.groups()
+        self.pod_groups()
             .create(&PostParams::default(), &pg)
             .await
             .with_context(|| format!("creating PodGroup {name}"))?;
@@ -183,25 +88,6 @@ impl Ctx {
         wait_for(&format!("pod {name} gone"), SETTLE, || {
             let api = api.clone();
             async move { Ok(api.get_opt(name).await?.is_none().then_some(())) }
-        })
-        .await
-    }
-
-    /// Node of every pod in the namespace that is bound.
-    async fn bindings(&self) -> anyhow::Result<HashMap<String, String>> {
-        let list = self.pods().list(&ListParams::default()).await?;
-        Ok(list
-            .items
-            .iter()
-            .filter_map(|p| Some((p.name_any(), node_of(p)?.to_owned())))
-            .collect())
-    }
-
-    async fn wait_bound(&self, names: &[&str]) -> anyhow::Result<HashMap<String, String>> {
-        let what = format!("pods {names:?} bound");
-        wait_for(&what, SETTLE, || async {
-            let b = self.bindings().await?;
-            Ok(names.iter().all(|n| b.contains_key(*n)).then_some(b))
         })
         .await
     }
@@ -223,7 +109,7 @@ impl Ctx {
 
     /// Waits for the PodGroupInitiallyScheduled condition with `status`/`reason`; returns its message.
     async fn wait_group(&self, name: &str, status: &str, reason: &str) -> anyhow::Result<String> {
-        let api = self.groups();
+        let api = self.pod_groups();
         wait_for(&format!("PodGroup {name} {status}/{reason}"), SETTLE, || {
             let api = api.clone();
             async move {
@@ -244,7 +130,7 @@ impl Ctx {
         reason: &str,
         message: &str,
     ) -> anyhow::Result<()> {
-        let api = self.groups();
+        let api = self.pod_groups();
         wait_for(
             &format!("PodGroup {name} {status}/{reason} {message:?}"),
             SETTLE,
@@ -259,23 +145,6 @@ impl Ctx {
             },
         )
         .await
-    }
-
-    /// Asserts that none of `names` gets bound during `d`.
-    async fn stays_unbound(&self, names: &[&str], d: Duration) -> anyhow::Result<()> {
-        let end = Instant::now() + d;
-        while Instant::now() < end {
-            let b = self.bindings().await?;
-            for n in names {
-                ensure!(
-                    !b.contains_key(*n),
-                    "pod {n} was bound to {:?}, expected it to stay pending",
-                    b.get(*n)
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-        Ok(())
     }
 
     /// Fails if any node of this test has more CPU requested by bound pods than it has.
@@ -313,28 +182,6 @@ impl Ctx {
     }
 }
 
-fn node_of(p: &Pod) -> Option<&str> {
-    p.spec
-        .as_ref()
-        .and_then(|s| s.node_name.as_deref())
-        .filter(|n| !n.is_empty())
-}
-
-fn pod_scheduled(p: &Pod) -> Option<(String, String, String)> {
-    let c = p
-        .status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == "PodScheduled")?;
-    Some((
-        c.status.clone(),
-        c.reason.clone().unwrap_or_default(),
-        c.message.clone().unwrap_or_default(),
-    ))
-}
-
 fn group_condition(g: &PodGroup) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
     g.status
         .as_ref()?
@@ -342,28 +189,6 @@ fn group_condition(g: &PodGroup) -> Option<k8s_openapi::apimachinery::pkg::apis:
         .iter()
         .find(|c| c.type_ == phalanx_api::conditions::POD_GROUP_INITIALLY_SCHEDULED)
         .cloned()
-}
-
-fn milli(q: &str) -> i64 {
-    match q.strip_suffix('m') {
-        Some(m) => m.parse().unwrap_or(0),
-        None => q.parse::<f64>().map(|v| (v * 1000.0) as i64).unwrap_or(0),
-    }
-}
-
-fn pod_cpu(p: &Pod) -> i64 {
-    p.spec
-        .iter()
-        .flat_map(|s| s.containers.iter())
-        .filter_map(|c| {
-            c.resources
-                .as_ref()?
-                .requests
-                .as_ref()?
-                .get("cpu")
-                .map(|q| milli(&q.0))
-        })
-        .sum()
 }
 
 fn count_in(b: &HashMap<String, String>, names: &[String]) -> usize {
@@ -380,14 +205,14 @@ fn count_in(b: &HashMap<String, String>, names: &[String]) -> usize {
 async fn s1_gang_all_fit() -> anyhow::Result<()> {
     let cx = setup("s1").await?;
     cx.node("n", "4").await?;
-    let s = cx.start(|_| {});
+    let s = cx.start();
     cx.group("pg1", Some(3)).await?;
     for p in ["p1", "p2", "p3"] {
         cx.pod(p, "1", Some("pg1")).await?;
     }
     cx.wait_bound(&["p1", "p2", "p3"]).await?;
     cx.wait_group("pg1", "True", "Scheduled").await?;
-    let g = cx.groups().get("pg1").await?;
+    let g = cx.pod_groups().get("pg1").await?;
     let c = group_condition(&g).context("condition")?;
     assert_eq!(
         c.observed_generation, g.metadata.generation,
@@ -423,7 +248,7 @@ async fn s1_gang_all_fit() -> anyhow::Result<()> {
 async fn s2_quorum_wait() -> anyhow::Result<()> {
     let cx = setup("s2").await?;
     cx.node("n", "4").await?;
-    let s = cx.start(|_| {});
+    let s = cx.start();
     cx.group("pg1", Some(3)).await?;
     cx.pod("p1", "1", Some("pg1")).await?;
     cx.pod("p2", "1", Some("pg1")).await?;
@@ -472,7 +297,7 @@ async fn s2_quorum_wait() -> anyhow::Result<()> {
 async fn s3_group_missing_then_capacity() -> anyhow::Result<()> {
     let cx = setup("s3").await?;
     cx.node("n", "4").await?;
-    let s = cx.start(|_| {});
+    let s = cx.start();
     cx.pod("blocker", "2", None).await?;
     cx.wait_bound(&["blocker"]).await?;
     for p in ["p1", "p2", "p3"] {
@@ -524,7 +349,7 @@ async fn s3_group_missing_then_capacity() -> anyhow::Result<()> {
 async fn s4_min_count_below_pod_count() -> anyhow::Result<()> {
     let cx = setup("s4").await?;
     cx.node("n", "4").await?;
-    let s = cx.start(|_| {});
+    let s = cx.start();
     cx.pod("small-blocker", "1", None).await?;
     cx.wait_bound(&["small-blocker"]).await?;
     let names: Vec<String> = (1..=4).map(|i| format!("p{i}")).collect();
@@ -609,7 +434,7 @@ async fn two_gangs(
 async fn s5_two_gangs_no_deadlock() -> anyhow::Result<()> {
     let cx = setup("s5").await?;
     cx.node("n", "4").await?;
-    let s = cx.start(|_| {});
+    let s = cx.start();
     let order: Vec<String> = (1..=3)
         .flat_map(|i| [format!("pg1-p{i}"), format!("pg2-p{i}")])
         .collect();
@@ -628,7 +453,7 @@ async fn s5_two_gangs_no_deadlock() -> anyhow::Result<()> {
 async fn s6_two_gangs_reversed() -> anyhow::Result<()> {
     let cx = setup("s6").await?;
     cx.node("n", "4").await?;
-    let s = cx.start(|_| {});
+    let s = cx.start();
     let order: Vec<String> = (1..=3)
         .rev()
         .flat_map(|i| [format!("pg2-p{i}"), format!("pg1-p{i}")])
@@ -647,7 +472,7 @@ async fn s6_two_gangs_reversed() -> anyhow::Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_gangs_random_order_20x() -> anyhow::Result<()> {
     let cx = setup("race").await?;
-    let s = cx.start(|_| {});
+    let s = cx.start();
     let mut rng = rand::rng();
     for rep in 0..20 {
         let node = cx.node(&format!("r{rep}"), "4").await?;
@@ -701,7 +526,7 @@ async fn two_gangs_random_order_20x() -> anyhow::Result<()> {
 async fn s8_basic_group_each_arrival_binds() -> anyhow::Result<()> {
     let cx = setup("s8").await?;
     cx.node("n", "4").await?;
-    let s = cx.start(|_| {});
+    let s = cx.start();
     cx.group("pg1", None).await?;
     cx.pod("p1", "1", Some("pg1")).await?;
     cx.wait_bound(&["p1"]).await?;
@@ -729,7 +554,7 @@ async fn s8_basic_group_each_arrival_binds() -> anyhow::Result<()> {
 async fn s9_basic_partial_capacity() -> anyhow::Result<()> {
     let cx = setup("s9").await?;
     cx.node("n", "4").await?;
-    let s = cx.start(|_| {});
+    let s = cx.start();
     cx.pod("blocker", "2", None).await?;
     cx.wait_bound(&["blocker"]).await?;
     let names: Vec<String> = (1..=3).map(|i| format!("p{i}")).collect();
@@ -767,7 +592,7 @@ async fn gang_of_100_on_50_nodes() -> anyhow::Result<()> {
         .buffer_unordered(10)
         .try_collect::<Vec<_>>()
         .await?;
-    let s = cx.start(|_| {});
+    let s = cx.start();
     cx.group("big", Some(100)).await?;
     let names: Vec<String> = (0..100).map(|i| format!("w{i}")).collect();
     stream::iter(names.clone())
@@ -817,7 +642,7 @@ async fn gang_of_100_on_50_nodes() -> anyhow::Result<()> {
     );
     cx.no_overcommit().await?;
     if let Err(e) = cx.wait_group("big", "True", "Scheduled").await {
-        let g = cx.groups().get("big").await?;
+        let g = cx.pod_groups().get("big").await?;
         bail!("{e:#}; group status: {:?}", g.status);
     }
     s.stop().await
@@ -828,7 +653,7 @@ async fn gang_of_100_on_50_nodes() -> anyhow::Result<()> {
 async fn other_schedulers_pods_left_alone() -> anyhow::Result<()> {
     let cx = setup("other").await?;
     let node = cx.node("n", "4").await?;
-    let s = cx.start(|_| {});
+    let s = cx.start();
     cx.pod_with("foreign-pending", "1", None, "some-other-scheduler", None)
         .await?;
     cx.pod_with("foreign-bound", "3", None, "some-other-scheduler", Some(&node))
@@ -853,7 +678,7 @@ async fn other_schedulers_pods_left_alone() -> anyhow::Result<()> {
 async fn pod_waits_for_a_pod_group_created_later() -> anyhow::Result<()> {
     let cx = setup("late").await?;
     cx.node("n", "4").await?;
-    let s = cx.start(|_| {});
+    let s = cx.start();
     let t0 = Instant::now();
     cx.pod("p1", "1", Some("late")).await?;
     let m = cx.wait_pod_reason("p1", "WaitingForPodGroup").await?;
@@ -872,7 +697,7 @@ async fn delete_one_member_keeps_the_rest() -> anyhow::Result<()> {
     let cx = setup("del").await?;
     cx.node("n1", "2").await?;
     cx.node("n2", "2").await?;
-    let s = cx.start(|_| {});
+    let s = cx.start();
     cx.group("pg", Some(3)).await?;
     for p in ["p1", "p2", "p3"] {
         cx.pod(p, "1", Some("pg")).await?;
@@ -922,7 +747,7 @@ async fn kill_and_restart_loses_nothing() -> anyhow::Result<()> {
             }
         }
     });
-    let s = cx.start(|o| o.bind_concurrency = 1);
+    let s = cx.start_with(|o| o.bind_concurrency = 1);
     for g in ["ga", "gb", "gc"] {
         for i in 0..20 {
             let n = format!("{g}-{i}");
@@ -955,7 +780,7 @@ async fn kill_and_restart_loses_nothing() -> anyhow::Result<()> {
     let n_at_kill = count_in(&at_kill, &all);
     eprintln!("killed with {n_at_kill} of 60 pods bound");
     ensure!(n_at_kill < 60, "the kill came too late to interrupt binding");
-    let s2 = cx.start(|_| {});
+    let s2 = cx.start();
     let end = cx
         .wait_bound(&all.iter().map(String::as_str).collect::<Vec<_>>())
         .await?;
@@ -983,7 +808,7 @@ async fn kill_and_restart_loses_nothing() -> anyhow::Result<()> {
 async fn follower_writes_nothing_until_leader() -> anyhow::Result<()> {
     let cx = setup("leader").await?;
     cx.node("n", "4").await?;
-    let s = cx.start(|o| o.instance = Some("follower".into()));
+    let s = cx.start_with(|o| o.instance = Some("follower".into()));
     cx.group("pg", Some(2)).await?;
     cx.pod("p1", "1", Some("pg")).await?;
     cx.pod("lonely", "1", Some("missing")).await?;
@@ -998,7 +823,7 @@ async fn follower_writes_nothing_until_leader() -> anyhow::Result<()> {
         );
     }
     assert!(
-        group_condition(&cx.groups().get("pg").await?).is_none(),
+        group_condition(&cx.pod_groups().get("pg").await?).is_none(),
         "follower wrote a group condition"
     );
     s.leader.send(true)?;
@@ -1024,11 +849,11 @@ async fn bound_gang_without_condition_is_caught_up_after_restart() -> anyhow::Re
         // Bound as the dead scheduler would have left them.
         phalanx_testenv::bind_pod(&cx.client, &cx.ns, p, &node).await?;
     }
-    let s = cx.start(|_| {});
+    let s = cx.start();
     cx.wait_group("done", "True", "Scheduled").await?;
     // "short" has 2 of 3 bound and no pending pod: not placed, so no True condition appears.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let short = cx.groups().get("short").await?;
+    let short = cx.pod_groups().get("short").await?;
     let c = group_condition(&short);
     assert!(
         c.as_ref().is_none_or(|c| c.status != "True"),
@@ -1046,11 +871,11 @@ async fn member_of_another_scheduler_is_reported_and_fails_the_group() -> anyhow
     cx.node("n", "4").await?;
     cx.group("waiting", Some(3)).await?;
     cx.group("mixed", Some(1)).await?;
-    let s = cx.start(|_| {});
+    let s = cx.start();
     cx.pod("w1", "1", Some("waiting")).await?;
     cx.pod_with("w2", "1", Some("waiting"), "default-scheduler", None)
         .await?;
-    let api = cx.groups();
+    let api = cx.pod_groups();
     let msg = wait_for("waiting names the foreign pod", SETTLE, || {
         let api = api.clone();
         async move {
@@ -1120,7 +945,7 @@ async fn denied_bind_is_reported_and_retried_with_backoff() -> anyhow::Result<()
     vapbs.create(&PostParams::default(), &vapb).await?;
     // The API server loads policies asynchronously (an informer): give it time before the pod exists.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let s = cx.start(|_| {});
+    let s = cx.start();
     let result = async {
         cx.pod("denied", "1", None).await?;
         let msg = match cx.wait_pod_reason("denied", "SchedulerError").await {
@@ -1172,7 +997,7 @@ async fn restart_queues_pending_work_in_creation_order() -> anyhow::Result<()> {
             // Creation timestamps have one-second resolution.
             tokio::time::sleep(Duration::from_millis(1100)).await;
         }
-        let s = cx.start(|_| {});
+        let s = cx.start();
         let names = [format!("{older}-0"), format!("{older}-1")];
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
         cx.wait_bound(&refs).await?;
@@ -1195,7 +1020,7 @@ async fn idle_loop_keeps_beating_with_an_unschedulable_entity() -> anyhow::Resul
     cx.node("n", "1").await?;
     let progress = phalanx_driver::Progress::default();
     let p = progress.clone();
-    let s = cx.start(move |o| o.progress = p);
+    let s = cx.start_with(move |o| o.progress = p);
     cx.pod("too-big", "4", None).await?;
     cx.wait_pod_reason("too-big", "Unschedulable").await?;
     let mut worst = Duration::ZERO;

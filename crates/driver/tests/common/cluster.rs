@@ -28,10 +28,12 @@ pub struct Ctx {
     pub sched: String,
 }
 
+/// A running in-process scheduler.
 pub struct Sched {
     shutdown: CancellationToken,
     handle: JoinHandle<anyhow::Result<()>>,
-    _leader: watch::Sender<bool>,
+    /// Its leader flag: true from the start unless `SchedulerOptions::instance` is `"follower"`.
+    pub leader: watch::Sender<bool>,
     registry: Registry,
 }
 
@@ -47,6 +49,12 @@ impl Sched {
         super::report_snapshot_mismatches(&self.registry);
         self.shutdown.cancel();
         self.handle.await.context("scheduler task")?
+    }
+
+    /// Abrupt stop: the task and its binds are aborted mid-flight (a crash).
+    pub async fn kill(self) {
+        self.handle.abort();
+        let _ = self.handle.await;
     }
 }
 
@@ -67,8 +75,54 @@ pub fn tracked(metrics: &str, kind: &str) -> Option<f64> {
         .find_map(|l| l.strip_prefix(&prefix)?.trim().parse().ok())
 }
 
+/// The node a pod is bound to (`spec.nodeName`, empty counts as unbound).
 pub fn node_of(p: &Pod) -> Option<&str> {
-    p.spec.as_ref()?.node_name.as_deref()
+    p.spec.as_ref()?.node_name.as_deref().filter(|n| !n.is_empty())
+}
+
+/// A pod condition's `(status, reason, message)`, reason and message empty when absent.
+pub fn pod_condition(p: &Pod, type_: &str) -> Option<(String, String, String)> {
+    let c = p
+        .status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_)?;
+    Some((
+        c.status.clone(),
+        c.reason.clone().unwrap_or_default(),
+        c.message.clone().unwrap_or_default(),
+    ))
+}
+
+/// The pod's `PodScheduled` condition as [`pod_condition`] gives it.
+pub fn pod_scheduled(p: &Pod) -> Option<(String, String, String)> {
+    pod_condition(p, "PodScheduled")
+}
+
+/// A CPU quantity in millicores (`"500m"`, `"2"`, `"0.5"`); 0 when it does not parse (test quantities are simple).
+pub fn milli(q: &str) -> i64 {
+    match q.strip_suffix('m') {
+        Some(m) => m.parse().unwrap_or(0),
+        None => q.parse::<f64>().map(|v| (v * 1000.0) as i64).unwrap_or(0),
+    }
+}
+
+/// The CPU a pod's containers request, in millicores.
+pub fn pod_cpu(p: &Pod) -> i64 {
+    p.spec
+        .iter()
+        .flat_map(|s| s.containers.iter())
+        .filter_map(|c| {
+            c.resources
+                .as_ref()?
+                .requests
+                .as_ref()?
+                .get("cpu")
+                .map(|q| milli(&q.0))
+        })
+        .sum()
 }
 
 pub fn condition(conds: Option<&Vec<Condition>>, type_: &str) -> Option<Condition> {
@@ -89,7 +143,7 @@ impl Ctx {
         };
         tweak(&mut opts);
         let store = Store::start(self.client.clone(), StoreConfig::default());
-        let (tx, rx) = watch::channel(true);
+        let (tx, rx) = watch::channel(opts.instance.as_deref() != Some("follower"));
         let shutdown = CancellationToken::new();
         let mut registry = Registry::with_prefix("phalanx");
         let fut = scheduling::run(
@@ -103,7 +157,7 @@ impl Ctx {
         Sched {
             shutdown,
             handle: tokio::spawn(fut),
-            _leader: tx,
+            leader: tx,
             registry,
         }
     }
@@ -236,6 +290,7 @@ impl Ctx {
         Ok(names)
     }
 
+    /// Node of every pod in the namespace that is bound.
     pub async fn bindings(&self) -> anyhow::Result<HashMap<String, String>> {
         let list = self.pods().list(&ListParams::default()).await?;
         Ok(list
@@ -245,10 +300,12 @@ impl Ctx {
             .collect())
     }
 
-    pub async fn wait_bound(&self, names: &[String]) -> anyhow::Result<HashMap<String, String>> {
-        wait_for(&format!("pods {names:?} bound"), SETTLE, || async {
+    /// Waits until every pod of `names` is bound; returns the node of every bound pod of the namespace.
+    pub async fn wait_bound<S: AsRef<str>>(&self, names: &[S]) -> anyhow::Result<HashMap<String, String>> {
+        let list: Vec<&str> = names.iter().map(AsRef::as_ref).collect();
+        wait_for(&format!("pods {list:?} bound"), SETTLE, || async {
             let b = self.bindings().await?;
-            Ok(names.iter().all(|n| b.contains_key(n)).then_some(b))
+            Ok(list.iter().all(|n| b.contains_key(*n)).then_some(b))
         })
         .await
     }
@@ -316,12 +373,16 @@ impl Ctx {
     }
 
     /// Asserts none of `names` gets bound during `d`.
-    pub async fn stays_unbound(&self, names: &[String], d: Duration) -> anyhow::Result<()> {
+    pub async fn stays_unbound<S: AsRef<str>>(&self, names: &[S], d: Duration) -> anyhow::Result<()> {
         let end = std::time::Instant::now() + d;
         while std::time::Instant::now() < end {
             let b = self.bindings().await?;
-            for n in names {
-                ensure!(!b.contains_key(n), "pod {n} was bound to {:?}", b.get(n));
+            for n in names.iter().map(AsRef::as_ref) {
+                ensure!(
+                    !b.contains_key(n),
+                    "pod {n} was bound to {:?}, expected it to stay pending",
+                    b.get(n)
+                );
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
