@@ -251,29 +251,29 @@ impl Driver {
             let Some(uid) = ws.first().map(|w| w.uid.clone()) else {
                 return;
             };
-            // The write carries the version it read (see `StatusWriter::group_conditions`); on a conflict the watch
-            // brings the newer object shortly, and the decision is made again on it.
+            // The write carries the version it read (see `StatusWriter::group_conditions`). The first try decides on
+            // the store's copy; after a conflict (the controllers' status write landed in between) each try reads
+            // the object fresh from the API server and decides again on it, as client-go's `RetryOnConflict` does.
+            // Waiting for the watch instead failed on a loaded API server: the cache lagged longer than the retries
+            // and the placed group was left without its condition.
             for attempt in 1..=GROUP_WRITE_ATTEMPTS {
+                let fresh = attempt > 1;
                 let res = match g.kind {
                     GroupKind::PodGroup => {
-                        let Some(obj) = store.pod_group(&g.namespace, &g.name) else {
-                            return;
+                        let obj = if fresh {
+                            writer.read::<PodGroup>(&g.namespace, &g.name).await
+                        } else {
+                            Ok(store.pod_group(&g.namespace, &g.name))
                         };
-                        if obj.metadata.uid.as_deref() != Some(uid.as_str()) {
-                            return;
-                        }
-                        let cur = convert::pod_group_conditions(&obj);
-                        writer.group_conditions::<PodGroup>(&obj, cur, &ws).await
+                        write_conditions(&writer, obj, &uid, &ws, convert::pod_group_conditions).await
                     }
                     GroupKind::CompositePodGroup => {
-                        let Some(obj) = store.composite_pod_group(&g.namespace, &g.name) else {
-                            return;
+                        let obj = if fresh {
+                            writer.read::<CompositePodGroup>(&g.namespace, &g.name).await
+                        } else {
+                            Ok(store.composite_pod_group(&g.namespace, &g.name))
                         };
-                        if obj.metadata.uid.as_deref() != Some(uid.as_str()) {
-                            return;
-                        }
-                        let cur = convert::composite_conditions(&obj);
-                        writer.group_conditions::<CompositePodGroup>(&obj, cur, &ws).await
+                        write_conditions(&writer, obj, &uid, &ws, convert::composite_conditions).await
                     }
                 };
                 match res {
@@ -281,10 +281,10 @@ impl Driver {
                         tokio::time::sleep(std::time::Duration::from_millis(50 * u64::from(attempt))).await;
                     }
                     Err(e) => {
-                        tracing::debug!(group = %g, error = %e, "group condition not written");
+                        tracing::warn!(group = %g, attempt, error = %e, "group condition not written");
                         return;
                     }
-                    Ok(_) => return,
+                    Ok(()) => return,
                 }
             }
         };
@@ -365,6 +365,31 @@ impl Driver {
             self.spawn_group_condition(sg, type_, false, names::gate_group_reason(gate.reason), message);
         }
     }
+}
+
+/// One try of a group condition write on `obj` (the store's copy or a fresh read): nothing when the object is gone
+/// or was recreated (another uid), else [`crate::status::StatusWriter::group_conditions`] on its conditions.
+async fn write_conditions<K>(
+    writer: &crate::status::StatusWriter,
+    obj: Result<Option<Arc<K>>, kube::Error>,
+    uid: &str,
+    wanted: &[WantedCondition],
+    conditions: fn(&K) -> &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+) -> Result<(), kube::Error>
+where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let Some(obj) = obj? else { return Ok(()) };
+    if obj.meta().uid.as_deref() != Some(uid) {
+        return Ok(());
+    }
+    writer
+        .group_conditions::<K>(&obj, conditions(&obj), wanted)
+        .await
+        .map(|_| ())
 }
 
 /// The pod's `PodScheduled` condition, if any.

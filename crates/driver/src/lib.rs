@@ -79,6 +79,10 @@ pub struct SchedulerOptions {
     /// difference is logged, counted (`phalanx_scheduler_snapshot_mismatches_total`) and the fresh one is used.
     /// Costs a full build per cycle: on in debug builds (tests, the chaos suite), off in release builds.
     pub verify_snapshot: bool,
+    /// How often the leader re-checks that every placed group shows `*InitiallyScheduled=True` and writes what is
+    /// missing (default 30 s): the repair for a condition write that failed for good. Not in the configuration
+    /// file; tests shorten it.
+    pub condition_catch_up: Duration,
 }
 
 impl Default for SchedulerOptions {
@@ -94,6 +98,7 @@ impl Default for SchedulerOptions {
             config: SchedulerConfig::default(),
             progress: Progress::default(),
             verify_snapshot: cfg!(debug_assertions),
+            condition_catch_up: runtime::CONDITION_CATCH_UP,
         }
     }
 }

@@ -16,6 +16,12 @@ use crate::state::{BindResult, Driver};
 /// Longest sleep of the loop between two iterations (see `crate::progress`).
 pub(crate) const MAX_IDLE: Duration = Duration::from_secs(1);
 
+/// Default of [`crate::SchedulerOptions::condition_catch_up`]: how often the leader re-checks that every placed
+/// group shows `*InitiallyScheduled=True` ([`Driver::catch_up_conditions`]). A condition write that failed for good (the API server down through every
+/// retry) is otherwise repaired only by a relist or a change of leader. Costs one pass over the cached groups and
+/// their members; a write only where a condition is missing.
+pub(crate) const CONDITION_CATCH_UP: Duration = Duration::from_secs(30);
+
 enum Wake {
     Shutdown,
     Event(Result<StoreEvent, tokio::sync::broadcast::error::RecvError>),
@@ -85,6 +91,7 @@ impl Driver {
         tracing::info!(scheduler = %self.opts.scheduler_name, "store ready, scheduling");
         self.resync();
         let mut was_leader = false;
+        let mut last_catch_up = Instant::now();
         loop {
             self.opts.progress.beat();
             // Drain everything that is already there, coalescing resyncs.
@@ -122,6 +129,10 @@ impl Driver {
                 self.catch_up_conditions();
             }
             was_leader = leader;
+            if leader && last_catch_up.elapsed() >= self.opts.condition_catch_up {
+                last_catch_up = Instant::now();
+                self.catch_up_conditions();
+            }
             self.flush_gates();
             self.update_pending();
             if leader && let Some(entity) = self.queue.pop(Instant::now()) {

@@ -190,6 +190,22 @@ impl StatusWriter {
         }
     }
 
+    /// Reads `namespace/name` from the API server, bypassing the caches (`None` when it does not exist); used
+    /// after a write conflict, when the cached copy is known to be stale.
+    ///
+    /// # Errors
+    /// The API call's error.
+    pub(crate) async fn read<K>(&self, namespace: &str, name: &str) -> Result<Option<Arc<K>>, kube::Error>
+    where
+        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + DeserializeOwned
+            + std::fmt::Debug,
+    {
+        let api: Api<K> = Api::namespaced(self.client.clone(), namespace);
+        Ok(api.get_opt(name).await?.map(Arc::new))
+    }
+
     /// Applies the conditions the scheduler wants on a group (`wanted`, one per type) with upstream's rules, in one
     /// server-side apply that also carries every other condition this field manager owns as it stands (`current`:
     /// the object's conditions as cached), because an apply drops the manager's entries its body leaves out. A True

@@ -862,6 +862,48 @@ async fn bound_gang_without_condition_is_caught_up_after_restart() -> anyhow::Re
     s.stop().await
 }
 
+/// A placed gang whose condition write was lost for good (every retry failed while the scheduler kept running) is
+/// repaired by the leader's periodic re-check, not only by a restart. Gangs bound outside a cycle (pods created with
+/// `spec.nodeName`) stand in for the lost write: no cycle runs for them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_group_condition_is_repaired_while_running() -> anyhow::Result<()> {
+    let cx = setup("repair").await?;
+    let node = cx.node("n", "8").await?;
+    let sched = cx.sched.clone();
+    let bound_gang = |name: &'static str| {
+        let (cx, node, sched) = (&cx, node.clone(), sched.clone());
+        async move {
+            cx.group(name, Some(2)).await?;
+            for i in 1..=2 {
+                cx.pod_with(&format!("{name}-{i}"), "1", Some(name), &sched, Some(&node))
+                    .await?;
+            }
+            anyhow::Ok(())
+        }
+    };
+    // Counterfactual: with the re-check an hour away, nothing writes the condition of a gang bound after the start.
+    let slow = cx.start_with(|o| o.condition_catch_up = Duration::from_secs(3600));
+    // A pod it binds shows its loop is past the catch-up it runs on becoming leader.
+    cx.pod("probe", "1", None).await?;
+    cx.wait_bound(&["probe"]).await?;
+    bound_gang("early").await?;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let c = group_condition(&cx.pod_groups().get("early").await?);
+    ensure!(
+        c.is_none(),
+        "nothing should have written the condition yet: {c:?}"
+    );
+    slow.stop().await?;
+
+    let fast = cx.start_with(|o| o.condition_catch_up = Duration::from_secs(2));
+    // The start's own catch-up repairs the older gang ...
+    cx.wait_group("early", "True", "Scheduled").await?;
+    // ... and the periodic re-check one that appears while it runs.
+    bound_gang("late").await?;
+    cx.wait_group("late", "True", "Scheduled").await?;
+    fast.stop().await
+}
+
 /// A member that names another scheduler breaks the gang (the other scheduler may bind it alone). While the group
 /// waits for quorum its message names that pod; once our members could be placed, the group fails with upstream's
 /// SchedulerError message (`validatePodGroup`, `pkg/scheduler/schedule_one_podgroup.go`) and nothing binds.
