@@ -70,7 +70,7 @@ fi
 progress "phalanx binary ($PHALANX)"
 command -v cargo >/dev/null || phalanx::die "cargo not found: install Rust (https://rustup.rs), then re-run"
 command -v curl >/dev/null || phalanx::die "curl not found: install curl, then re-run"
-if ! cargo build -p phalanx --bin phalanx 2>&1 | sed 's/^/  /'; then
+if ! cargo build -p phalanx --bin phalanx --bin kubectl-phalanx 2>&1 | sed 's/^/  /'; then
   phalanx::die "cargo build -p phalanx failed (output above)"
 fi
 [ -x "$PHALANX" ] || phalanx::die "cargo build did not produce $PHALANX"

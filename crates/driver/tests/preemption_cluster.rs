@@ -307,11 +307,7 @@ impl PodB<'_> {
             "metadata": { "name": self.name, "labels": labels, "finalizers": finalizers },
             "spec": spec,
         }))?;
-        self.cx
-            .pods()
-            .create(&PostParams::default(), &pod)
-            .await
-            .with_context(|| format!("creating pod {}", self.name))?;
+        phalanx_testenv::create_pod(&self.cx.client, &self.cx.ns, &pod).await?;
         lock(&self.cx.created).insert(self.name, self.node);
         Ok(())
     }

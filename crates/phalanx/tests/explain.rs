@@ -119,10 +119,7 @@ impl Ctx {
 
     async fn create_pod(&self, v: Value) -> anyhow::Result<()> {
         let pod: Pod = serde_json::from_value(v)?;
-        Api::<Pod>::namespaced(self.client.clone(), &self.ns)
-            .create(&PostParams::default(), &pod)
-            .await
-            .with_context(|| format!("creating pod {}", pod.name_any()))?;
+        phalanx_testenv::create_pod(&self.client, &self.ns, &pod).await?;
         Ok(())
     }
 

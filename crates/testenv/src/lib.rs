@@ -36,5 +36,5 @@ pub use crds::apply_crds;
 pub use env::{REUSE_KUBECONFIG_ENV, REUSE_LOG_DIR_ENV, TestEnv};
 pub use namespace::{TESTENV_NAMESPACE_LABEL, create_namespace};
 pub use node::{FakeNode, KWOK_NODE_ANNOTATION, TEST_NS_LABEL};
-pub use pods::bind_pod;
+pub use pods::{bind_pod, create_pod};
 pub use wait::wait_for;

@@ -1,4 +1,6 @@
-//! Binding pods the way a scheduler does.
+//! Creating pods, and binding them the way a scheduler does.
+
+use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
@@ -30,4 +32,32 @@ pub async fn bind_pod(client: &Client, ns: &str, pod: &str, node: &str) -> anyho
         .await
         .with_context(|| format!("binding pod {ns}/{pod} to node {node}"))?;
     Ok(())
+}
+
+/// How long [`create_pod`] retries while the Priority admission plugin has not yet seen a new PriorityClass.
+const PRIORITY_CLASS_LAG: Duration = Duration::from_secs(10);
+
+/// Creates `pod` in namespace `ns`. While the API server refuses it with 403 "no PriorityClass with name … was
+/// found", it retries every 100 ms for up to 10 s: the Priority admission plugin reads PriorityClasses from an
+/// informer (`plugin/pkg/admission/priority/admission.go`), so a class created a moment before may not be in it
+/// yet. A test that creates a class and then a pod using it would otherwise fail now and then.
+///
+/// # Errors
+/// Any other refusal at once, or that one after 10 s.
+pub async fn create_pod(client: &Client, ns: &str, pod: &Pod) -> anyhow::Result<Pod> {
+    let api = Api::<Pod>::namespaced(client.clone(), ns);
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let start = Instant::now();
+    loop {
+        match api.create(&PostParams::default(), pod).await {
+            Err(kube::Error::Api(s))
+                if s.code == 403
+                    && s.message.contains("no PriorityClass with name")
+                    && start.elapsed() < PRIORITY_CLASS_LAG =>
+            {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            res => return res.with_context(|| format!("creating pod {ns}/{name}")),
+        }
+    }
 }

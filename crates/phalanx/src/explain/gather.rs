@@ -31,7 +31,7 @@ pub enum Target {
 /// Most events shown.
 const EVENTS: usize = 8;
 /// Most capacity holders shown.
-const HOLDERS: usize = 10;
+pub(super) const HOLDERS: usize = 10;
 
 /// Explains `target` `namespace/name` over `state` (read from the cluster `client` talks to; `client` is also used
 /// to read the events, verb `list` on `events`). Errors: the target does not exist and nothing refers to it

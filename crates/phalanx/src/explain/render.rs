@@ -90,7 +90,11 @@ pub fn text(e: &Explanation) -> String {
         }
     }
     if !e.holders.is_empty() {
-        let _ = writeln!(s, "  Holding the room (lowest priority first):");
+        let _ = writeln!(
+            s,
+            "  Holding the room (lowest priority first, at most {}):",
+            super::gather::HOLDERS
+        );
         for h in &e.holders {
             let g = h
                 .group
