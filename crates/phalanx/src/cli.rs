@@ -88,6 +88,11 @@ pub struct ExplainArgs {
     #[arg(short = 'o', long, value_enum, default_value_t = Output::Text)]
     pub output: Output,
 
+    /// The scheduler's configuration file, as given to `phalanx run --config` (weights, placement limits, search
+    /// budget); without it the built-in defaults, which may differ from a running scheduler's file.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+
     /// The cluster.
     #[command(flatten)]
     pub cluster: ClusterArgs,
@@ -107,6 +112,11 @@ pub struct SimulateArgs {
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value_t = Output::Text)]
     pub output: Output,
+
+    /// The scheduler's configuration file, as given to `phalanx run --config` (weights, placement limits, search
+    /// budget); without it the built-in defaults, which may differ from a running scheduler's file.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
 
     /// The cluster (when no --snapshot).
     #[command(flatten)]
@@ -292,6 +302,13 @@ mod tests {
         };
         assert_eq!(a.files.len(), 2);
         assert!(a.snapshot.is_some());
+        assert!(a.config.is_none());
+        let cli =
+            Cli::try_parse_from(["phalanx", "explain", "ppg", "g", "--config", "c.yaml"]).expect("parses");
+        let Command::Explain(a) = cli.command else {
+            panic!("expected explain")
+        };
+        assert_eq!(a.config.as_deref(), Some(std::path::Path::new("c.yaml")));
     }
 
     #[test]

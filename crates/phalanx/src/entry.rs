@@ -43,7 +43,15 @@ pub fn main() -> ExitCode {
                 .namespace
                 .clone()
                 .unwrap_or_else(|| client.default_namespace().to_owned());
-            let e = explain::explain(&client, state, a.kind, &ns, &a.name, &view(&a.cluster)).await?;
+            let e = explain::explain(
+                &client,
+                state,
+                a.kind,
+                &ns,
+                &a.name,
+                &view(&a.cluster, a.config.as_deref())?,
+            )
+            .await?;
             Ok(match a.output {
                 Output::Text => explain::render::text(&e),
                 Output::Json => serde_json::to_string_pretty(&e)? + "\n",
@@ -54,7 +62,7 @@ pub fn main() -> ExitCode {
                 Some(f) => ClusterSource::File(f.clone()),
                 None => live(&a.cluster),
             };
-            let v = simulate::simulate(&a.files, &source, &view(&a.cluster)).await?;
+            let v = simulate::simulate(&a.files, &source, &view(&a.cluster, a.config.as_deref())?).await?;
             Ok(match a.output {
                 Output::Text => simulate::render(&v),
                 Output::Json => serde_json::to_string_pretty(&v)? + "\n",
@@ -86,11 +94,17 @@ fn live(c: &ClusterArgs) -> ClusterSource {
     }
 }
 
-fn view(c: &ClusterArgs) -> tools::View {
-    tools::View {
+/// The scheduler a tool takes the view of; `config` is read and validated as `phalanx run --config` reads it.
+fn view(c: &ClusterArgs, config: Option<&std::path::Path>) -> anyhow::Result<tools::View> {
+    let config = match config {
+        Some(path) => PhalanxConfig::load(path)?.scheduler,
+        None => phalanx_scheduler::config::SchedulerConfig::default(),
+    };
+    Ok(tools::View {
         scheduler_name: c.scheduler_name.clone(),
         node_selector: c.node_selector.clone(),
-    }
+        config,
+    })
 }
 
 fn runtime() -> Option<tokio::runtime::Runtime> {

@@ -67,13 +67,16 @@ pub fn read_text(path: &Path) -> anyhow::Result<(String, String)> {
     Ok((text, name))
 }
 
-/// The scheduler instance a tool takes the view of: its `schedulerName` and its node selector (empty = all nodes).
+/// The scheduler instance a tool takes the view of: its `schedulerName`, its node selector (empty = all nodes) and
+/// its core configuration (the `scheduler` section of its `--config` file, or the defaults).
 #[derive(Debug, Clone)]
 pub struct View {
     /// `spec.schedulerName` of the pods it places.
     pub scheduler_name: String,
     /// Its `--node-selector`.
     pub node_selector: String,
+    /// Its plugin weights, placement limits and search budget.
+    pub config: phalanx_scheduler::config::SchedulerConfig,
 }
 
 /// Runs the scheduler's cycles over `store` with a progress line on stderr when it takes more than a second.
@@ -82,6 +85,7 @@ pub fn run_dry(client: kube::Client, store: Store, view: &View) -> anyhow::Resul
     let opts = SchedulerOptions {
         scheduler_name: view.scheduler_name.clone(),
         node_selector: Some(view.node_selector.clone()).filter(|s| !s.is_empty()),
+        config: view.config.clone(),
         ..SchedulerOptions::default()
     };
     let started = std::time::Instant::now();
