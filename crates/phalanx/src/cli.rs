@@ -88,9 +88,10 @@ pub struct ExplainArgs {
     #[arg(short = 'o', long, value_enum, default_value_t = Output::Text)]
     pub output: Output,
 
-    /// The scheduler's configuration file, as given to `phalanx run --config` (weights, placement limits, search
-    /// budget); without it the built-in defaults, which may differ from a running scheduler's file.
-    #[arg(long)]
+    /// The scheduler's configuration file, as given to `phalanx run --config` (the same `PHALANX_CONFIG` variable
+    /// too): weights, scoring strategy, placement limits, search budget. Without it the built-in defaults, which may
+    /// differ from a running scheduler's file.
+    #[arg(long, env = "PHALANX_CONFIG")]
     pub config: Option<PathBuf>,
 
     /// The cluster.
@@ -113,9 +114,10 @@ pub struct SimulateArgs {
     #[arg(short = 'o', long, value_enum, default_value_t = Output::Text)]
     pub output: Output,
 
-    /// The scheduler's configuration file, as given to `phalanx run --config` (weights, placement limits, search
-    /// budget); without it the built-in defaults, which may differ from a running scheduler's file.
-    #[arg(long)]
+    /// The scheduler's configuration file, as given to `phalanx run --config` (the same `PHALANX_CONFIG` variable
+    /// too): weights, scoring strategy, placement limits, search budget. Without it the built-in defaults, which may
+    /// differ from a running scheduler's file.
+    #[arg(long, env = "PHALANX_CONFIG")]
     pub config: Option<PathBuf>,
 
     /// The cluster (when no --snapshot).

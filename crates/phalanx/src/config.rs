@@ -109,8 +109,9 @@ fn in_range(origin: &str, key: &str, value: u64, min: u64, max: u64) -> Result<(
 /// Why a configuration file was rejected. Every variant names the file and, where it applies, the key.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    /// The file could not be read.
-    #[error("cannot read configuration file {path}: {source}")]
+    /// The file could not be read. The I/O error is the `source`, not part of the message: callers print the
+    /// chain (`{:#}`), which would show it twice.
+    #[error("cannot read configuration file {path}")]
     Read {
         /// The file.
         path: PathBuf,

@@ -36,6 +36,8 @@ pub fn main() -> ExitCode {
             }
         }
         Command::Explain(a) => tool(async move {
+            // The configuration first: a typo in it is reported without reading the cluster.
+            let view = view(&a.cluster, a.config.as_deref())?;
             let source = live(&a.cluster);
             let (client, state) = tools::read_cluster(&source).await?;
             // As kubectl: no `-n` means the namespace of the kubeconfig's context.
@@ -43,15 +45,7 @@ pub fn main() -> ExitCode {
                 .namespace
                 .clone()
                 .unwrap_or_else(|| client.default_namespace().to_owned());
-            let e = explain::explain(
-                &client,
-                state,
-                a.kind,
-                &ns,
-                &a.name,
-                &view(&a.cluster, a.config.as_deref())?,
-            )
-            .await?;
+            let e = explain::explain(&client, state, a.kind, &ns, &a.name, &view).await?;
             Ok(match a.output {
                 Output::Text => explain::render::text(&e),
                 Output::Json => serde_json::to_string_pretty(&e)? + "\n",

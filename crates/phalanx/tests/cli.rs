@@ -35,7 +35,9 @@ fn crds_into_a_closed_pipe_exits_cleanly() {
 
 /// Runs `phalanx <args>` and returns (success, stdout, stderr).
 fn phalanx(args: &[&str]) -> (bool, String, String) {
+    // The built-in configuration unless the test passes `--config`, whatever the developer's shell sets.
     let out = Command::new(env!("CARGO_BIN_EXE_phalanx"))
+        .env_remove("PHALANX_CONFIG")
         .args(args)
         .output()
         .expect("phalanx runs");
@@ -100,4 +102,9 @@ fn simulate_reads_the_scheduler_config() {
     let (ok, _, err) = phalanx(&[&base[..], &["--config", &bad]].concat());
     assert!(!ok, "a bad key must fail");
     assert!(err.contains("scoringStrategi"), "the error names the key: {err}");
+    // A missing file: one clear line, the OS error once.
+    let missing = dir.join("missing.yaml").display().to_string();
+    let (ok, _, err) = phalanx(&[&base[..], &["--config", &missing]].concat());
+    assert!(!ok, "a missing file must fail");
+    assert_eq!(err.matches("No such file").count(), 1, "the OS error once: {err}");
 }

@@ -59,7 +59,9 @@ impl Ctx {
             "--node-selector",
             &selector,
         ]);
+        // The built-in configuration, whatever the developer's shell sets.
         let out = Command::new(env!("CARGO_BIN_EXE_kubectl-phalanx"))
+            .env_remove("PHALANX_CONFIG")
             .args(&all)
             .output()
             .expect("the binary runs");
