@@ -203,7 +203,14 @@ impl ModelCache {
         {
             return c.clone();
         }
-        let c = Arc::new(PodInfo::from_pod(p, name.as_deref()));
+        let info = PodInfo::from_pod(p, name.as_deref());
+        // A new resourceVersion that changes nothing the scheduler models (kwok's or a kubelet's status update of a
+        // bound pod) keeps the `Arc` already handed out, so the snapshot, the queue and this cache go on sharing one
+        // copy instead of holding one each until they catch up.
+        let c = match self.pods.get(&key) {
+            Some((_, cg, c)) if *cg == group && **c == info => c.clone(),
+            _ => Arc::new(info),
+        };
         self.pods.insert(key, (rv, group, c.clone()));
         c
     }
@@ -266,5 +273,34 @@ mod tests {
         assert_eq!(group_info(&pg(None, None), &classes).priority, None);
         // A class that does not exist: the lowest priority, not the written one.
         assert_eq!(group_info(&pg(Some("gone"), Some(5)), &classes).priority, Some(0));
+    }
+
+    fn pod(rv: &str, phase: &str, node: Option<&str>) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns", "resourceVersion": rv, "labels": {"app": "a"}},
+            "spec": {"schedulerName": "phalanx-scheduler", "nodeName": node, "containers": [{"name": "c"}]},
+            "status": {"phase": phase},
+        }))
+        .expect("valid Pod")
+    }
+
+    /// A status-only update keeps the model already handed out (one copy shared by the snapshot, the queue and the
+    /// cache); a change the scheduler models gives a new one.
+    #[test]
+    fn a_status_only_update_keeps_the_shared_model() {
+        let mut cache = ModelCache::default();
+        let bound = cache.pod(&pod("1", "Pending", Some("n1")), None);
+        let running = cache.pod(&pod("2", "Running", Some("n1")), None);
+        assert!(Arc::ptr_eq(&bound, &running));
+        let moved = cache.pod(&pod("3", "Running", Some("n2")), None);
+        assert!(!Arc::ptr_eq(&running, &moved));
+        assert_eq!(moved.node_name.as_deref(), Some("n2"));
+        // The same object with another group is another model.
+        let grouped = cache.pod(
+            &pod("3", "Running", Some("n2")),
+            Some(phalanx_scheduler::GroupKey::pod_group("ns", "g")),
+        );
+        assert!(!Arc::ptr_eq(&moved, &grouped));
+        assert_eq!(grouped.group_name.as_deref(), Some("g"));
     }
 }

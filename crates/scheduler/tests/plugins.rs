@@ -295,7 +295,7 @@ fn topology_spread_hard_constraint_skew() {
 fn topology_spread_min_domains_forces_zero_minimum() {
     let snap = spread_snapshot();
     let mut with_b = PodInfo::simple("ns", "eb", 0);
-    with_b.labels.insert("app".into(), "x".into());
+    std::sync::Arc::make_mut(&mut with_b.labels).insert("app".into(), "x".into());
     with_b.node_name = Some("b1".into());
     let mut snap = snap;
     snap.add_pod(Arc::new(with_b));

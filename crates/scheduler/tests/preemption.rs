@@ -311,7 +311,7 @@ fn foo_pdb(allowed: i32) -> Pdb {
 
 fn labelled(name: &str, milli: i64, node: &str, priority: i32) -> PodInfo {
     let mut p = Sim::make_pod(name, milli, None, priority);
-    p.labels.insert("app".into(), "foo".into());
+    std::sync::Arc::make_mut(&mut p.labels).insert("app".into(), "foo".into());
     p.node_name = Some(node.into());
     p
 }

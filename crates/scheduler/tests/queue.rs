@@ -337,7 +337,7 @@ fn update_of_a_bound_member_does_not_wake_its_group() {
     q.done(&unschedulable(e.key.clone(), &["a"]), t);
     assert_eq!(q.counts().unschedulable, 1);
     let mut b2 = (*b).clone();
-    b2.labels.insert("touched".into(), "yes".into());
+    std::sync::Arc::make_mut(&mut b2.labels).insert("touched".into(), "yes".into());
     q.update_pod(Arc::new(b2), t);
     assert_eq!(q.counts().unschedulable, 1, "the group stays asleep");
 }

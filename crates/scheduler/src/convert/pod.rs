@@ -56,7 +56,7 @@ impl PodInfo {
         PodInfo {
             key: PodKey::new(&namespace, meta.name.as_deref().unwrap_or("")),
             uid: meta.uid.as_deref().unwrap_or("").into(),
-            labels,
+            labels: Arc::new(labels),
             scheduler_name: spec
                 .scheduler_name
                 .as_deref()

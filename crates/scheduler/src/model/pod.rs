@@ -155,8 +155,9 @@ pub struct PodInfo {
     pub key: PodKey,
     /// metadata.uid (empty when unset).
     pub uid: Arc<str>,
-    /// Labels.
-    pub labels: BTreeMap<String, String>,
+    /// Labels, shared: the driver clones a `PodInfo` to mark it assumed on a node, and each clone used to copy the
+    /// map (about 0.7 KB for two labels, a third of the model's heap at 8,000 pods; docs/benchmarks.md).
+    pub labels: Arc<BTreeMap<String, String>>,
     /// spec.schedulerName (`default-scheduler` when unset).
     pub scheduler_name: Arc<str>,
     /// spec.priority (0 when unset).
@@ -197,7 +198,7 @@ impl PodInfo {
         PodInfo {
             key: PodKey::new(namespace, name),
             uid: format!("uid-{namespace}-{name}").into(),
-            labels: BTreeMap::new(),
+            labels: Arc::default(),
             scheduler_name: "phalanx-scheduler".into(),
             priority: 0,
             preemption_policy: PreemptionPolicy::PreemptLowerPriority,

@@ -140,7 +140,7 @@ mod tests {
     fn pod(name: &str, app: Option<&str>) -> PodInfo {
         let mut p = PodInfo::simple("ns", name, 100);
         if let Some(a) = app {
-            p.labels.insert("app".into(), a.into());
+            Arc::make_mut(&mut p.labels).insert("app".into(), a.into());
         }
         p
     }
