@@ -156,7 +156,7 @@ pub struct PodInfo {
     /// metadata.uid (empty when unset).
     pub uid: Arc<str>,
     /// Labels, shared: the driver clones a `PodInfo` to mark it assumed on a node, and each clone used to copy the
-    /// map (about 0.7 KB for two labels, a third of the model's heap at 8,000 pods; docs/benchmarks.md).
+    /// map (a B-tree node of about 0.5 KB and every string; docs/benchmarks.md, "where the peak heap goes").
     pub labels: Arc<BTreeMap<String, String>>,
     /// spec.schedulerName (`default-scheduler` when unset).
     pub scheduler_name: Arc<str>,
