@@ -53,8 +53,8 @@ pub struct BinderConfig {
     /// Status patches and events in flight (1-1024, default 16).
     pub status_concurrency: u32,
     /// Emit the `Scheduled` event for every bound pod (default true), as kube-scheduler does
-    /// (`pkg/scheduler/schedule_one.go`, "Successfully assigned"). It is a third of the API writes per bound pod
-    /// (`docs/benchmarks.md`); `false` leaves a bound pod with its `PodScheduled=True` condition only.
+    /// (`pkg/scheduler/schedule_one.go`, "Successfully assigned"). It is a third (gangs of 8) to a half (gangs of
+    /// 1,000) of the API writes per bound pod (`docs/benchmarks.md`); `false` leaves a bound pod with its `PodScheduled=True` condition only.
     pub scheduled_events: bool,
 }
 
