@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Pod, PodCondition};
 use kube::ResourceExt;
-use phalanx_api::{conditions::reasons, v1alpha3::CompositePodGroup, v1beta1::PodGroup};
+use phalanx_api::conditions::reasons;
 use phalanx_scheduler::{EntityKey, Gate, GateReason, GroupKey, GroupKind, GroupPolicy, PodKey, is_terminal};
 use phalanx_store::pod_node;
 
@@ -260,20 +260,30 @@ impl Driver {
                 let fresh = attempt > 1;
                 let res = match g.kind {
                     GroupKind::PodGroup => {
-                        let obj = if fresh {
-                            writer.read::<PodGroup>(&g.namespace, &g.name).await
-                        } else {
-                            Ok(store.pod_group(&g.namespace, &g.name))
-                        };
-                        write_conditions(&writer, obj, &uid, &ws, convert::pod_group_conditions).await
+                        let cached = || store.pod_group(&g.namespace, &g.name);
+                        write_conditions(
+                            &writer,
+                            &g,
+                            fresh,
+                            cached,
+                            &uid,
+                            &ws,
+                            convert::pod_group_conditions,
+                        )
+                        .await
                     }
                     GroupKind::CompositePodGroup => {
-                        let obj = if fresh {
-                            writer.read::<CompositePodGroup>(&g.namespace, &g.name).await
-                        } else {
-                            Ok(store.composite_pod_group(&g.namespace, &g.name))
-                        };
-                        write_conditions(&writer, obj, &uid, &ws, convert::composite_conditions).await
+                        let cached = || store.composite_pod_group(&g.namespace, &g.name);
+                        write_conditions(
+                            &writer,
+                            &g,
+                            fresh,
+                            cached,
+                            &uid,
+                            &ws,
+                            convert::composite_conditions,
+                        )
+                        .await
                     }
                 };
                 match res {
@@ -367,11 +377,14 @@ impl Driver {
     }
 }
 
-/// One try of a group condition write on `obj` (the store's copy or a fresh read): nothing when the object is gone
-/// or was recreated (another uid), else [`crate::status::StatusWriter::group_conditions`] on its conditions.
+/// One try of a group condition write on group `g`: on the store's copy (`cached`), or with `fresh` on the object read
+/// from the API server. Nothing when the object is gone or was recreated (another uid), else
+/// [`crate::status::StatusWriter::group_conditions`] on its conditions. Errors: the read's or the write's.
 async fn write_conditions<K>(
     writer: &crate::status::StatusWriter,
-    obj: Result<Option<Arc<K>>, kube::Error>,
+    g: &GroupKey,
+    fresh: bool,
+    cached: impl FnOnce() -> Option<Arc<K>>,
     uid: &str,
     wanted: &[WantedCondition],
     conditions: fn(&K) -> &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
@@ -382,7 +395,12 @@ where
         + serde::de::DeserializeOwned
         + std::fmt::Debug,
 {
-    let Some(obj) = obj? else { return Ok(()) };
+    let obj = if fresh {
+        writer.read::<K>(&g.namespace, &g.name).await?
+    } else {
+        cached()
+    };
+    let Some(obj) = obj else { return Ok(()) };
     if obj.meta().uid.as_deref() != Some(uid) {
         return Ok(());
     }

@@ -17,8 +17,8 @@ use crate::state::{BindResult, Driver};
 pub(crate) const MAX_IDLE: Duration = Duration::from_secs(1);
 
 /// Default of [`crate::SchedulerOptions::condition_catch_up`]: how often the leader re-checks that every placed
-/// group shows `*InitiallyScheduled=True` ([`Driver::catch_up_conditions`]). A condition write that failed for good (the API server down through every
-/// retry) is otherwise repaired only by a relist or a change of leader. Costs one pass over the cached groups and
+/// group shows `*InitiallyScheduled=True` ([`Driver::catch_up_conditions`]). A condition write that failed for good
+/// (the API server down through every retry) is otherwise repaired only by a relist or a change of leader. Costs one pass over the cached groups and
 /// their members; a write only where a condition is missing.
 pub(crate) const CONDITION_CATCH_UP: Duration = Duration::from_secs(30);
 
@@ -127,6 +127,7 @@ impl Driver {
                 }
                 let _ = self.queue.take_gate_changes();
                 self.catch_up_conditions();
+                last_catch_up = Instant::now();
             }
             was_leader = leader;
             if leader && last_catch_up.elapsed() >= self.opts.condition_catch_up {

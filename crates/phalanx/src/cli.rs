@@ -88,11 +88,9 @@ pub struct ExplainArgs {
     #[arg(short = 'o', long, value_enum, default_value_t = Output::Text)]
     pub output: Output,
 
-    /// The scheduler's configuration file, as given to `phalanx run --config` (the same `PHALANX_CONFIG` variable
-    /// too): weights, scoring strategy, placement limits, search budget. Without it the built-in defaults, which may
-    /// differ from a running scheduler's file.
-    #[arg(long, env = "PHALANX_CONFIG")]
-    pub config: Option<PathBuf>,
+    /// The scheduler's configuration file.
+    #[command(flatten)]
+    pub config: ConfigFileArg,
 
     /// The cluster.
     #[command(flatten)]
@@ -114,15 +112,23 @@ pub struct SimulateArgs {
     #[arg(short = 'o', long, value_enum, default_value_t = Output::Text)]
     pub output: Output,
 
-    /// The scheduler's configuration file, as given to `phalanx run --config` (the same `PHALANX_CONFIG` variable
-    /// too): weights, scoring strategy, placement limits, search budget. Without it the built-in defaults, which may
-    /// differ from a running scheduler's file.
-    #[arg(long, env = "PHALANX_CONFIG")]
-    pub config: Option<PathBuf>,
+    /// The scheduler's configuration file.
+    #[command(flatten)]
+    pub config: ConfigFileArg,
 
     /// The cluster (when no --snapshot).
     #[command(flatten)]
     pub cluster: ClusterArgs,
+}
+
+/// `--config` of `explain` and `simulate`.
+#[derive(Debug, Clone, Args)]
+pub struct ConfigFileArg {
+    /// The scheduler's configuration file, as given to `phalanx run --config` (the same `PHALANX_CONFIG` variable
+    /// too): weights, scoring strategy, placement limits, search budget. Without it the built-in defaults, which may
+    /// differ from a running scheduler's file.
+    #[arg(long = "config", value_name = "CONFIG", env = "PHALANX_CONFIG")]
+    pub path: Option<PathBuf>,
 }
 
 /// Format of `phalanx snapshot`.
@@ -304,13 +310,13 @@ mod tests {
         };
         assert_eq!(a.files.len(), 2);
         assert!(a.snapshot.is_some());
-        assert!(a.config.is_none());
+        assert!(a.config.path.is_none());
         let cli =
             Cli::try_parse_from(["phalanx", "explain", "ppg", "g", "--config", "c.yaml"]).expect("parses");
         let Command::Explain(a) = cli.command else {
             panic!("expected explain")
         };
-        assert_eq!(a.config.as_deref(), Some(std::path::Path::new("c.yaml")));
+        assert_eq!(a.config.path.as_deref(), Some(std::path::Path::new("c.yaml")));
     }
 
     #[test]

@@ -54,7 +54,8 @@ pub struct BinderConfig {
     pub status_concurrency: u32,
     /// Emit the `Scheduled` event for every bound pod (default true), as kube-scheduler does
     /// (`pkg/scheduler/schedule_one.go`, "Successfully assigned"). It is a third (gangs of 8) to a half (gangs of
-    /// 1,000) of the API writes per bound pod (`docs/benchmarks.md`); `false` leaves a bound pod with its `PodScheduled=True` condition only.
+    /// 1,000) of the API writes per bound pod (`docs/benchmarks.md`); `false` leaves a bound pod with its
+    /// `PodScheduled=True` condition only.
     pub scheduled_events: bool,
 }
 

@@ -37,7 +37,7 @@ pub fn main() -> ExitCode {
         }
         Command::Explain(a) => tool(async move {
             // The configuration first: a typo in it is reported without reading the cluster.
-            let view = view(&a.cluster, a.config.as_deref())?;
+            let view = view(&a.cluster, a.config.path.as_deref())?;
             let source = live(&a.cluster);
             let (client, state) = tools::read_cluster(&source).await?;
             // As kubectl: no `-n` means the namespace of the kubeconfig's context.
@@ -56,7 +56,8 @@ pub fn main() -> ExitCode {
                 Some(f) => ClusterSource::File(f.clone()),
                 None => live(&a.cluster),
             };
-            let v = simulate::simulate(&a.files, &source, &view(&a.cluster, a.config.as_deref())?).await?;
+            let v =
+                simulate::simulate(&a.files, &source, &view(&a.cluster, a.config.path.as_deref())?).await?;
             Ok(match a.output {
                 Output::Text => simulate::render(&v),
                 Output::Json => serde_json::to_string_pretty(&v)? + "\n",
