@@ -124,16 +124,10 @@ impl Driver {
                 );
                 continue;
             }
-            // A pod that cannot be placed even on the room kept for it gives that room up.
-            self.bind_reserved.remove(&key);
-            if self.nominated.remove(&key).is_some()
-                && let Some(pod) = self.store.pod(&key)
-            {
-                // Upstream clears the nomination of a pod that failed without preempting (`clearNominatedNode`).
-                let evictor = self.evictor.clone();
-                self.tasks.spawn(async move {
-                    let _ = evictor.nominate(&pod, None).await;
-                });
+            // A pod that cannot be placed even on the room kept for it gives that room up, and its nomination:
+            // upstream clears the nomination of a pod that failed without preempting (`clearNominatedNode`).
+            if let Some(w) = self.preemption.on_failure(&key) {
+                drop(self.submit_nomination(w));
             }
             self.submit_pod_condition(
                 key,
@@ -250,7 +244,7 @@ impl Driver {
         {
             // Its siblings are bound: keep its room on that node, or other work takes it and the gang stays half
             // bound for good (found by the chaos suite's admission-deny fault).
-            self.bind_reserved.insert(r.key.clone(), (info.clone(), r.node));
+            self.preemption.on_bind_failed(info.clone(), &r.node);
         }
         // Back to its place, with backoff (upstream `handleBindingCycleError`).
         self.queue.bind_failed(info, Instant::now());

@@ -1,11 +1,13 @@
-//! Acting on a preemption decision: mark and delete the victims, nominate the preemptors.
+//! Acting on a preemption decision: mark and delete the victims. (Nominating the preemptors is a status write, done
+//! by [`crate::StatusWriter::nominate`] before any victim is touched; see `crate::preempt`.)
 //!
 //! Follows upstream's preemption actuation (`pkg/scheduler/framework/preemption/preemption.go`
 //! `prepareCandidate`, and the pod group variant `actuatePodGroupPreemption`): each victim first gets the pod
 //! condition `DisruptionTarget=True` with reason `PreemptionByScheduler` (so its controller and `kubectl describe` can
 //! tell why it goes), then it is deleted with its own grace period (graceful termination is honoured, and the delete
 //! carries the victim's UID as a precondition so a pod recreated under the same name is never touched), then a
-//! `Preempted` event names the preemptor. Preemptor pods get `status.nominatedNodeName`.
+//! `Preempted` event names the preemptor by UID, as upstream's "Preempted by pod <uid> on node <node>" does, so no name
+//! from another namespace reaches the victim's namespace.
 //!
 //! Every call is bounded by a timeout (kube's default retry is off for the scheduler's client, see
 //! `scheduler_client`), and every write checks leadership at the moment it is sent.
@@ -39,7 +41,7 @@ pub enum EvictOutcome {
     Failed(String),
 }
 
-/// Evicts preemption victims and nominates preemptors.
+/// Evicts preemption victims.
 #[derive(Clone)]
 pub struct Evictor {
     client: Client,
@@ -64,7 +66,7 @@ impl Evictor {
     }
 
     /// Marks `victim` `DisruptionTarget=True/PreemptionByScheduler`, deletes it (UID precondition, the pod's own
-    /// grace period) and emits `Preempted` naming `preemptor` (e.g. `pod group ns/train`) and `node`.
+    /// grace period) and emits `Preempted` naming `preemptor` (`pod <uid>` or `pod group <uid>`) and `node`.
     pub async fn preempt(
         &self,
         victim: &Pod,
@@ -118,28 +120,6 @@ impl Evictor {
             .event_preempted(victim, format!("Preempted by {preemptor} on node {node}"))
             .await;
         outcome
-    }
-
-    /// Sets `status.nominatedNodeName` of `pod` to `node` (`None` clears it), as upstream does for a preemptor that
-    /// waits for its victims to terminate. Returns whether a patch was sent.
-    pub async fn nominate(&self, pod: &Pod, node: Option<&str>) -> Result<bool, kube::Error> {
-        let current = pod.status.as_ref().and_then(|s| s.nominated_node_name.as_deref());
-        if current == node || !self.writer.is_leader() {
-            return Ok(false);
-        }
-        let (Some(ns), name) = (pod.namespace(), pod.name_any()) else {
-            return Ok(false);
-        };
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
-        let (pp, patch) = (
-            PatchParams::default(),
-            Patch::Strategic(json!({ "status": { "nominatedNodeName": node } })),
-        );
-        let call = api.patch_status(&name, &pp, &patch);
-        match tokio::time::timeout(self.timeout, call).await {
-            Err(_) => Ok(false),
-            Ok(r) => r.map(|_| true),
-        }
     }
 }
 

@@ -48,24 +48,18 @@ impl Driver {
     ) {
         self.snapshots.pod_changed(&key);
         let pod = if deleted { None } else { self.store.pod(&key) };
+        match &pod {
+            // Any pod may be a victim terminating by preemption; ours are handled with their queue model below.
+            Some(p) if is_terminal(p) || !self.ours(p) => self.preemption.on_pod(p, None),
+            Some(_) => {}
+            None => self.preemption.on_pod_deleted(&key),
+        }
         match pod {
             Some(p) if !is_terminal(&p) && self.ours(&p) => {
                 let info = self.queue_info(&key, &p);
                 // A pending pod's nomination (written by an earlier preemption, ours or a previous leader's) keeps
                 // its room reserved; a bound pod needs none.
-                match p.status.as_ref().and_then(|s| s.nominated_node_name.as_deref()) {
-                    Some(n) if !n.is_empty() && pod_node(&p).is_none() => {
-                        self.nominated.insert(key.clone(), (info.clone(), n.to_owned()));
-                    }
-                    _ => {
-                        self.nominated.remove(&key);
-                    }
-                }
-                if pod_node(&p).is_some() {
-                    self.bind_reserved.remove(&key);
-                } else if let Some(r) = self.bind_reserved.get_mut(&key) {
-                    r.0 = info.clone();
-                }
+                self.preemption.on_pod(&p, Some(&info));
                 if self.known.insert(key, info.clone()).is_some() {
                     self.queue.update_pod(info, now);
                 } else {
@@ -97,9 +91,6 @@ impl Driver {
             other => {
                 let terminal = other.as_ref().is_some_and(|p| is_terminal(p));
                 self.foreign_bound.remove(&key);
-                if other.is_none() || terminal {
-                    self.preemption_pod_gone(&key);
-                }
                 if let Some(old) = self.known.remove(&key) {
                     self.queue.delete_pod(&old, now);
                 } else if (other.is_none() || terminal)
@@ -274,12 +265,12 @@ impl Driver {
                 p.name_any(),
             )
         });
-        for p in pods {
-            if is_terminal(&p) || !self.ours(&p) {
+        for p in &pods {
+            if is_terminal(p) || !self.ours(p) {
                 continue;
             }
-            let Some(key) = PodKey::of(&p) else { continue };
-            let info = self.queue_info(&key, &p);
+            let Some(key) = PodKey::of(p) else { continue };
+            let info = self.queue_info(&key, p);
             seen.insert(key.clone());
             if self.known.insert(key, info.clone()).is_some() {
                 self.queue.update_pod(info, now);
@@ -298,6 +289,16 @@ impl Driver {
                 self.queue.delete_pod(&old, now);
             }
         }
+        // Preemption state comes back from what the cluster shows (nominations, victims terminating by
+        // preemption): after a restart or a failover this is all the new leader knows of plans it did not make.
+        let known = &self.known;
+        self.preemption.on_resync(pods.iter().map(|p| {
+            let ours = PodKey::of(p).and_then(|k| known.get(&k));
+            (&**p, ours)
+        }));
+        // Every other per-pod record is pruned to the pods that still exist.
+        let existing: HashSet<PodKey> = pods.iter().filter_map(|p| PodKey::of(p)).collect();
+        self.foreign_bound.retain(|k| existing.contains(k));
         // Ingest's record of the considered nodes restarts from the store: nodes listed at the start (or in a
         // relist) raise no watch event of their own, and the wake-up below covers any change among them.
         self.nodes_seen.clear();

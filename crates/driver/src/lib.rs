@@ -31,6 +31,7 @@ pub mod metrics;
 pub mod names;
 pub mod node_filter;
 mod preempt;
+mod preemption_tracker;
 pub mod progress;
 pub mod runtime;
 mod snapshot;

@@ -26,6 +26,7 @@ enum Wake {
     Shutdown,
     Event(Result<StoreEvent, tokio::sync::broadcast::error::RecvError>),
     Bind(Option<BindResult>),
+    Evict(Option<crate::preempt::EvictReport>),
     Leader,
     Timer,
 }
@@ -114,6 +115,9 @@ impl Driver {
             while let Ok(r) = self.bind_rx.try_recv() {
                 self.on_bind_result(r);
             }
+            while let Ok(r) = self.evict_rx.try_recv() {
+                self.on_evict_report(r);
+            }
             self.start_binds();
             while self.tasks.try_join_next().is_some() {}
             let leader = self.is_leader();
@@ -151,6 +155,7 @@ impl Driver {
                 () = shutdown.cancelled() => Wake::Shutdown,
                 ev = events.recv() => Wake::Event(ev),
                 r = self.bind_rx.recv() => Wake::Bind(r),
+                r = self.evict_rx.recv() => Wake::Evict(r),
                 r = self.leader_rx.changed(), if leader_open => {
                     if r.is_err() {
                         self.leader_open = false;
@@ -167,7 +172,8 @@ impl Driver {
                     self.on_bind_result(r);
                     self.start_binds();
                 }
-                Wake::Bind(None) | Wake::Leader | Wake::Timer => {}
+                Wake::Evict(Some(r)) => self.on_evict_report(r),
+                Wake::Bind(None) | Wake::Evict(None) | Wake::Leader | Wake::Timer => {}
             }
         }
         // Graceful: let binds in flight and queued finish (bounded by the bind timeout) so no assumption is left
@@ -196,13 +202,14 @@ impl Driver {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .len();
+        let (nominated, in_flight) = self.preemption.counts();
         for (kind, n) in [
             ("pods", self.known.len()),
             ("nodes", self.nodes_seen.len()),
             ("groups", self.known_groups.len()),
             ("group_conditions", group_conditions),
-            ("nominated", self.nominated.len()),
-            ("preemptions_in_flight", self.in_flight.len()),
+            ("nominated", nominated),
+            ("preemptions_in_flight", in_flight),
             ("binds_waiting", self.pending_binds.len()),
             ("tasks", self.tasks.len()),
         ] {

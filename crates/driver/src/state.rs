@@ -35,6 +35,9 @@ pub(crate) struct WantedCondition {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum WriteKey {
     Pod(PodKey),
+    /// `status.nominatedNodeName` of a pod: ordered apart from its conditions, so a condition write never replaces
+    /// a queued nomination.
+    Nomination(PodKey),
     Group(GroupKey),
 }
 
@@ -91,15 +94,11 @@ pub(crate) struct Driver {
     /// Every PodGroup and CompositePodGroup as the core sees it (victim units need the groups of running pods).
     pub(crate) group_infos: HashMap<GroupKey, Arc<phalanx_scheduler::GroupInfo>>,
     pub(crate) composite_infos: HashMap<GroupKey, Arc<phalanx_scheduler::CompositeGroupInfo>>,
-    /// Our pending pods with `status.nominatedNodeName`, and the node.
-    pub(crate) nominated: HashMap<PodKey, (Arc<PodInfo>, String)>,
-    /// Gang members whose bind failed, with the node it was for: their room stays reserved there (as a nomination)
-    /// until they bind or their group gives up, so that other work cannot take it and leave the gang half bound.
-    pub(crate) bind_reserved: HashMap<PodKey, (Arc<PodInfo>, String)>,
-    /// Pods we preempted that may still be terminating.
-    pub(crate) preempted: HashSet<PodKey>,
-    /// Preemptions whose victims are not all gone, by preemptor entity.
-    pub(crate) in_flight: HashMap<phalanx_scheduler::EntityKey, crate::preempt::InFlight>,
+    /// Nominations, bind reservations, pods terminating by preemption and preemptions in flight: one owner.
+    pub(crate) preemption: crate::preemption_tracker::PreemptionTracker,
+    /// Eviction results, sent back to the loop.
+    pub(crate) evict_tx: mpsc::UnboundedSender<crate::preempt::EvictReport>,
+    pub(crate) evict_rx: mpsc::UnboundedReceiver<crate::preempt::EvictReport>,
     /// Binds decided but not started: a bind task starts only with a binder permit (see `Driver::start_binds`).
     pub(crate) pending_binds: std::collections::VecDeque<BindJob>,
     pub(crate) bind_tx: mpsc::UnboundedSender<BindResult>,
@@ -126,6 +125,7 @@ impl Driver {
             ),
         };
         let (bind_tx, bind_rx) = mpsc::unbounded_channel();
+        let (evict_tx, evict_rx) = mpsc::unbounded_channel();
         let writer = StatusWriter::new(client.clone(), reporter, leader.clone());
         let fresh_client = client.clone();
         Self {
@@ -146,10 +146,9 @@ impl Driver {
             writer,
             group_infos: HashMap::new(),
             composite_infos: HashMap::new(),
-            nominated: HashMap::new(),
-            bind_reserved: HashMap::new(),
-            preempted: HashSet::new(),
-            in_flight: HashMap::new(),
+            preemption: Default::default(),
+            evict_tx,
+            evict_rx,
             write_permits: Arc::new(Semaphore::new(opts.status_concurrency.max(1))),
             writes: Serializer::new(),
             group_wanted: Arc::default(),

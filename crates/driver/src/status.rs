@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::{
-    api::core::v1::{Pod, PodCondition},
+    api::core::v1::{ObjectReference, Pod, PodCondition},
     apimachinery::pkg::apis::meta::v1::{Condition, Time},
     jiff::Timestamp,
 };
@@ -22,6 +22,7 @@ use kube::{
     runtime::events::{Event, EventType, Recorder, Reporter},
 };
 use phalanx_api::conditions::reasons;
+use phalanx_scheduler::PodKey;
 use phalanx_store::Leader;
 use serde::de::DeserializeOwned;
 use serde_json::json;
@@ -172,7 +173,46 @@ impl StatusWriter {
             .await;
     }
 
+    /// Emits the Warning `FailedPreemption` on `object` (the preemptor pod, or its group object): a victim of its
+    /// plan could not be evicted, so the preemptor is retried rather than left waiting for a deletion that never
+    /// comes (upstream logs the error and activates the preemptor, `pkg/scheduler/framework/preemption/executor.go`).
+    pub async fn event_preemption_failed(&self, object: &ObjectReference, note: String) {
+        self.publish(object, EventType::Warning, "FailedPreemption", "Preempting", note)
+            .await;
+    }
+
+    /// Sets `status.nominatedNodeName` of `pod` (with `uid`) to `node` (`None` clears it), as upstream's
+    /// `updatePod` does for a preemptor that waits for its victims (`pkg/scheduler/schedule_one.go`). The patch is
+    /// sent as it is: the caller orders the writes of one pod and decides whether one is needed, because the cached
+    /// pod may not show an earlier write yet. The UID in the patch makes the API server refuse it for a pod
+    /// recreated under the name. Returns `Ok(false)` when this replica does not lead (nothing sent).
+    ///
+    /// # Errors
+    /// The API call's error (404 when the pod is gone, 409 when it was replaced).
+    pub async fn nominate(&self, pod: &PodKey, uid: &str, node: Option<&str>) -> Result<bool, kube::Error> {
+        if !self.is_leader() {
+            return Ok(false);
+        }
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &pod.namespace);
+        let patch = json!({ "metadata": { "uid": uid }, "status": { "nominatedNodeName": node } });
+        api.patch_status(&pod.name, &PatchParams::default(), &Patch::Strategic(patch))
+            .await?;
+        Ok(true)
+    }
+
     async fn event(&self, pod: &Pod, type_: EventType, reason: &str, action: &str, note: String) {
+        self.publish(&pod.object_ref(&()), type_, reason, action, note)
+            .await;
+    }
+
+    async fn publish(
+        &self,
+        object: &ObjectReference,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) {
         if !self.is_leader() {
             return;
         }
@@ -185,8 +225,8 @@ impl StatusWriter {
             action: action.into(),
             secondary: None,
         };
-        if let Err(e) = recorder.publish(&ev, &pod.object_ref(&())).await {
-            tracing::debug!(pod = %pod.name_any(), error = %e, "event not recorded");
+        if let Err(e) = recorder.publish(&ev, object).await {
+            tracing::debug!(object = ?object.name, error = %e, "event not recorded");
         }
     }
 

@@ -146,15 +146,32 @@ struct Ctx {
 struct Sched {
     shutdown: CancellationToken,
     handle: JoinHandle<anyhow::Result<()>>,
-    _registry: Registry,
-    _leader: watch::Sender<bool>,
+    registry: Registry,
+    /// Its leader flag (a replica that starts as a follower reads false until the test sets it).
+    leader: watch::Sender<bool>,
 }
 
 impl Sched {
     async fn stop(self) -> anyhow::Result<()> {
-        common::report_snapshot_mismatches(&self._registry);
+        common::report_snapshot_mismatches(&self.registry);
         self.shutdown.cancel();
         self.handle.await.context("scheduler task")?
+    }
+
+    /// Ends the replica at once, as SIGKILL would: its loop, binds, writes and memory are gone.
+    async fn kill(self) {
+        self.handle.abort();
+        let _ = self.handle.await;
+    }
+
+    /// The value of the counter `name` with `label` in the registry's text exposition (0 when absent).
+    fn counter(&self, name: &str, label: &str) -> f64 {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &self.registry).unwrap_or_default();
+        text.lines()
+            .filter(|l| l.starts_with(name) && l.contains(label))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
     }
 }
 
@@ -235,9 +252,16 @@ struct PodB<'a> {
     prefer: Option<String>,
     labels: BTreeMap<String, String>,
     hold: bool,
+    grace: i64,
 }
 
 impl PodB<'_> {
+    /// `terminationGracePeriodSeconds` (default 0).
+    fn grace(mut self, seconds: i64) -> Self {
+        self.grace = seconds;
+        self
+    }
+
     fn cpu(mut self, q: &str) -> Self {
         q.clone_into(&mut self.cpu);
         self
@@ -285,7 +309,7 @@ impl PodB<'_> {
         }
         let mut spec = json!({
             "schedulerName": self.cx.sched,
-            "terminationGracePeriodSeconds": 0,
+            "terminationGracePeriodSeconds": self.grace,
             "containers": [{ "name": "c", "image": "busybox", "resources": { "requests": { "cpu": self.cpu } } }],
         });
         if let Some(n) = &self.node {
@@ -368,13 +392,18 @@ impl GroupB<'_> {
 
 impl Ctx {
     fn start(&self) -> Sched {
+        self.start_replica(true)
+    }
+
+    /// A scheduler replica of this test's scheduler name; `leader` = whether it leads from the start.
+    fn start_replica(&self, leader: bool) -> Sched {
         let opts = SchedulerOptions {
             scheduler_name: self.sched.clone(),
             node_selector: Some(format!("{TEST_NS_LABEL}={}", self.ns)),
             ..SchedulerOptions::default()
         };
         let store = Store::start(self.client.clone(), StoreConfig::default());
-        let (tx, rx) = watch::channel(true);
+        let (tx, rx) = watch::channel(leader);
         let shutdown = CancellationToken::new();
         let mut registry = Registry::with_prefix("phalanx");
         let fut = scheduling::run(
@@ -388,8 +417,8 @@ impl Ctx {
         Sched {
             shutdown,
             handle: tokio::spawn(fut),
-            _registry: registry,
-            _leader: tx,
+            registry,
+            leader: tx,
         }
     }
 
@@ -445,6 +474,7 @@ impl Ctx {
             prefer: None,
             labels: BTreeMap::new(),
             hold: false,
+            grace: 0,
         }
     }
 
@@ -847,15 +877,30 @@ impl Ctx {
             .await?;
         let note = e.note.clone().unwrap_or_default();
         let on_node = node.is_none_or(|n| note.ends_with(&format!(" on node {n}")));
+        // Upstream names the preemptor by UID ("Preempted by pod <uid> on node <node>"): the pod named `preemptor`,
+        // the PodGroup named `preemptor`, or one of its member pods.
+        let mut uids: Vec<String> = Vec::new();
+        if let Ok(p) = self.pods().get(preemptor).await {
+            uids.extend(p.metadata.uid);
+        }
+        if let Ok(g) = self.groups().get(preemptor).await {
+            uids.extend(g.metadata.uid);
+        }
+        let members =
+            ListParams::default().labels(&format!("{}={preemptor}", phalanx_api::labels::POD_GROUP));
+        for p in self.pods().list(&members).await?.items {
+            uids.extend(p.metadata.uid);
+        }
         self.check(
             e.type_.as_deref() == Some("Normal")
-                && note.starts_with("Preempted by ")
-                && note.contains(preemptor)
+                && (note.starts_with("Preempted by pod ") || note.starts_with("Preempted by pod group "))
+                && uids.iter().any(|u| note.contains(u.as_str()))
+                && !note.contains('/')
                 && on_node,
             || {
                 format!(
                     "Preempted event on {victim}: type {:?}, note {note:?}; expected Normal, \
-                     \"Preempted by <…{preemptor}…> on node {node:?}\"",
+                     \"Preempted by pod <uid of {preemptor} or a member: {uids:?}> on node {node:?}\"",
                     e.type_
                 )
             },
@@ -1585,6 +1630,342 @@ async fn lower_priority_pod_created_during_preemption_does_not_take_the_freed_no
     .await?;
     cx.assert_victims(&["low-1"], "pg1").await?;
     cx.wait_pod_reason("late-low", "Unschedulable", "").await?;
+    cx.no_overcommit().await?;
+    s.stop().await
+}
+
+// --- Preemption state across restarts, failovers and failed evictions ------------------------------------------
+
+/// With [`two_held_low_pods`] running, a p100 2-CPU gang(1) preemptor:
+/// creates the preemptor and returns the victim the first plan chose and the node the preemptor was nominated to.
+async fn one_victim_of_two(cx: &Ctx) -> anyhow::Result<(String, String)> {
+    cx.pod("high-1")
+        .cpu("2")
+        .class("high")
+        .group("pg1")
+        .create()
+        .await?;
+    cx.group("pg1").gang(1).class("high").create().await?;
+    let victim = cx
+        .wait("one low pod Terminating", || async {
+            let l = cx.pods().list(&ListParams::default()).await?;
+            Ok(l.items
+                .into_iter()
+                .find(|p| p.name_any().starts_with("low-") && p.metadata.deletion_timestamp.is_some())
+                .map(|p| p.name_any()))
+        })
+        .await?;
+    let node = cx
+        .wait("high-1 nominated", || async {
+            let p = cx.pods().get("high-1").await?;
+            Ok(p.status
+                .and_then(|s| s.nominated_node_name)
+                .filter(|n| !n.is_empty()))
+        })
+        .await?;
+    Ok((victim, node))
+}
+
+/// Two 2-CPU nodes, each with one p10 2-CPU pod held Terminating once deleted.
+async fn two_held_low_pods(cx: &Ctx, grace: i64) -> anyhow::Result<()> {
+    cx.classes(&[("low", 10), ("high", 100)]).await?;
+    for (pod, node) in [("low-1", "node1"), ("low-2", "node2")] {
+        let n = cx.node(node, "2").await?;
+        cx.pod(pod)
+            .cpu("2")
+            .class("low")
+            .on(&n)
+            .hold()
+            .grace(grace)
+            .create()
+            .await?;
+    }
+    cx.wait_running(&["low-1", "low-2"]).await
+}
+
+impl Ctx {
+    /// For 8 s, with a new node added every 2 s (each wakes every unschedulable entity, so the preemptor is retried):
+    /// `high-1` stays nominated to `node` and nothing but `victim` is evicted.
+    async fn keeps_waiting(&self, victim: &str, node: &str) -> anyhow::Result<()> {
+        for i in 0..4 {
+            self.node(&format!("wake{i}"), "100m").await?;
+            let until = Instant::now() + Duration::from_secs(2);
+            while Instant::now() < until {
+                let p = self.pods().get("high-1").await?;
+                let now = p.status.as_ref().and_then(|s| s.nominated_node_name.clone());
+                self.check(now.as_deref() == Some(node), || {
+                    format!("high-1 is nominated to {now:?} while its victim terminates, expected {node}")
+                })
+                .await?;
+                let got = self.evicted().await?;
+                self.check(got == BTreeSet::from([victim.to_owned()]), || {
+                    format!("evicted {got:?} while the first victim terminates, expected only {victim}")
+                })
+                .await?;
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Defect: a restarted scheduler did not load nominations or victims terminating by preemption, so it planned from
+/// scratch and evicted a second pod. Here the first replica is killed while its victim is held Terminating; a fresh
+/// one evicts nothing more, keeps the preemptor's nomination, and binds it on that node once the victim is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_while_victims_terminate_evicts_nothing_more() -> anyhow::Result<()> {
+    let cx = setup("restart").await?;
+    two_held_low_pods(&cx, 0).await?;
+    let s = cx.start();
+    let (victim, node) = one_victim_of_two(&cx).await?;
+    s.kill().await;
+    let s = cx.start();
+    cx.wait_pod_reason("high-1", WAITING_FOR_PREEMPTION, "").await?;
+    cx.keeps_waiting(&victim, &node).await?;
+    cx.release(&victim).await?;
+    cx.wait_bound_on(&[("high-1", node.as_str())]).await?;
+    cx.assert_victims(&[&victim], "pg1").await?;
+    cx.no_overcommit().await?;
+    s.stop().await
+}
+
+/// The same across a failover: the standby replica, warm but not leading while the first plan is made, takes over
+/// when the leader dies and evicts nothing more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failover_while_victims_terminate_evicts_nothing_more() -> anyhow::Result<()> {
+    let cx = setup("failover").await?;
+    two_held_low_pods(&cx, 0).await?;
+    let a = cx.start_replica(true);
+    let b = cx.start_replica(false);
+    let (victim, node) = one_victim_of_two(&cx).await?;
+    a.kill().await;
+    b.leader.send_replace(true);
+    cx.keeps_waiting(&victim, &node).await?;
+    cx.release(&victim).await?;
+    cx.wait_bound_on(&[("high-1", node.as_str())]).await?;
+    cx.assert_victims(&[&victim], "pg1").await?;
+    b.stop().await
+}
+
+/// Defect: a preemption counted as in flight for 120 s at most; past that the nomination was cleared and the next
+/// attempt preempted afresh. A victim with a 300 s grace period (held Terminating: kwok deletes pods at once, the
+/// finalizer stands in for the kubelet's graceful termination) keeps the preemptor nominated past 120 s, nothing
+/// else is evicted, and the preemptor binds there once the victim is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_grace_period_victims_keep_the_nomination_until_gone() -> anyhow::Result<()> {
+    let cx = setup("grace").await?;
+    two_held_low_pods(&cx, 300).await?;
+    let s = cx.start();
+    let (victim, node) = one_victim_of_two(&cx).await?;
+    let until = Instant::now() + Duration::from_secs(125);
+    while Instant::now() < until {
+        let p = cx.pods().get("high-1").await?;
+        let now = p.status.as_ref().and_then(|s| s.nominated_node_name.clone());
+        cx.check(now.as_deref() == Some(node.as_str()), || {
+            format!("high-1 is nominated to {now:?} while its victim terminates, expected {node}")
+        })
+        .await?;
+        let got = cx.evicted().await?;
+        cx.check(got == BTreeSet::from([victim.clone()]), || {
+            format!("evicted {got:?} while the first victim terminates, expected only {victim}")
+        })
+        .await?;
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    }
+    cx.release(&victim).await?;
+    cx.wait_bound_on(&[("high-1", node.as_str())]).await?;
+    s.stop().await
+}
+
+/// Defect: a failed eviction was only logged, and the preemptor waited up to 120 s for a deletion that never came.
+/// A ValidatingAdmissionPolicy denies the deletion of the only possible victim: the preemptor gets a Warning
+/// `FailedPreemption`, the failure is counted, and the preemptor is retried within 5 s. Once the policy goes, the
+/// retry evicts and binds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn denied_eviction_retries_the_preemptor_with_a_warning() -> anyhow::Result<()> {
+    use k8s_openapi::api::admissionregistration::v1::{
+        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    };
+    let cx = setup("deny").await?;
+    cx.classes(&[("low", 10), ("high", 100)]).await?;
+    let n1 = cx.node("node1", "2").await?;
+    let name = format!("{}-deny-delete", cx.ns);
+    let policy: ValidatingAdmissionPolicy = serde_json::from_value(json!({
+        "metadata": { "name": name },
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": { "resourceRules": [{
+                "apiGroups": [""], "apiVersions": ["v1"], "operations": ["DELETE"], "resources": ["pods"]
+            }]},
+            "validations": [{ "expression": "false", "message": "deletion denied by the test" }],
+        },
+    }))?;
+    let binding: ValidatingAdmissionPolicyBinding = serde_json::from_value(json!({
+        "metadata": { "name": name },
+        "spec": {
+            "policyName": name,
+            "validationActions": ["Deny"],
+            "matchResources": {
+                "namespaceSelector": { "matchLabels": { "kubernetes.io/metadata.name": cx.ns } },
+                "objectSelector": { "matchLabels": { "phalanx.dev/deny-delete": "true" } },
+            },
+        },
+    }))?;
+    let vaps: Api<ValidatingAdmissionPolicy> = Api::all(cx.client.clone());
+    let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(cx.client.clone());
+    vaps.create(&PostParams::default(), &policy).await?;
+    bindings.create(&PostParams::default(), &binding).await?;
+    cx.pod("low-1")
+        .cpu("2")
+        .class("low")
+        .on(&n1)
+        .label("phalanx.dev/deny-delete", "true")
+        .create()
+        .await?;
+    cx.wait_running(&["low-1"]).await?;
+    // The policy takes effect once the API server has loaded it: a dry-run deletion of the victim (admission runs,
+    // nothing is deleted) must be refused first.
+    let dry = DeleteParams {
+        dry_run: true,
+        ..DeleteParams::default()
+    };
+    cx.wait("the deletion policy in force", || async {
+        Ok(match cx.pods().delete("low-1", &dry).await {
+            Err(kube::Error::Api(e)) if e.message.contains("deletion denied by the test") => Some(()),
+            _ => None,
+        })
+    })
+    .await?;
+    let s = cx.start();
+    cx.pod("high-1").cpu("2").class("high").create().await?;
+    let failed = "phalanx_scheduler_preemption_attempts_total";
+    let label = "result=\"eviction_failed\"";
+    cx.wait("a failed eviction counted", || async {
+        Ok((s.counter(failed, label) >= 1.0).then_some(()))
+    })
+    .await?;
+    let first = Instant::now();
+    let warning = cx
+        .wait("a Warning FailedPreemption on high-1", || async {
+            let l = cx.events().list(&ListParams::default()).await?;
+            Ok(l.items.into_iter().find(|e| {
+                e.type_.as_deref() == Some("Warning")
+                    && e.reason.as_deref() == Some("FailedPreemption")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("high-1")
+            }))
+        })
+        .await?;
+    let note = warning.note.unwrap_or_default();
+    cx.check(note.contains("low-1") && note.contains("denied"), || {
+        format!("FailedPreemption note {note:?} does not name the victim and the reason")
+    })
+    .await?;
+    match wait_for("the preemptor retried", Duration::from_secs(5), || async {
+        Ok((s.counter(failed, label) >= 2.0).then_some(()))
+    })
+    .await
+    {
+        Ok(()) => {}
+        Err(e) => {
+            return cx
+                .fail(e.context(format!("no retry within 5 s of {:?}", first.elapsed())))
+                .await;
+        }
+    }
+    let p = cx.pods().get("low-1").await?;
+    cx.check(p.metadata.deletion_timestamp.is_none(), || {
+        "low-1 is terminating although its deletion is denied".into()
+    })
+    .await?;
+    let _ = bindings.delete(&name, &DeleteParams::default()).await;
+    let _ = vaps.delete(&name, &DeleteParams::default()).await;
+    cx.wait_bound_on(&[("high-1", n1.as_str())]).await?;
+    cx.assert_victims(&["low-1"], "high-1").await?;
+    s.stop().await
+}
+
+/// A standalone pod (no group) preempts: the lower-priority pod goes with `DisruptionTarget`, the `Preempted` event
+/// names the preemptor by UID, and the preemptor binds on the freed node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standalone_pod_preempts() -> anyhow::Result<()> {
+    let cx = setup("lonepre").await?;
+    cx.classes(&[("low", 10), ("high", 100)]).await?;
+    let n1 = cx.node("node1", "2").await?;
+    cx.pod("low-1").cpu("2").class("low").on(&n1).create().await?;
+    cx.wait_running(&["low-1"]).await?;
+    let s = cx.start();
+    cx.pod("high-1").cpu("2").class("high").create().await?;
+    cx.wait_bound_on(&[("high-1", n1.as_str())]).await?;
+    cx.assert_victims(&["low-1"], "high-1").await?;
+    cx.no_overcommit().await?;
+    s.stop().await
+}
+
+/// A CompositePodGroup tree preempts as one root: its two leaves (gang 1 each, one 2-CPU pod each) need both nodes,
+/// so both lower-priority pods go, and both members bind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn composite_pod_group_preempts() -> anyhow::Result<()> {
+    use phalanx_api::v1alpha3::CompositePodGroup;
+    let cx = setup("cpgpre").await?;
+    cx.classes(&[("low", 10), ("high", 100)]).await?;
+    let n1 = cx.node("node1", "2").await?;
+    let n2 = cx.node("node2", "2").await?;
+    cx.pod("low-1").cpu("2").class("low").on(&n1).create().await?;
+    cx.pod("low-2").cpu("2").class("low").on(&n2).create().await?;
+    cx.wait_running(&["low-1", "low-2"]).await?;
+    let s = cx.start();
+    let class = cx.class("high");
+    let root: CompositePodGroup = serde_json::from_value(json!({
+        "apiVersion": "scheduling.phalanx.dev/v1alpha3",
+        "kind": "CompositePodGroup",
+        "metadata": { "name": "root" },
+        "spec": {
+            "workloadRef": { "workloadName": "w", "templateName": "root" },
+            "schedulingPolicy": { "gang": { "minGroupCount": 2 } },
+            "priorityClassName": class,
+        },
+    }))?;
+    Api::<CompositePodGroup>::namespaced(cx.client.clone(), &cx.ns)
+        .create(&PostParams::default(), &root)
+        .await?;
+    for leaf in ["leaf-a", "leaf-b"] {
+        let pg: PodGroup = serde_json::from_value(json!({
+            "apiVersion": "scheduling.phalanx.dev/v1beta1",
+            "kind": "PodGroup",
+            "metadata": { "name": leaf },
+            "spec": {
+                "parentCompositePodGroupName": "root",
+                "workloadRef": { "workloadName": "w", "templateName": leaf },
+                "schedulingPolicy": { "gang": { "minCount": 1 } },
+                "priorityClassName": class,
+            },
+        }))?;
+        cx.groups().create(&PostParams::default(), &pg).await?;
+        cx.pod(&format!("{leaf}-0"))
+            .cpu("2")
+            .class("high")
+            .group(leaf)
+            .create()
+            .await?;
+    }
+    let b = cx.wait_bound_count(&["leaf-a-0", "leaf-b-0"], 2).await?;
+    let nodes: BTreeSet<&String> = ["leaf-a-0", "leaf-b-0"]
+        .iter()
+        .filter_map(|p| b.get(*p))
+        .collect();
+    cx.check(nodes.len() == 2, || {
+        format!("leaves bound {b:?}, expected one per node")
+    })
+    .await?;
+    let got = cx.evicted().await?;
+    cx.check(
+        got == BTreeSet::from(["low-1".to_owned(), "low-2".to_owned()]),
+        || format!("evicted {got:?}, expected low-1 and low-2"),
+    )
+    .await?;
+    cx.check_preempted_event("low-1", None, "leaf-a")
+        .await
+        .or(cx.check_preempted_event("low-1", None, "leaf-b").await)?;
     cx.no_overcommit().await?;
     s.stop().await
 }

@@ -83,7 +83,9 @@ impl PreemptionState {
         self.nominated.get(pod)
     }
 
-    pub(crate) fn is_terminating(&self, pod: &PodKey) -> bool {
+    /// Whether `pod` was declared terminating by preemption
+    /// ([`Snapshot::set_terminating_by_preemption`]).
+    pub fn is_terminating(&self, pod: &PodKey) -> bool {
         self.terminating.contains(pod)
     }
 

@@ -349,6 +349,14 @@ impl SchedulingQueue {
         }
     }
 
+    /// Moves one entity out of the unschedulable pool, into backoff or active by its backoff expiry (upstream
+    /// `Activate`, which the preemption executor calls when evicting a victim failed: the preemptor would
+    /// otherwise wait for a deletion that never comes). An entity being scheduled retries when its cycle ends;
+    /// one elsewhere in the queue, or unknown, is left as it is.
+    pub fn activate(&mut self, key: &EntityKey, now: Instant) {
+        self.wake(key, now);
+    }
+
     /// Wakes the unschedulable entities with a pod that has inter-pod constraints (pod affinity, anti-affinity,
     /// topology spread). Coarser than upstream's hints, which also check that the landed pod matches a term: a wasted
     /// retry costs one cycle, a missed one costs the flush interval.
