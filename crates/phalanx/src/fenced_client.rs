@@ -16,8 +16,6 @@
 
 use std::io;
 use std::pin::Pin;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 
 use hyper::rt::{Read, ReadBufCursor, Write};
@@ -61,29 +59,27 @@ pub fn build(config: &kube::Config, fence: &WriteFence) -> anyhow::Result<(kube:
     ))
 }
 
-/// What a connection asks before each write: may bytes still leave?
+/// What a connection asks before each write: may bytes still leave? It judges by the [`crate::write_fence::Standing`]
+/// the request fence uses (see the rule in [`crate::write_fence`]).
 #[derive(Clone, Debug, Default)]
 pub struct SocketFence {
-    leader: Arc<std::sync::OnceLock<Leader>>,
-    led: Arc<AtomicBool>,
+    fence: WriteFence,
 }
 
 impl SocketFence {
-    pub(crate) fn new(leader: Arc<std::sync::OnceLock<Leader>>) -> Self {
-        Self {
-            leader,
-            led: Arc::default(),
-        }
+    pub(crate) fn new(fence: WriteFence) -> Self {
+        Self { fence }
     }
 
-    /// True unless this replica led and leads no more. A follower's connections (watches, reads) are never cut.
-    fn open(&self) -> bool {
-        let Some(l) = self.leader.get() else { return true };
-        if l.is_leader() {
-            self.led.store(true, Ordering::Relaxed);
-            return true;
-        }
-        !self.led.load(Ordering::Relaxed)
+    /// This replica's standing now.
+    pub fn standing(&self) -> crate::write_fence::Standing {
+        self.fence.standing()
+    }
+
+    /// False once this replica led and leads no more; a standby's connections (watches, reads) are never cut, and
+    /// its writes never get here (the request fence refuses them).
+    pub(crate) fn open(&self) -> bool {
+        self.standing() != crate::write_fence::Standing::Lost
     }
 }
 
@@ -184,11 +180,11 @@ mod tests {
 
     #[test]
     fn a_follower_is_never_cut_and_a_lost_leader_is() {
-        let slot = Arc::new(std::sync::OnceLock::new());
-        let fence = SocketFence::new(slot.clone());
+        let writes = WriteFence::default();
+        let fence = writes.socket();
         assert!(fence.open(), "before election starts");
         let (tx, rx) = watch::channel(false);
-        let _ = slot.set(Leader::from(rx));
+        writes.set(Leader::from(rx));
         assert!(fence.open(), "a follower reads and watches");
         tx.send(true).expect("receiver alive");
         assert!(fence.open(), "the leader writes");

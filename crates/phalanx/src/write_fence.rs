@@ -1,18 +1,34 @@
-//! The last check before a write leaves the process: every POST, PUT, PATCH and DELETE except the Lease's own is
-//! refused unless this replica is the leader at the moment the client stack hands it to the connection.
+//! **No write without the lease.** This is the one place that states the rule; the layers below implement it, each
+//! closing a window the one before leaves open. A replica sends a POST, PUT, PATCH or DELETE (other than to its own
+//! Lease) only while it holds the Lease and its fencing deadline has not passed.
 //!
-//! Every writer already asks [`phalanx_store::Leader::is_leader`] before it sends. That check and the socket are
-//! apart by the client's queue (kube's `Buffer`, the connection pool): a replica stopped (SIGSTOP, a VM pause) right
-//! after the check resumes with requests queued there, and they go out although another replica leads by then (the
-//! chaos suite's leader-pause fault saw nine such PodGroup status patches). So do kube's retries of a request the
-//! API server answered 429, 503 or 504: they wait out a backoff and go again. This layer sits inside kube's
+//! | Layer | Where | Window it closes |
+//! |---|---|---|
+//! | Lease election, fail-stop | [`crate::leader`], [`crate::lease_precondition`] | two holders at once: Lease writes carry the `resourceVersion` precondition, and a holder that loses the Lease exits |
+//! | Deadline | [`phalanx_store::Leader`] | a holder paused past its term still reads `true`: leadership ends at `renewTime` + the renew deadline unless renewed |
+//! | Guard | every writer (`Binder`, `Evictor`, `StatusWriter`, the controllers' status writes) | asks [`Leader::is_leader`] at the moment it sends, after any permit wait |
+//! | Request fence | this module | a request queued in the client (kube's `Buffer`, its retries) after the guard passed |
+//! | Socket fence | [`crate::fenced_client`] | bytes already handed to a connection when the process was paused |
+//!
+//! Both fences judge by one [`Standing`], computed here: before election starts (`Unset`) and while `Leading`
+//! everything passes; a `Following` replica (never led, or not yet) sends no write, and its reads and watches pass;
+//! a replica that `Lost` the lead sends nothing at all: it is exiting (fail-stop), and at the socket a write cannot
+//! be told from a read. The request fence refuses by method; the socket fence can only refuse whole connections, so
+//! it refuses in `Lost` alone, which is enough because a `Following` replica's writes never reach a socket.
+//!
+//! Why the request fence: every writer already asks [`Leader::is_leader`] before it sends. That check and the socket
+//! are apart by the client's queue (kube's `Buffer`, the connection pool): a replica stopped (SIGSTOP, a VM pause)
+//! right after the check resumes with requests queued there, and they go out although another replica leads by then
+//! (the chaos suite's leader-pause fault saw nine such PodGroup status patches). So do kube's retries of a request
+//! the API server answered 429, 503 or 504: they wait out a backoff and go again. This layer sits inside kube's
 //! `Buffer` and inside the retry layer (`crate::operator::fenced_client` moves kube's retry policy outside it), so it
 //! judges a queued request when it leaves the queue, and every retry again. What it cannot see is a request already
-//! inside the connection; kube-scheduler has the same window (`cmd/kube-scheduler/app/server.go` only stops on
-//! `OnStoppedLeading`), and the deadline fencing of [`phalanx_store::Leader`] keeps it short.
+//! inside the connection, which the socket fence covers; kube-scheduler has neither fence
+//! (`cmd/kube-scheduler/app/server.go` only stops on `OnStoppedLeading`).
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 
@@ -20,11 +36,25 @@ use http::{Method, Request};
 use phalanx_store::Leader;
 use tower::{BoxError, Layer, Service};
 
-/// Where the leadership is set once leader election has started; until then writes pass (nothing but the Lease is
-/// written before the components start). Cheap to clone.
+/// Where this replica stands, as both fences judge it (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Standing {
+    /// Leader election has not started: nothing but the Lease is written before the components start.
+    Unset,
+    /// Holds the Lease within its deadline.
+    Leading,
+    /// Does not lead and never has (a warm standby).
+    Following,
+    /// Led and leads no more: the process is exiting.
+    Lost,
+}
+
+/// Where the leadership is set once leader election has started, and whether this replica has led. Cheap to clone;
+/// the clones share their state.
 #[derive(Clone, Debug, Default)]
 pub struct WriteFence {
     leader: Arc<OnceLock<Leader>>,
+    led: Arc<AtomicBool>,
 }
 
 impl WriteFence {
@@ -33,20 +63,40 @@ impl WriteFence {
         let _ = self.leader.set(leader);
     }
 
-    /// The connection-level fence that shares this leadership (see [`crate::fenced_client`]).
+    /// The connection-level fence that shares this standing (see [`crate::fenced_client`]).
     pub fn socket(&self) -> crate::fenced_client::SocketFence {
-        crate::fenced_client::SocketFence::new(self.leader.clone())
+        crate::fenced_client::SocketFence::new(self.clone())
+    }
+
+    /// This replica's standing now.
+    pub fn standing(&self) -> Standing {
+        let Some(l) = self.leader.get() else {
+            return Standing::Unset;
+        };
+        if l.is_leader() {
+            self.led.store(true, Ordering::Relaxed);
+            return Standing::Leading;
+        }
+        if self.led.load(Ordering::Relaxed) {
+            Standing::Lost
+        } else {
+            Standing::Following
+        }
     }
 
     fn allows(&self, method: &Method, path: &str) -> bool {
+        if is_lease(path) {
+            return true;
+        }
         let write = matches!(
             *method,
             Method::POST | Method::PUT | Method::PATCH | Method::DELETE
         );
-        if !write || is_lease(path) {
-            return true;
+        match self.standing() {
+            Standing::Unset | Standing::Leading => true,
+            Standing::Following => !write,
+            Standing::Lost => false,
         }
-        self.leader.get().is_none_or(Leader::is_leader)
     }
 }
 
@@ -125,10 +175,34 @@ mod tests {
         assert!(!fence.allows(&Method::PATCH, pod_status));
         assert!(!fence.allows(&Method::POST, "/api/v1/namespaces/a/pods/p/binding"));
         assert!(!fence.allows(&Method::DELETE, "/api/v1/namespaces/a/pods/p"));
-        assert!(fence.allows(&Method::GET, pod_status), "reads pass");
+        assert!(
+            !fence.allows(&Method::GET, pod_status),
+            "a lost leader reads nothing either"
+        );
         assert!(fence.allows(
             &Method::PATCH,
             "/apis/coordination.k8s.io/v1/namespaces/a/leases/phalanx"
         ));
+    }
+
+    /// The request fence and the socket fence judge by the same standing: a standby reads but never writes, and a
+    /// replica that lost the lead sends nothing either of them could stop.
+    #[test]
+    fn both_fences_share_one_standing() {
+        let fence = WriteFence::default();
+        let socket = fence.socket();
+        let (tx, rx) = watch::channel(false);
+        fence.set(Leader::from(rx));
+        let pods = "/api/v1/namespaces/a/pods";
+        assert_eq!(fence.standing(), Standing::Following);
+        assert!(!fence.allows(&Method::POST, pods) && fence.allows(&Method::GET, pods));
+        assert!(socket.open(), "a standby's watches stay open");
+        tx.send(true).expect("receiver alive");
+        assert_eq!(socket.standing(), Standing::Leading);
+        tx.send(false).expect("receiver alive");
+        // Observed first by either fence, the loss is the same for both.
+        assert!(!socket.open());
+        assert_eq!(fence.standing(), Standing::Lost);
+        assert!(!fence.allows(&Method::GET, pods) && !fence.allows(&Method::POST, pods));
     }
 }
