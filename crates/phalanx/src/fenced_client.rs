@@ -21,7 +21,6 @@ use std::task::{Context, Poll};
 use hyper::rt::{Read, ReadBufCursor, Write};
 use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
 use kube::client::ConfigExt as _;
-use phalanx_store::Leader;
 
 use crate::write_fence::WriteFence;
 
@@ -176,6 +175,7 @@ impl<S: Connection> Connection for FencedStream<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use phalanx_store::Leader;
     use tokio::sync::watch;
 
     #[test]

@@ -196,8 +196,29 @@ pub async fn explain(
     };
     let preemption = decision.and_then(|d| {
         let p = d.preemption.as_ref()?;
+        // A preemption in flight evicts nothing new: name the pods it still waits for, those terminating on the
+        // nodes its pods are nominated to, not a fresh victim list.
+        let terminating = match attempt {
+            Some(a) if p.ongoing => {
+                let nominated: std::collections::HashSet<&str> =
+                    d.nominations.iter().map(|n| &*n.node).collect();
+                a.nodes
+                    .iter()
+                    .filter(|n| nominated.contains(&*n.node.name))
+                    .flat_map(|n| {
+                        n.pods
+                            .iter()
+                            .filter(|q| q.deleting)
+                            .map(move |q| format!("{} on {}", q.key, n.node.name))
+                    })
+                    .collect()
+            }
+            _ => vec![],
+        };
         Some(PreemptionFacts {
             success: p.success,
+            ongoing: p.ongoing,
+            terminating,
             message: p.message.clone(),
             victims: d
                 .victims
@@ -421,6 +442,11 @@ fn summary(
             "Tried, and it does not fit now: none of its {pending} pending pod(s) is bound (all-or-nothing)."
         ),
         Standing::Preempting => match preemption {
+            Some(p) if p.ongoing => format!(
+                "Preempting, in flight: waiting for {} preempted pod(s) to terminate; it binds on its nominated \
+                 node(s) when they are gone, and evicts nothing more.",
+                p.terminating.len()
+            ),
             Some(p) if p.success => format!(
                 "Preempting: {} lower-priority pod(s) would be evicted to make room; it binds when they are gone.",
                 p.victims.len()

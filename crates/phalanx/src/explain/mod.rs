@@ -88,6 +88,10 @@ pub struct MemberFacts {
 pub struct PreemptionFacts {
     /// Whether it would succeed.
     pub success: bool,
+    /// A preemption for it is already in flight (its victims terminate): nothing new would be evicted.
+    pub ongoing: bool,
+    /// With `ongoing`: the pods it waits for, `namespace/name on node` (terminating on its nominated nodes).
+    pub terminating: Vec<String>,
     /// The PostFilter message (why not, when it fails).
     pub message: String,
     /// Victims it would evict: `namespace/name on node (group g, priority p)`.

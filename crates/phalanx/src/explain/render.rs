@@ -113,7 +113,12 @@ pub fn text(e: &Explanation) -> String {
         }
     }
     if let Some(p) = &e.preemption {
-        if p.success {
+        if p.ongoing {
+            let _ = writeln!(s, "  Preemption in flight, waiting for:");
+            for v in &p.terminating {
+                let _ = writeln!(s, "    {v}");
+            }
+        } else if p.success {
             let _ = writeln!(s, "  Preemption would evict:");
             for v in &p.victims {
                 let _ = writeln!(s, "    {v}");
