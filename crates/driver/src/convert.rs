@@ -219,6 +219,13 @@ impl ModelCache {
     pub fn remove_pod(&mut self, key: &PodKey) {
         self.pods.remove(key);
     }
+
+    /// Keeps only the pods and nodes the predicates accept: a resync drops what a delete missed across a relist
+    /// left behind.
+    pub fn retain(&mut self, keep_pod: impl Fn(&PodKey) -> bool, keep_node: impl Fn(&str) -> bool) {
+        self.pods.retain(|k, _| keep_pod(k));
+        self.nodes.retain(|n, _| keep_node(n));
+    }
 }
 
 /// The keys of `preferredTopology` levels, in order (narrowest first).

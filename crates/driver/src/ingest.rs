@@ -299,6 +299,8 @@ impl Driver {
         // Every other per-pod record is pruned to the pods that still exist.
         let existing: HashSet<PodKey> = pods.iter().filter_map(|p| PodKey::of(p)).collect();
         self.foreign_bound.retain(|k| existing.contains(k));
+        let nodes: HashSet<String> = self.store.nodes().state().iter().map(|n| n.name_any()).collect();
+        self.cache.retain(|k| existing.contains(k), |n| nodes.contains(n));
         // Ingest's record of the considered nodes restarts from the store: nodes listed at the start (or in a
         // relist) raise no watch event of their own, and the wake-up below covers any change among them.
         self.nodes_seen.clear();
