@@ -216,6 +216,13 @@ pub struct Decision {
     pub nominations: Vec<Nomination>,
     /// Victims to evict (preemption).
     pub victims: Vec<Victim>,
+    /// Pending pods whose `status.nominatedNodeName` the runtime clears, filled when preemption
+    /// chose new victims (not while it waits): the pods nominated to a victim's node with a
+    /// priority below the preemptor's (its own pods excepted), in victim-node order. The room
+    /// they waited for goes to the preemptor, so they should look for another node (upstream
+    /// `getLowerPriorityNominatedPods`, `pkg/scheduler/framework/preemption/preemption.go`
+    /// `prepareCandidate`).
+    pub cleared_nominations: Vec<PodKey>,
     /// Set when the PostFilter chain (preemption) ran.
     pub preemption: Option<PreemptionReport>,
     /// Counters.
@@ -234,6 +241,7 @@ impl Decision {
             requeue: None,
             nominations: vec![],
             victims: vec![],
+            cleared_nominations: vec![],
             preemption: None,
             stats: CycleStats::default(),
         }

@@ -15,7 +15,9 @@ use std::fmt::Debug;
 use std::sync::Arc;
 
 use crate::decision::{Nomination, Victim};
-use crate::model::{CompositeGroupInfo, EntityKey, GroupInfo, GroupKey, NodeInfo, PodInfo, PreemptionPolicy};
+use crate::model::{
+    CompositeGroupInfo, EntityKey, GroupInfo, GroupKey, NodeInfo, PodInfo, PodKey, PreemptionPolicy,
+};
 use crate::plugins::Rejection;
 use crate::snapshot::Snapshot;
 
@@ -206,6 +208,10 @@ pub struct PostFilterResult {
     pub nominations: Vec<Nomination>,
     /// Pods to evict, most important unit first.
     pub victims: Vec<Victim>,
+    /// Pending pods nominated to the victims' nodes with a lower priority than the preemptor,
+    /// whose nomination the runtime clears (upstream `getLowerPriorityNominatedPods`); empty
+    /// unless new victims were chosen.
+    pub cleared_nominations: Vec<PodKey>,
     /// Message appended to the group condition and pod failures (may be empty).
     pub message: String,
     /// A preemption for this entity was already in flight: `nominations` are the current ones

@@ -1,7 +1,10 @@
-//! The per-pod pass (upstream `schedule_one.go` `schedulePod`): PreFilter, Filter over the
-//! nodes of the current placement starting at a rotating index until
-//! `numFeasibleNodesToFind` feasible nodes are found (percentageOfNodesToScore), then PreScore,
-//! Score, NormalizeScore, weights, and select the best node (ties: the first node by name). The
+//! The per-pod pass (upstream `schedule_one.go` `schedulePod`): PreFilter; the pod's nominated
+//! node first when it has one among the placement's nodes and passes Filter there (upstream
+//! `evaluateNominatedNode`: taken without looking further); else Filter over the nodes of the
+//! current placement starting at a rotating index until `numFeasibleNodesToFind` feasible nodes
+//! are found (percentageOfNodesToScore), then PreScore, Score, NormalizeScore, weights, and select
+//! the best node (ties: the first node by name; while group preemption simulates, the lowest
+//! victim cost comes before the score, see `preemption::node_cost`). The
 //! plugins are those of a [`Profile`] (by default every in-tree plugin, weighted from
 //! [`SchedulerConfig::plugin_weights`]), run through the traits of [`crate::framework`].
 //!
@@ -202,6 +205,9 @@ impl PodScheduler {
         }
         let to_find = num_feasible_nodes_to_find(n, self.percentage);
         self.state.pre_filter(pod, snapshot);
+        if let Some(idx) = self.nominated_fit(snapshot, pod, nodes, stats) {
+            return PodResult::Fit(idx);
+        }
         let batchable = self.profile.node_local_each(pod, snapshot, &mut self.local);
         // Nominated pods count by this pod's priority and identity, which the cache does not
         // key on: no batching while any nomination exists (preemptors waiting for victims).
@@ -264,6 +270,31 @@ impl PodScheduler {
         };
         self.feasible = feasible;
         result
+    }
+
+    /// Upstream `evaluateNominatedNode` (`findNodesThatFitPod`, `schedule_one.go`): a pod
+    /// nominated to a node (by an earlier preemption) that is among `nodes` and passes Filter
+    /// there, counting the other nominated pods, takes it without searching or scoring other
+    /// nodes (and without moving the rotating start index). PreFilter must have run for `pod`.
+    fn nominated_fit(
+        &mut self,
+        snapshot: &Snapshot,
+        pod: &PodInfo,
+        nodes: Option<&[usize]>,
+        stats: &mut CycleStats,
+    ) -> Option<usize> {
+        let nominated = snapshot.preemption_state().nomination(&pod.key)?;
+        let idx = snapshot.node_index(&nominated.node)?;
+        if nodes.is_some_and(|l| !l.contains(&idx)) {
+            return None;
+        }
+        stats.node_evaluations += 1;
+        let node = snapshot.node(idx);
+        if let Some(with) = crate::preemption::nominated::with_nominated(snapshot, pod, idx) {
+            nominated_filter(&self.state, pod, node, &with).ok()?;
+        }
+        self.state.filter(pod, node).ok()?;
+        Some(idx)
     }
 
     /// Filter, then the early raw scores into row `row` of the columns (`rows` per column).
@@ -408,12 +439,22 @@ impl PodScheduler {
         // (kept between cycles, nodes appended as they come), so by name the same cluster state gives the same
         // node whichever way the snapshot was built (`phalanx simulate` relies on it). Upstream picks among ties
         // at random (`selectHost`, `schedule_one.go`); any fixed rule is one of its outcomes.
+        // While group preemption simulates, the victims' cost of a node comes first
+        // (`preemption::node_cost`).
+        let costs = snapshot.victim_costs.as_deref();
+        let cost = |i: usize| costs.and_then(|c| c.get(feasible[i]));
         let mut best = 0;
         for i in 1..len {
-            if total[i] > total[best]
-                || (total[i] == total[best]
-                    && snapshot.node(feasible[i]).name() < snapshot.node(feasible[best]).name())
-            {
+            let better = match cost(i).cmp(&cost(best)) {
+                std::cmp::Ordering::Less => true,
+                std::cmp::Ordering::Greater => false,
+                std::cmp::Ordering::Equal => {
+                    total[i] > total[best]
+                        || (total[i] == total[best]
+                            && snapshot.node(feasible[i]).name() < snapshot.node(feasible[best]).name())
+                }
+            };
+            if better {
                 best = i;
             }
         }

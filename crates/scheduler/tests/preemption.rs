@@ -114,6 +114,9 @@ impl H {
             let pod = self.s.pods[&*n.pod.name].clone();
             self.s.snap.set_nominated(pod, &n.node);
         }
+        for k in &d.cleared_nominations {
+            self.s.snap.clear_nominated(k);
+        }
         if !d.victims.is_empty() || !d.nominations.is_empty() {
             self.preemptions.push(d.clone());
         }
@@ -741,17 +744,20 @@ fn in_flight_preemption_returns_current_nominations() {
     assert_eq!(d.nominations[0].node.as_ref(), "node1");
     assert!(d.bindings.is_empty());
     // Not in flight, but the lower-priority pod on the nominated node is still terminating
-    // because of preemption: not eligible.
+    // because of preemption: upstream is "not eligible" and keeps the nomination; here the
+    // group keeps waiting with it (see `terminating_victim_keeps_a_restarted_scheduler_waiting`).
     h.s.snap.set_preemption_in_flight(&key, false);
     h.s.snap.set_terminating_by_preemption(&Sim::pod_key("low"), true);
     let d = h.s.sched.schedule(&mut h.s.snap, &gang_entity(g, vec![pod]));
     let r = d.preemption.as_ref().unwrap();
-    assert!(!r.success);
+    assert!(r.success && r.ongoing);
     assert_eq!(
         r.message,
-        "pod group preemption: not eligible due to a terminating pod on the nominated node."
+        "pod group preemption: waiting for preempted pods on the nominated node to terminate; \
+         not eligible due to a terminating pod on the nominated node."
     );
-    assert!(d.victims.is_empty() && d.nominations.is_empty());
+    assert!(d.victims.is_empty());
+    assert_eq!(d.nominations.len(), 1);
 }
 
 /// Beyond upstream: rack-1 is small and full (8 one-CPU victims), rack-2 is large with one
@@ -1034,6 +1040,278 @@ fn single_pod_cannot_preempt_reports_per_node_reasons() {
             .map(|r| r.success),
         Some(false)
     );
+}
+
+// --- One victim cost for both preemptors, steering the group's node choice -----------------
+
+fn racks(spec: &[(&str, usize)]) -> Vec<NodeStatic> {
+    let mut nodes = Vec::new();
+    for (rack, n) in spec {
+        for i in 1..=*n {
+            nodes.push(node(&format!("{rack}-n{i}"), 4, &[("rack", rack)]));
+        }
+    }
+    nodes
+}
+
+/// Two racks: rack-1's four nodes hold one 40-pod `disruptionMode: all` gang of priority 5,
+/// rack-2's two nodes two standalone priority-5 pods; a gang needing two whole nodes of one rack
+/// evicts the two pods. Counting units, the gang (one unit) looked cheaper than two pods.
+#[test]
+fn a_rack_with_two_pods_costs_less_than_a_rack_with_a_40_pod_gang() {
+    let mut h = H::new(racks(&[("r1", 4), ("r2", 2)]));
+    let mut whole = Sim::gang("whole", 40);
+    whole.priority = Some(5);
+    whole.disruption_mode = DisruptionMode::All;
+    h.victim_group(whole);
+    for n in 1..=4 {
+        for j in 1..=10 {
+            h.running(
+                &format!("whole-{n}-{j}"),
+                400,
+                &format!("r1-n{n}"),
+                5,
+                Some("whole"),
+            );
+        }
+    }
+    h.running("lone-1", 4000, "r2-n1", 5, None);
+    h.running("lone-2", 4000, "r2-n2", 5, None);
+    h.s.add_group(Sim::gang_topo("pg1", 2, "rack"));
+    gang_pods(&mut h, "pg1", &["big-1", "big-2"], 4000);
+    h.run();
+    assert_eq!(h.evicted_sorted(), names(&["lone-1", "lone-2"]));
+    assert_eq!(h.s.label_of("big-1", "rack").as_deref(), Some("r2"));
+    assert_eq!(h.s.label_of("big-2", "rack").as_deref(), Some("r2"));
+}
+
+/// The case a user tried: one low-priority 2-CPU pod on each 2-CPU node, the one on n1 under a
+/// PDB allowing no disruption. The gang's single pod scored both emptied nodes alike and took
+/// n1 (first by name), evicting the protected pod; the victims' cost now picks n2.
+#[test]
+fn a_group_takes_the_node_whose_victim_violates_no_pdb() {
+    let mut h = H::new(vec![host("n1", 2), host("n2", 2)]);
+    h.running_pod(labelled("protected", 2000, "n1", 10));
+    h.running("plain", 2000, "n2", 10, None);
+    h.s.snap.set_pdbs(vec![foo_pdb(0)]);
+    h.s.add_group(Sim::gang("pg1", 1));
+    gang_pods(&mut h, "pg1", &["high-1"], 2000);
+    h.run();
+    assert_eq!(h.first_victims(), names(&["plain"]));
+    assert_eq!(h.first_nominations(), noms(&[("high-1", "n2")]));
+    assert!(h.s.bound(&["high-1", "protected"]));
+}
+
+/// n1 holds two priority-5 pods, n2 one: the gang's 2-CPU pod evicts the one.
+#[test]
+fn a_group_takes_the_node_with_fewer_victim_pods() {
+    let mut h = H::new(vec![host("n1", 2), host("n2", 2)]);
+    h.running("a-1", 1000, "n1", 5, None);
+    h.running("a-2", 1000, "n1", 5, None);
+    h.running("b", 2000, "n2", 5, None);
+    h.s.add_group(Sim::gang("pg1", 1));
+    gang_pods(&mut h, "pg1", &["high-1"], 2000);
+    h.run();
+    assert_eq!(h.evicted, ["b"]);
+    assert_eq!(h.s.node_of("high-1").as_deref(), Some("n2"));
+}
+
+/// With a single candidate placement (upstream's setting) the scorer prefers the one-node rack,
+/// whose only pod is PDB-protected; the PDB tier (only candidates violating no budget evicted)
+/// finds rack-2, which needs one unprotected victim.
+#[test]
+fn the_pdb_tier_reaches_a_placement_the_scorer_ranks_lower() {
+    let config = SchedulerConfig {
+        preemption_candidate_placements: 1,
+        ..Default::default()
+    };
+    let mut h = H::with_config(racks(&[("r1", 1), ("r2", 2)]), config);
+    h.running_pod(labelled("protected", 4000, "r1-n1", 10));
+    h.running("plain-1", 4000, "r2-n1", 10, None);
+    h.running("plain-2", 4000, "r2-n2", 10, None);
+    h.s.snap.set_pdbs(vec![foo_pdb(0)]);
+    h.s.add_group(Sim::gang_topo("pg1", 1, "rack"));
+    gang_pods(&mut h, "pg1", &["big-1"], 4000);
+    h.run();
+    assert_eq!(h.evicted.len(), 1);
+    assert!(h.evicted[0].starts_with("plain-"), "{:?}", h.evicted);
+    assert_eq!(h.s.label_of("big-1", "rack").as_deref(), Some("r2"));
+    assert!(h.s.bound(&["protected"]));
+}
+
+// --- Upstream behaviours around nominations ---------------------------------------------------
+
+/// Two nodes where the scorer prefers the emptier node2 (LeastAllocated).
+fn nominated_setup() -> H {
+    let mut h = H::new(vec![host("node1", 4), host("node2", 4)]);
+    h.running("filler", 2000, "node1", 200, None);
+    h
+}
+
+/// Upstream `evaluateNominatedNode`: a pod whose nominated node passes Filter takes it, though
+/// the scorer prefers another node.
+#[test]
+fn a_pod_takes_its_nominated_node_when_it_fits_there() {
+    let mut h = nominated_setup();
+    let pod = Sim::make_pod("pod", 1000, None, 100);
+    let other = entity(pod.clone());
+    let d = h.s.sched.schedule(&mut h.s.snap.clone(), &other);
+    assert_eq!(
+        d.node_of(&Sim::pod_key("pod")),
+        Some("node2"),
+        "the scorer's choice"
+    );
+    h.s.snap.set_nominated(Arc::new(pod.clone()), "node1");
+    let d = h.s.sched.schedule(&mut h.s.snap, &entity(pod));
+    assert_eq!(d.node_of(&Sim::pod_key("pod")), Some("node1"));
+}
+
+#[test]
+fn a_group_member_takes_its_nominated_node_when_it_fits_there() {
+    let mut h = nominated_setup();
+    let pod = Sim::make_pod("g-1", 1000, Some("pg1"), 100);
+    h.s.snap.set_nominated(Arc::new(pod.clone()), "node1");
+    let d =
+        h.s.sched
+            .schedule(&mut h.s.snap, &gang_entity(Sim::gang("pg1", 1), vec![pod]));
+    assert_eq!(d.node_of(&Sim::pod_key("g-1")), Some("node1"));
+}
+
+/// A nominated node outside the placement being evaluated is not taken: rack r1 has room for
+/// one of the two pods only (one of them nominated there), so the gang goes to r2 whole.
+#[test]
+fn a_nominated_node_does_not_break_topology_placement() {
+    let mut h = H::new(racks(&[("r1", 2), ("r2", 2)]));
+    h.running("r1-blocker", 4000, "r1-n2", 200, None);
+    let pods: Vec<PodInfo> = ["g-1", "g-2"]
+        .iter()
+        .map(|p| Sim::make_pod(p, 4000, Some("pg1"), 100))
+        .collect();
+    h.s.snap.set_nominated(Arc::new(pods[0].clone()), "r1-n1");
+    let d = h.s.sched.schedule(
+        &mut h.s.snap,
+        &gang_entity(Sim::gang_topo("pg1", 2, "rack"), pods),
+    );
+    let mut nodes: Vec<&str> = d.bindings.iter().map(|b| &*b.node).collect();
+    nodes.sort();
+    assert_eq!(nodes, ["r2-n1", "r2-n2"]);
+}
+
+/// node1 (3 CPU) holds a p10 victim; pods nominated there with a lower priority than the
+/// preemptor lose their nomination (upstream `getLowerPriorityNominatedPods`); an
+/// equal-priority one and one nominated to another node keep theirs.
+fn clearing_setup() -> H {
+    let mut h = H::new(vec![host("node1", 3), host("node2", 3)]);
+    h.running("victim", 2500, "node1", 10, None);
+    h.running("blocker", 3000, "node2", 200, None);
+    for (name, prio, node) in [
+        ("low-nom", 50, "node1"),
+        ("equal-nom", 100, "node1"),
+        ("elsewhere-nom", 50, "node2"),
+    ] {
+        let p = Arc::new(Sim::make_pod(name, 100, None, prio));
+        h.s.pods.insert(name.into(), p.clone());
+        h.s.snap.set_nominated(p, node);
+    }
+    h
+}
+
+#[test]
+fn preemption_clears_lower_priority_nominations_on_the_victims_nodes() {
+    let mut h = clearing_setup();
+    let d =
+        h.s.sched
+            .schedule(&mut h.s.snap, &entity(Sim::make_pod("pod", 2000, None, 100)));
+    assert_eq!(d.victims.len(), 1);
+    assert_eq!(d.cleared_nominations, [Sim::pod_key("low-nom")]);
+    // A group, one member already nominated to node1: the same list.
+    let mut h = clearing_setup();
+    let member = Sim::make_pod("g-1", 2000, Some("pg1"), 100);
+    h.s.snap.set_nominated(Arc::new(member.clone()), "node1");
+    let d =
+        h.s.sched
+            .schedule(&mut h.s.snap, &gang_entity(Sim::gang("pg1", 1), vec![member]));
+    assert_eq!(d.victims.len(), 1);
+    assert_eq!(d.nominations.len(), 1);
+    assert_eq!(d.cleared_nominations, [Sim::pod_key("low-nom")]);
+    // While waiting, nothing is cleared.
+    h.s.snap
+        .set_preemption_in_flight(&EntityKey::Group(GroupKey::pod_group(NS, "pg1")), true);
+    let d = h.s.sched.schedule(
+        &mut h.s.snap,
+        &gang_entity(
+            Sim::gang("pg1", 1),
+            vec![Sim::make_pod("g-1", 2000, Some("pg1"), 100)],
+        ),
+    );
+    assert!(d.preemption.as_ref().unwrap().ongoing);
+    assert!(d.cleared_nominations.is_empty());
+}
+
+/// A preemptor nominated to node1, where its victim still terminates, while node2 holds
+/// another low-priority pod.
+fn terminating_setup() -> H {
+    let mut h = H::new(vec![host("node1", 2), host("node2", 2)]);
+    h.running("low", 2000, "node1", 10, None);
+    h.running("other", 2000, "node2", 10, None);
+    h.s.snap.set_terminating_by_preemption(&Sim::pod_key("low"), true);
+    h
+}
+
+/// A scheduler that knows only the cluster state (nominations and terminating pods, no
+/// in-flight mark: e.g. after a restart) keeps waiting, nominations kept, nothing evicted.
+#[test]
+fn terminating_victim_keeps_a_restarted_scheduler_waiting() {
+    let mut h = terminating_setup();
+    let pod = Sim::make_pod("pod", 2000, None, 100);
+    h.s.snap.set_nominated(Arc::new(pod.clone()), "node1");
+    let d = h.s.sched.schedule(&mut h.s.snap, &entity(pod));
+    let r = d.preemption.as_ref().unwrap();
+    assert!(r.success && r.ongoing, "{r:?}");
+    assert_eq!(
+        r.message,
+        "preemption: waiting for preempted pods on the nominated node to terminate; \
+         not eligible due to a terminating pod on the nominated node."
+    );
+    assert!(d.victims.is_empty());
+    assert_eq!(d.nominations.len(), 1);
+    assert_eq!(d.nominations[0].node.as_ref(), "node1");
+    assert_eq!(
+        d.requeue.as_ref().unwrap().mode,
+        phalanx_scheduler::RequeueMode::Unschedulable
+    );
+    assert!(
+        d.failures[0].message.contains("waiting for preempted pods"),
+        "{}",
+        d.failures[0].message
+    );
+}
+
+/// Upstream `PodEligibleToPreemptOthers`: a nominated node that became UnschedulableAndUnresolvable
+/// for the pod (here cordoned) does not hold it back; it preempts elsewhere.
+#[test]
+fn an_unresolvable_nominated_node_makes_the_preemptor_eligible_again() {
+    for group in [false, true] {
+        let mut h = terminating_setup();
+        let mut cordoned = host("node1", 2);
+        cordoned.unschedulable = true;
+        h.s.snap.upsert_node(Arc::new(cordoned));
+        let d = if group {
+            let pod = Sim::make_pod("pod", 2000, Some("pg1"), 100);
+            h.s.snap.set_nominated(Arc::new(pod.clone()), "node1");
+            h.s.sched
+                .schedule(&mut h.s.snap, &gang_entity(Sim::gang("pg1", 1), vec![pod]))
+        } else {
+            let pod = Sim::make_pod("pod", 2000, None, 100);
+            h.s.snap.set_nominated(Arc::new(pod.clone()), "node1");
+            h.s.sched.schedule(&mut h.s.snap, &entity(pod))
+        };
+        let r = d.preemption.as_ref().unwrap();
+        assert!(r.success && !r.ongoing, "group={group}: {r:?}");
+        let victims: Vec<&str> = d.victims.iter().map(|v| &*v.pod.name).collect();
+        assert_eq!(victims, ["other"], "group={group}");
+        assert_eq!(d.nominations[0].node.as_ref(), "node2");
+    }
 }
 
 // --- Property: victims are enough, and never too important ----------------------------------

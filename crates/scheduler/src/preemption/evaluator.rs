@@ -8,9 +8,14 @@
 //! reprieve units most important first (PDB-violating ones first) while every preemptor
 //! assignment still passes Filter; the rest are the victims.
 //!
-//! Two Phalanx additions, both choosing among upstream-style results by disruption (fewest
-//! PDB violations, then fewest victim units, then lowest highest victim priority, then lowest
-//! priority sum; ties keep upstream's choice):
+//! Phalanx additions, all choosing by the one victim [`Cost`] both preemptors use (upstream
+//! `pickOneNodeForPreemption`'s order counted in pods: fewest PDB violations, lowest highest
+//! victim priority, lowest priority sum, fewest pods, latest start; ties keep upstream's
+//! choice):
+//! - **Steered node choice** ([`node_cost`]): each run sees, per node, the cost of the
+//!   candidates it evicted there, and the per-pod pass prefers cheaper nodes before the plugin
+//!   score; upstream's run scores nodes as if empty, so victims never influence which node is
+//!   taken.
 //! - **Candidate placements** (upstream 1.37 takes the single best placement; scoring the top
 //!   placements by victim cost is listed as future work): for a topology-constrained root the
 //!   algorithm returns its best `preemptionCandidatePlacements` placements instead of one, and
@@ -20,10 +25,18 @@
 //!   units of priority ≤ p), so a preemptor that fits by evicting priority-5 pods does not take
 //!   a priority-10 pod just because the scorer preferred its node (upstream's integration test
 //!   "Partial Preemption with basic policy" expects exactly that choice).
+//! - **PDB tier**: when the best answer still violates a PodDisruptionBudget, the candidates
+//!   whose eviction violates none are tried on their own.
+
+use std::collections::HashSet;
 
 use crate::decision::{Nomination, Victim};
-use crate::framework::{Code, PostFilterResult, PreemptionHandle, Preemptor, ProposedAssignment, Status};
-use crate::model::{EntityKey, PreemptionPolicy};
+use crate::framework::{
+    Code, PodGroupAssignments, PostFilterResult, PreemptionHandle, Preemptor, ProposedAssignment, Status,
+};
+use crate::model::{PodKey, PreemptionPolicy};
+use crate::preemption::node_cost;
+use crate::preemption::pdb::split_by_violation;
 use crate::preemption::reprieve::{Cost, reprieve};
 use crate::preemption::units::{self, VictimUnit};
 use crate::snapshot::Snapshot;
@@ -32,6 +45,9 @@ use crate::snapshot::Snapshot;
 pub const NOT_ELIGIBLE_NEVER: &str = "not eligible due to preemptionPolicy=Never.";
 /// Upstream message when a lower-priority pod on a nominated node is still terminating.
 pub const NOT_ELIGIBLE_TERMINATING: &str = "not eligible due to a terminating pod on the nominated node.";
+/// Start of the message when a preemptor keeps waiting for its victims on a nominated node to
+/// terminate (followed by `; ` and [`NOT_ELIGIBLE_TERMINATING`]); see `eligibility`.
+pub const WAITING_TERMINATING: &str = "waiting for preempted pods on the nominated node to terminate";
 /// Upstream message when no unit has a lower priority than a group preemptor.
 pub const NO_VICTIMS_GROUP: &str = "No preemption victims found for incoming preemptor";
 
@@ -48,52 +64,81 @@ pub(crate) struct Chosen {
 }
 
 /// Eligibility shared by group and pod preemptors (upstream
-/// `preemptorEligibleToPreemptOthers` / `PodEligibleToPreemptOthers`). `Ok(Some)` = a
-/// preemption is in flight: Success with the current nominations (k/k#140641).
+/// `preemptorEligibleToPreemptOthers` in `podgrouppreemption.go` / `PodEligibleToPreemptOthers`
+/// in `default_preemption.go`). `Err`: not eligible (`preemptionPolicy: Never`). `Ok(Some)`:
+/// keep waiting, Success with the current nominations and nothing new evicted, either because
+/// a preemption for the entity is in flight (k/k#140641; empty message) or because a
+/// lower-priority pod terminating by preemption sits on a member's nominated node (message
+/// [`WAITING_TERMINATING`]). Upstream refuses the latter with [`NOT_ELIGIBLE_TERMINATING`] and
+/// keeps the nomination (a failure without nominating info leaves it); saying "waiting" keeps it
+/// here too, so that a restarted scheduler that only sees nominations and terminating pods
+/// waits instead of preempting again. A nominated node where Filter says
+/// UnschedulableAndUnresolvable for that member (tainted, cordoned, gone from the snapshot)
+/// does not hold the member back: upstream `PodEligibleToPreemptOthers` makes the pod eligible
+/// then; for groups (upstream checks only the terminating pods) this is Phalanx's extension.
 pub(crate) fn eligibility(
     snapshot: &Snapshot,
     preemptor: &Preemptor<'_>,
+    handle: &mut dyn PreemptionHandle,
 ) -> Result<Option<PostFilterResult>, Status> {
     if preemptor.preemption_policy == PreemptionPolicy::Never {
         return Err(Status::new(Code::Unschedulable, NOT_ELIGIBLE_NEVER));
     }
     let st = &snapshot.preemption;
     if st.is_in_flight(preemptor.key) {
-        let nominations = preemptor
-            .pods
-            .iter()
-            .filter_map(|p| {
-                st.nomination(&p.key).map(|n| Nomination {
-                    pod: p.key.clone(),
-                    node: n.node.clone(),
-                })
-            })
-            .collect();
-        return Ok(Some(PostFilterResult {
-            nominations,
-            victims: vec![],
-            message: String::new(),
-            ongoing: true,
-        }));
+        return Ok(Some(waiting(snapshot, preemptor, String::new())));
     }
-    let mut nodes: Vec<&str> = preemptor
-        .pods
-        .iter()
-        .filter_map(|p| st.nomination(&p.key).map(|n| &*n.node))
-        .collect();
-    nodes.sort_unstable();
-    nodes.dedup();
-    for name in nodes {
-        let Some(i) = snapshot.node_index(name) else {
+    // Per nominated node: whether a lower-priority pod terminates there by preemption.
+    let mut terminating: Vec<(&str, bool)> = Vec::new();
+    for p in preemptor.pods {
+        let Some(n) = st.nomination(&p.key) else {
             continue;
         };
-        for p in &snapshot.node(i).pods {
-            if st.is_terminating(&p.key) && units::lineage(snapshot, p).priority < preemptor.priority {
-                return Err(Status::new(Code::Unschedulable, NOT_ELIGIBLE_TERMINATING));
+        let Some(idx) = snapshot.node_index(&n.node) else {
+            // Gone: upstream's status for an absent node is UnschedulableAndUnresolvable.
+            continue;
+        };
+        let busy = match terminating.iter().find(|(name, _)| *name == &*n.node) {
+            Some(&(_, b)) => b,
+            None => {
+                let b = snapshot.node(idx).pods.iter().any(|q| {
+                    st.is_terminating(&q.key) && units::lineage(snapshot, q).priority < preemptor.priority
+                });
+                terminating.push((&*n.node, b));
+                b
             }
+        };
+        if busy && handle.filter(snapshot, p, idx).code != Code::UnschedulableAndUnresolvable {
+            return Ok(Some(waiting(
+                snapshot,
+                preemptor,
+                format!("{WAITING_TERMINATING}; {NOT_ELIGIBLE_TERMINATING}"),
+            )));
         }
     }
     Ok(None)
+}
+
+/// The "keep waiting" result: Success, ongoing, the members' current nominations.
+fn waiting(snapshot: &Snapshot, preemptor: &Preemptor<'_>, message: String) -> PostFilterResult {
+    let st = &snapshot.preemption;
+    let nominations = preemptor
+        .pods
+        .iter()
+        .filter_map(|p| {
+            st.nomination(&p.key).map(|n| Nomination {
+                pod: p.key.clone(),
+                node: n.node.clone(),
+            })
+        })
+        .collect();
+    PostFilterResult {
+        nominations,
+        victims: vec![],
+        cleared_nominations: vec![],
+        message,
+        ongoing: true,
+    }
 }
 
 /// Start index (into the units, sorted priority-descending) of each simulated tier, smallest
@@ -127,12 +172,13 @@ fn global_check(
     assignments.iter().any(|a| !handle.node_local(snapshot, &a.pod))
 }
 
-/// Reprieves `units[start..]` against one candidate set of assignments.
+/// Reprieves the evicted units `removed` (indices into `units`) against one candidate set of
+/// assignments.
 fn evaluate(
     snapshot: &mut Snapshot,
     handle: &mut dyn PreemptionHandle,
     units: &[VictimUnit],
-    start: usize,
+    removed: &[usize],
     assignments: Vec<ProposedAssignment>,
 ) -> Chosen {
     let assignments: Vec<ProposedAssignment> = assignments
@@ -147,7 +193,6 @@ fn evaluate(
         used[a.node] = true;
         on_node[a.node].push(i);
     }
-    let removed: Vec<usize> = (start..units.len()).collect();
     // Node-local Filters and a unit on none of the preemptors' nodes: nothing can change.
     let independent = |unit: &VictimUnit| !global && !unit.has_affinity && !unit.touches(&used);
     let mut fits = |s: &mut Snapshot, h: &mut dyn PreemptionHandle, unit: &VictimUnit| -> bool {
@@ -179,7 +224,7 @@ fn evaluate(
         s.revert_to(m);
         ok
     };
-    let r = reprieve(snapshot, handle, units, &removed, &independent, &mut fits);
+    let r = reprieve(snapshot, handle, units, removed, &independent, &mut fits);
     let cost = Cost::of(units, &r);
     Chosen {
         assignments,
@@ -188,22 +233,39 @@ fn evaluate(
     }
 }
 
-/// Reprieves every result of one scheduling run (`units[start..]` evicted) and keeps the best
-/// of them and `best`: lower cost first; on a tie, the earlier tier (`tier` 0 = every candidate
-/// evicted, upstream's run) and then the better-scored placement win. Returns the winner and
-/// its (tier, rank).
+/// Runs the root's algorithm with the units `removed` evicted (by the caller), steered by
+/// their per-node cost ([`node_cost`]), which is cleared again before returning.
+fn schedule_steered(
+    snapshot: &mut Snapshot,
+    handle: &mut dyn PreemptionHandle,
+    units: &[VictimUnit],
+    removed: &[usize],
+    k: usize,
+) -> Result<Vec<PodGroupAssignments>, Status> {
+    snapshot.victim_costs = Some(node_cost::per_node(snapshot, units, removed));
+    let r = handle.schedule(snapshot, k);
+    snapshot.victim_costs = None;
+    r
+}
+
+/// The best evaluation so far and its (tier, rank): tier 0 = every candidate evicted
+/// (upstream's run), rank = the placement's position by score.
+type Best = Option<(Chosen, (usize, usize))>;
+
+/// Reprieves every result of one scheduling run (`removed` evicted) and keeps the best of them
+/// and `best`: lower cost first; on a tie, the earlier tier and then the better-scored
+/// placement win.
 fn best_of(
     snapshot: &mut Snapshot,
     handle: &mut dyn PreemptionHandle,
     units: &[VictimUnit],
-    start: usize,
-    results: Vec<crate::framework::PodGroupAssignments>,
-    best: Option<(Chosen, (usize, usize))>,
+    removed: &[usize],
+    results: Vec<PodGroupAssignments>,
+    mut best: Best,
     tier: usize,
-) -> Option<(Chosen, (usize, usize))> {
-    let mut best = best;
+) -> Best {
     for (rank, a) in results.into_iter().enumerate() {
-        let c = evaluate(snapshot, handle, units, start, a.proposed);
+        let c = evaluate(snapshot, handle, units, removed, a.proposed);
         let better = best
             .as_ref()
             .is_none_or(|(b, at)| (c.cost, (tier, rank)) < (b.cost, *at));
@@ -214,6 +276,25 @@ fn best_of(
     best
 }
 
+/// Evicts `removed` (from the state at `mark`), runs the algorithm and folds its results into
+/// `best`. A run that does not fit leaves `best` as it is; an Error is returned.
+fn try_tier(
+    snapshot: &mut Snapshot,
+    handle: &mut dyn PreemptionHandle,
+    units: &[VictimUnit],
+    removed: &[usize],
+    k: usize,
+    best: Best,
+    tier: usize,
+) -> Result<Best, Status> {
+    match schedule_steered(snapshot, handle, units, removed, k) {
+        Ok(results) => Ok(best_of(snapshot, handle, units, removed, results, best, tier)),
+        Err(st) if st.code == Code::Error => Err(st),
+        // Not enough room with only these evicted: another tier may do.
+        Err(_) => Ok(best),
+    }
+}
+
 /// The group algorithm; see the module documentation. `k` = candidate placements (≥ 1).
 /// Messages are upstream's, without the `pod group preemption: ` prefix.
 pub(crate) fn preempt(
@@ -222,17 +303,18 @@ pub(crate) fn preempt(
     handle: &mut dyn PreemptionHandle,
     k: usize,
 ) -> Result<PostFilterResult, Status> {
-    if let Some(ongoing) = eligibility(snapshot, preemptor)? {
-        return Ok(ongoing);
+    if let Some(waiting) = eligibility(snapshot, preemptor, handle)? {
+        return Ok(waiting);
     }
     let mut candidates = units::collect(snapshot, preemptor.priority);
     if candidates.is_empty() {
         return Err(Status::new(Code::UnschedulableAndUnresolvable, NO_VICTIMS_GROUP));
     }
-    if snapshot.preemption.pdbs().is_empty() {
-        units::sort_by_priority(&mut candidates);
-    } else {
+    let has_pdbs = !snapshot.preemption.pdbs().is_empty();
+    if has_pdbs {
         units::sort(&mut candidates);
+    } else {
+        units::sort_by_priority(&mut candidates);
     }
     let k = if preemptor.topology_constrained {
         k.max(1)
@@ -241,9 +323,10 @@ pub(crate) fn preempt(
     };
     let mark = snapshot.mark();
     // Upstream's run: every candidate evicted. Its status is the one reported on failure.
+    let all: Vec<usize> = (0..candidates.len()).collect();
     units::evict(snapshot, &candidates);
-    let full = match handle.schedule(snapshot, k) {
-        Ok(results) => best_of(snapshot, handle, &candidates, 0, results, None, 0),
+    let full = match schedule_steered(snapshot, handle, &candidates, &all, k) {
+        Ok(results) => best_of(snapshot, handle, &candidates, &all, results, None, 0),
         Err(st) => {
             snapshot.revert_to(mark);
             return Err(st);
@@ -252,36 +335,53 @@ pub(crate) fn preempt(
     snapshot.revert_to(mark);
     let lowest = candidates.last().map_or(i64::MIN, |u| i64::from(u.priority));
     let mut best = full;
+    let mut tier = 1;
     // Priority tiers, only when upstream's answer takes something above the lowest level.
     if best.as_ref().is_some_and(|(c, _)| c.cost.highest > lowest) {
         let starts = tier_starts(&candidates);
         let mut evicted_from = candidates.len();
         // The last start is the full set, already done.
-        for (t, &start) in starts.iter().enumerate().take(starts.len().saturating_sub(1)) {
+        for &start in starts.iter().take(starts.len().saturating_sub(1)) {
             units::evict(snapshot, &candidates[start..evicted_from]);
             evicted_from = start;
-            match handle.schedule(snapshot, k) {
-                Ok(results) => best = best_of(snapshot, handle, &candidates, start, results, best, t + 1),
-                Err(st) if st.code == Code::Error => {
+            let removed: Vec<usize> = (start..candidates.len()).collect();
+            best = match try_tier(snapshot, handle, &candidates, &removed, k, best, tier) {
+                Ok(b) => b,
+                Err(st) => {
                     snapshot.revert_to(mark);
                     return Err(st);
                 }
-                // Not enough room at this level: a higher one may do.
-                Err(_) => {}
-            }
+            };
+            tier += 1;
         }
         snapshot.revert_to(mark);
+    }
+    // The PDB tier: only the candidates whose eviction violates no budget, when the best answer
+    // so far violates one (the per-node cost steers within a placement; this also reaches
+    // placements that the scorer ranks below a violating one).
+    if has_pdbs && best.as_ref().is_some_and(|(c, _)| c.cost.pdb_violations > 0) {
+        let (_, ok) = split_by_violation(
+            snapshot.preemption.pdbs(),
+            candidates.iter().map(|u| u.members().map(|m| &*m.pod)),
+        );
+        if !ok.is_empty() {
+            units::evict(snapshot, ok.iter().map(|&i| &candidates[i]));
+            let r = try_tier(snapshot, handle, &candidates, &ok, k, best, tier);
+            snapshot.revert_to(mark);
+            best = r?;
+        }
     }
     let Some((chosen, _)) = best else {
         return Err(Status::new(Code::Unschedulable, "no placement found"));
     };
-    Ok(result(snapshot, preemptor.key, &candidates, chosen))
+    Ok(result(snapshot, preemptor, &candidates, chosen))
 }
 
-/// Turns a chosen evaluation into nominations and victims (victims most important first).
+/// Turns a chosen evaluation into nominations, victims (most important first) and the
+/// nominations to clear.
 pub(crate) fn result(
     snapshot: &Snapshot,
-    preemptor: &EntityKey,
+    preemptor: &Preemptor<'_>,
     units: &[VictimUnit],
     chosen: Chosen,
 ) -> PostFilterResult {
@@ -300,7 +400,7 @@ pub(crate) fn result(
                 group: u.group.clone(),
                 mode: u.mode,
                 priority: u.priority,
-                preemptor: preemptor.clone(),
+                preemptor: preemptor.key.clone(),
             });
         }
     }
@@ -312,12 +412,45 @@ pub(crate) fn result(
             node: snapshot.node(a.node).node.name.clone(),
         })
         .collect();
+    let cleared_nominations = lower_priority_nominated(snapshot, preemptor, &victims);
     PostFilterResult {
         nominations,
         victims,
+        cleared_nominations,
         message: String::new(),
         ongoing: false,
     }
+}
+
+/// Pods nominated to the victims' nodes with a priority below the preemptor's, the
+/// preemptor's own pods excepted, in victim-node order (upstream `getLowerPriorityNominatedPods`
+/// in `prepareCandidate`, `preemption.go`): the room they waited for is taken, so the runtime
+/// clears their nomination and they look for another node.
+fn lower_priority_nominated(
+    snapshot: &Snapshot,
+    preemptor: &Preemptor<'_>,
+    victims: &[Victim],
+) -> Vec<PodKey> {
+    let st = &snapshot.preemption;
+    if !st.has_nominated() {
+        return Vec::new();
+    }
+    let mut nodes: Vec<&str> = Vec::new();
+    for v in victims {
+        if !nodes.contains(&&*v.node) {
+            nodes.push(&v.node);
+        }
+    }
+    let own: HashSet<&PodKey> = preemptor.pods.iter().map(|p| &p.key).collect();
+    let mut out: Vec<PodKey> = Vec::new();
+    for node in nodes {
+        for n in st.nominated_on(node) {
+            if n.pod.priority < preemptor.priority && !own.contains(&n.pod.key) && !out.contains(&n.pod.key) {
+                out.push(n.pod.key.clone());
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]

@@ -17,9 +17,10 @@
 
 pub mod evaluator;
 pub(crate) mod handle;
+pub(crate) mod node_cost;
 pub(crate) mod nominated;
 pub mod pdb;
-mod reprieve;
+pub(crate) mod reprieve;
 pub mod single_pod;
 pub mod state;
 pub(crate) mod units;
@@ -79,8 +80,10 @@ impl PodGroupPostFilterPlugin for DefaultPreemption {
     ) -> Result<PostFilterResult, Status> {
         let mut r = evaluator::preempt(snapshot, preemptor, handle, self.candidate_placements)
             .map_err(|st| prefixed(GROUP_PREFIX, st))?;
-        r.message = if r.ongoing {
+        r.message = if r.ongoing && r.message.is_empty() {
             format!("{GROUP_PREFIX}waiting for the preemption for this pod group to be finished")
+        } else if r.ongoing {
+            format!("{GROUP_PREFIX}{}", r.message)
         } else {
             format!(
                 "{GROUP_PREFIX}found a placement for the pod group, preempting {} victims",
@@ -104,8 +107,10 @@ impl PostFilterPlugin for DefaultPreemption {
     ) -> Result<PostFilterResult, Status> {
         let mut r =
             single_pod::preempt(snapshot, preemptor, handle).map_err(|st| prefixed(POD_PREFIX, st))?;
-        r.message = if r.ongoing {
+        r.message = if r.ongoing && r.message.is_empty() {
             format!("{POD_PREFIX}waiting for the preemption for this pod to be finished")
+        } else if r.ongoing {
+            format!("{POD_PREFIX}{}", r.message)
         } else {
             format!("{POD_PREFIX}preempting {} victims", r.victims.len())
         };
@@ -197,6 +202,7 @@ pub(crate) fn apply(mut d: Decision, outcome: Option<ChainOutcome>) -> Decision 
         Ok(r) => {
             d.nominations = r.nominations;
             d.victims = r.victims;
+            d.cleared_nominations = r.cleared_nominations;
             (true, r.ongoing, r.message)
         }
         Err(st) if st.code == Code::Error && d.outcome == Outcome::Unschedulable => {

@@ -89,8 +89,9 @@ impl<'a> Budgets<'a> {
 
 /// Splits `units` (each a list of pods, in importance order) into violating and non-violating
 /// indices, both keeping the input order. A unit violates when any of its pods does; every pod
-/// of the unit is counted. Returns (violating, non-violating).
-pub(crate) fn split_by_violation<'p, I, P>(pdbs: &[Pdb], units: I) -> (Vec<usize>, Vec<usize>)
+/// of the unit is counted against the budgets. Returns (violating as (index, how many of its
+/// pods violate), non-violating).
+pub(crate) fn split_by_violation<'p, I, P>(pdbs: &[Pdb], units: I) -> (Vec<(usize, usize)>, Vec<usize>)
 where
     I: IntoIterator<Item = P>,
     P: IntoIterator<Item = &'p PodInfo>,
@@ -99,12 +100,12 @@ where
     let mut violating = Vec::new();
     let mut ok = Vec::new();
     for (i, pods) in units.into_iter().enumerate() {
-        let mut v = false;
+        let mut v = 0;
         for p in pods {
-            v |= budgets.violates(p);
+            v += usize::from(budgets.violates(p));
         }
-        if v {
-            violating.push(i);
+        if v > 0 {
+            violating.push((i, v));
         } else {
             ok.push(i);
         }
@@ -150,7 +151,7 @@ mod tests {
         let pods = [pod("a", Some("foo")), pod("b", Some("foo")), pod("c", None)];
         let pdbs = [pdb(1, Some("foo"))];
         let (v, ok) = split_by_violation(&pdbs, pods.iter().map(std::iter::once));
-        assert_eq!((v, ok), (vec![1], vec![0, 2]));
+        assert_eq!((v, ok), (vec![(1, 1)], vec![0, 2]));
     }
 
     #[test]
@@ -158,7 +159,7 @@ mod tests {
         let pods = [pod("a", None), pod("b", Some("x"))];
         let all = [pdb(0, None)];
         let (v, _) = split_by_violation(&all, pods.iter().map(std::iter::once));
-        assert_eq!(v, vec![0, 1]);
+        assert_eq!(v, vec![(0, 1), (1, 1)]);
         let mut none = pdb(0, None);
         none.selector.nothing = true;
         let (v, _) = split_by_violation(&[none], pods.iter().map(std::iter::once));
@@ -166,6 +167,6 @@ mod tests {
         let mut disrupted = pdb(0, None);
         disrupted.disrupted_pods.insert("a".into());
         let (v, _) = split_by_violation(&[disrupted], pods.iter().map(std::iter::once));
-        assert_eq!(v, vec![1]);
+        assert_eq!(v, vec![(1, 1)]);
     }
 }

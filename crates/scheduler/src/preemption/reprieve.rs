@@ -3,6 +3,8 @@
 //! candidate evicted, put units back one at a time, PDB-violating units first, each list most
 //! important first; a unit whose return breaks the preemptor is a confirmed victim.
 
+use std::cmp::Reverse;
+
 use crate::framework::PreemptionHandle;
 use crate::preemption::pdb::split_by_violation;
 use crate::preemption::units::{VictimUnit, importance};
@@ -13,33 +15,76 @@ use crate::snapshot::Snapshot;
 pub(crate) struct Reprieved {
     /// Indices into the unit list, most important first.
     pub(crate) victims: Vec<usize>,
-    /// How many of them violate a PDB.
+    /// How many of their pods violate a PDB (upstream `NumPDBViolations`).
     pub(crate) pdb_violations: usize,
 }
 
-/// How much a set of victims disrupts, compared lexicographically (smaller is better): PDB
-/// violations, victim units, highest victim priority, sum of victim priorities.
+/// How much a set of victims disrupts, compared lexicographically (smaller is better): the one
+/// ordering both preemptors use to choose among candidates (nodes of a standalone pod;
+/// placements and priority tiers of a group) and that steers the group's node choice
+/// ([`super::node_cost`]). It is upstream `pickOneNodeForPreemption`'s
+/// (`pkg/scheduler/framework/preemption/preemption.go`), counting every pod a unit holds: a
+/// `disruptionMode: all` gang of 40 pods costs 40 pods, not one unit.
+///
+/// Fields, in comparison order:
+/// 1. `pdb_violations`: victim pods whose eviction exceeds a PodDisruptionBudget;
+/// 2. `highest`: the highest victim priority (`i64::MIN` without victims);
+/// 3. `sum`: the sum over victim pods of their unit's priority plus 2^31 (upstream adds
+///    `MaxInt32 + 1` so that a few negative-priority pods do not beat fewer of them);
+/// 4. `pods`: victim pods;
+/// 5. `latest_start`: the earliest start time (Unix milliseconds) among the highest-priority
+///    victims, reversed so that a later one is cheaper; a pod without a known start time counts
+///    as started now (upstream `GetPodStartTime`), i.e. latest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) struct Cost {
     pub(crate) pdb_violations: usize,
-    pub(crate) units: usize,
     pub(crate) highest: i64,
     pub(crate) sum: i64,
+    pub(crate) pods: usize,
+    pub(crate) latest_start: Reverse<i64>,
+}
+
+impl Default for Cost {
+    fn default() -> Cost {
+        Cost::NONE
+    }
 }
 
 impl Cost {
-    pub(crate) fn of(units: &[VictimUnit], r: &Reprieved) -> Cost {
-        Cost {
-            pdb_violations: r.pdb_violations,
-            units: r.victims.len(),
-            highest: r
-                .victims
-                .iter()
-                .map(|&i| i64::from(units[i].priority))
-                .max()
-                .unwrap_or(i64::MIN),
-            sum: r.victims.iter().map(|&i| i64::from(units[i].priority)).sum(),
+    /// No victim at all: cheaper than any victim set.
+    pub(crate) const NONE: Cost = Cost {
+        pdb_violations: 0,
+        highest: i64::MIN,
+        sum: 0,
+        pods: 0,
+        latest_start: Reverse(i64::MAX),
+    };
+
+    /// Adds a victim unit, `violating` of whose pods violate a PDB.
+    pub(crate) fn add(&mut self, unit: &VictimUnit, violating: usize) {
+        let priority = i64::from(unit.priority);
+        // Unknown start times count as now: later than any known one.
+        let start = unit.earliest_start.unwrap_or(i64::MAX);
+        if priority > self.highest {
+            self.highest = priority;
+            self.latest_start = Reverse(start);
+        } else if priority == self.highest {
+            self.latest_start = Reverse(self.latest_start.0.min(start));
         }
+        let pods = unit.len();
+        self.pdb_violations += violating;
+        self.sum += (priority + i64::from(i32::MAX) + 1) * pods as i64;
+        self.pods += pods;
+    }
+
+    /// The cost of a reprieve's victims.
+    pub(crate) fn of(units: &[VictimUnit], r: &Reprieved) -> Cost {
+        let mut c = Cost::NONE;
+        for &i in &r.victims {
+            c.add(&units[i], 0);
+        }
+        c.pdb_violations = r.pdb_violations;
+        c
     }
 }
 
@@ -71,18 +116,20 @@ pub(crate) fn reprieve(
             removed.iter().map(|&i| units[i].members().map(|m| &*m.pod)),
         )
     };
+    let ok = ok.into_iter().map(|pos| (pos, 0)).collect();
     let start = snapshot.mark();
     let mut out = Reprieved::default();
-    for (list, is_violating) in [(violating, true), (ok, false)] {
-        let mut checked: Vec<usize> = list
+    for list in [violating, ok] {
+        // (unit index, its violating pods)
+        let mut checked: Vec<(usize, usize)> = list
             .into_iter()
-            .filter_map(|pos| removed.get(pos).copied())
-            .filter(|&ui| !independent(&units[ui]))
+            .filter_map(|(pos, v)| removed.get(pos).map(|&ui| (ui, v)))
+            .filter(|&(ui, _)| !independent(&units[ui]))
             .collect();
         if pdbs.is_empty() {
-            checked.sort_by(|&a, &b| importance(&units[a], &units[b]));
+            checked.sort_by(|&(a, _), &(b, _)| importance(&units[a], &units[b]));
         }
-        for ui in checked {
+        for (ui, violating) in checked {
             let unit = &units[ui];
             let m = snapshot.mark();
             for member in unit.members() {
@@ -93,7 +140,7 @@ pub(crate) fn reprieve(
             if !fits(snapshot, handle, unit) {
                 snapshot.revert_to(m);
                 out.victims.push(ui);
-                out.pdb_violations += usize::from(is_violating);
+                out.pdb_violations += violating;
             }
         }
     }

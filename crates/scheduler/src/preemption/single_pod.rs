@@ -5,16 +5,17 @@
 //!
 //! Per node: evict every lower-priority unit touching it (an `all` unit leaves all its nodes),
 //! check the pod fits, then reprieve units most important first (PDB-violating ones first).
-//! Nodes whose Filter says UnschedulableAndUnresolvable are skipped. Among the candidate nodes:
-//! fewest PDB violations, lowest highest victim priority, lowest priority sum, fewest victims,
-//! latest start of the highest-priority victims, then the first found.
+//! Nodes whose Filter says UnschedulableAndUnresolvable are skipped. Among the candidate nodes
+//! the lowest [`Cost`] wins (the ordering group preemption uses too: fewest PDB violations,
+//! lowest highest victim priority, lowest priority sum, fewest pods, latest start of the
+//! highest-priority victims), then the first found.
 
 use std::collections::BTreeMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 
 use crate::framework::{Code, PostFilterResult, PreemptionHandle, Preemptor, ProposedAssignment, Status};
 use crate::preemption::evaluator::{Chosen, eligibility, result};
-use crate::preemption::reprieve::{Cost, Reprieved, reprieve};
+use crate::preemption::reprieve::{Cost, reprieve};
 use crate::preemption::units::{self, VictimUnit};
 use crate::snapshot::Snapshot;
 
@@ -31,7 +32,7 @@ pub const MIN_CANDIDATE_NODES_ABSOLUTE: usize = 100;
 struct NodeCandidate {
     node: usize,
     victims: Vec<usize>,
-    pdb_violations: usize,
+    cost: Cost,
 }
 
 /// Upstream `calculateNumCandidates`: 10% of the nodes, at least 100, at most all.
@@ -70,40 +71,9 @@ fn select_on_node(
     snapshot.revert_to(mark);
     Ok(NodeCandidate {
         node: idx,
+        cost: Cost::of(units, &r),
         victims: r.victims,
-        pdb_violations: r.pdb_violations,
     })
-}
-
-/// Ordering key of a candidate node, smaller is better (upstream `pickOneNodeForPreemption`).
-fn rank(units: &[VictimUnit], c: &NodeCandidate) -> (usize, i64, i64, usize, std::cmp::Reverse<Option<i64>>) {
-    let pods = || {
-        c.victims
-            .iter()
-            .flat_map(|&i| units[i].members().map(move |m| (i, m)))
-    };
-    let highest = c
-        .victims
-        .iter()
-        .map(|&i| i64::from(units[i].priority))
-        .max()
-        .unwrap_or(i64::MIN);
-    // Offset so that negative priorities still sum the right way (upstream adds MaxInt32 + 1).
-    let sum: i64 = pods()
-        .map(|(i, _)| i64::from(units[i].priority) + i64::from(i32::MAX) + 1)
-        .sum();
-    let count = pods().count();
-    let earliest_of_highest = pods()
-        .filter(|(i, _)| i64::from(units[*i].priority) == highest)
-        .filter_map(|(i, _)| units[i].earliest_start)
-        .min();
-    (
-        c.pdb_violations,
-        highest,
-        sum,
-        count,
-        std::cmp::Reverse(earliest_of_highest),
-    )
 }
 
 /// Pod-by-pod preemption; messages are upstream's, without a prefix.
@@ -115,8 +85,8 @@ pub(crate) fn preempt(
     let Some(pod) = preemptor.pods.first().cloned() else {
         return Err(Status::new(Code::Error, "no pod to preempt for"));
     };
-    if let Some(ongoing) = eligibility(snapshot, preemptor)? {
-        return Ok(ongoing);
+    if let Some(waiting) = eligibility(snapshot, preemptor, handle)? {
+        return Ok(waiting);
     }
     let n = snapshot.len();
     let mut units = units::collect(snapshot, preemptor.priority);
@@ -161,7 +131,7 @@ pub(crate) fn preempt(
             found.push(NodeCandidate {
                 node: idx,
                 victims: vec![],
-                pdb_violations: 0,
+                cost: Cost::NONE,
             });
             break;
         }
@@ -179,7 +149,8 @@ pub(crate) fn preempt(
             Err(msg) => *reasons.entry(msg).or_default() += 1,
         }
     }
-    let Some(best) = found.iter().min_by_key(|c| rank(&units, c)).cloned() else {
+    // Upstream `pickOneNodeForPreemption`: the lowest cost, then the first found.
+    let Some(best) = found.into_iter().min_by_key(|c| c.cost) else {
         let mut parts: Vec<String> = reasons.iter().map(|(r, c)| format!("{c} {r}")).collect();
         parts.sort();
         let code = if all_unresolvable {
@@ -192,20 +163,13 @@ pub(crate) fn preempt(
             format!("0/{n} nodes are available: {}.", parts.join(", ")),
         ));
     };
-    let cost = Cost::of(
-        &units,
-        &Reprieved {
-            victims: best.victims.clone(),
-            pdb_violations: best.pdb_violations,
-        },
-    );
     let chosen = Chosen {
         assignments: vec![ProposedAssignment {
             pod: pod.clone(),
             node: best.node,
         }],
         victims: best.victims,
-        cost,
+        cost: best.cost,
     };
-    Ok(result(snapshot, preemptor.key, &units, chosen))
+    Ok(result(snapshot, preemptor, &units, chosen))
 }

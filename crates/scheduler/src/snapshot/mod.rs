@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::model::{GroupKey, NodeInfo, NodeStatic, PodInfo, PodKey};
 use crate::preemption::PreemptionState;
+use crate::preemption::reprieve::Cost;
 
 mod diff;
 
@@ -99,6 +100,10 @@ pub struct Snapshot {
     /// Inputs of preemption (group objects, nominated pods, PDBs, ...), see
     /// [`crate::preemption::PreemptionState`]; never touched by assume/revert.
     pub(crate) preemption: PreemptionState,
+    /// Per node (by index), the cost of the preemption candidates evicted from it, set only
+    /// while group preemption simulates a run (`preemption::node_cost`): the per-pod pass then
+    /// prefers cheaper nodes. Not cluster state: ignored by `PartialEq`.
+    pub(crate) victim_costs: Option<Vec<Cost>>,
 }
 
 impl PartialEq for Snapshot {
@@ -126,6 +131,7 @@ impl Clone for Snapshot {
             undo: self.undo.clone(),
             domains: self.domains.clone(),
             preemption: self.preemption.clone(),
+            victim_costs: self.victim_costs.clone(),
         }
     }
 }
@@ -151,6 +157,7 @@ impl Snapshot {
             undo: Vec::new(),
             domains: DomainCache::default(),
             preemption: PreemptionState::default(),
+            victim_costs: None,
         };
         for n in nodes {
             s.upsert_node(n);
