@@ -100,6 +100,13 @@ impl Driver {
             .into_iter()
             .map(|w| self.submit_nomination(w))
             .collect();
+        // Lower-priority pods nominated to the nodes this plan takes will not fit there any more (upstream
+        // `getLowerPriorityNominatedPods` in `prepareCandidate`): their nominations go.
+        for pod in &d.cleared_nominations {
+            if let Some(w) = self.preemption.clear_nomination(pod) {
+                drop(self.submit_nomination(w));
+            }
+        }
         if act.evict.is_empty() {
             return 0;
         }
