@@ -14,8 +14,8 @@
 //! `BENCH_PLACEMENTS_PERCENT=<1..100>` sets `percentageOfPlacementsToScore`, default adaptive).
 //! An optional argument filters cases by name.
 //!
-//! Preemption cases (`preempt-gang8`, `preempt-gang1000`, also best of `BENCH_REPEAT` runs) are
-//! described in `benches/support/preempt.rs`.
+//! Preemption cases (`preempt-gang8`, `preempt-gang1000`, `preempt-pdb-gang8`, also best of
+//! `BENCH_REPEAT` runs) are described in `benches/support/preempt.rs`.
 
 #[path = "support/preempt.rs"]
 mod preempt;
@@ -281,11 +281,19 @@ fn main() {
             name: "preempt-gang8",
             size: 8,
             attempts: 200,
+            pdb: false,
         },
         preempt::PreemptCase {
             name: "preempt-gang1000",
             size: 1000,
             attempts: 10,
+            pdb: false,
+        },
+        preempt::PreemptCase {
+            name: "preempt-pdb-gang8",
+            size: 8,
+            attempts: 200,
+            pdb: true,
         },
     ];
     for case in &preempt_cases {
@@ -298,18 +306,23 @@ fn main() {
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(3);
-        let mut best: Option<(f64, f64, f64, f64, f64)> = None;
+        let mut best: Option<preempt::PreemptResult> = None;
         for _ in 0..repeat.max(1) {
             let r = preempt::run(case, nodes());
-            if best.is_none_or(|b| r.0 < b.0) {
+            if best.as_ref().is_none_or(|b| r.attempt.0 < b.attempt.0) {
                 best = Some(r);
             }
         }
-        let (p50, p99, pre50, pre99, victims) = best.expect("at least one run");
+        let r = best.expect("at least one run");
+        let pdb = if case.pdb {
+            format!(" pdb_violations_per_attempt={:.1}", r.pdb_violations)
+        } else {
+            String::new()
+        };
         println!(
-            "bench: {} attempts={} victims_per_attempt={victims:.1} attempt_p50_ms={p50:.3} \
-             attempt_p99_ms={p99:.3} preemption_p50_ms={pre50:.3} preemption_p99_ms={pre99:.3}",
-            case.name, case.attempts
+            "bench: {} attempts={} victims_per_attempt={:.1}{pdb} attempt_p50_ms={:.3} \
+             attempt_p99_ms={:.3} preemption_p50_ms={:.3} preemption_p99_ms={:.3}",
+            case.name, case.attempts, r.victims, r.attempt.0, r.attempt.1, r.preemption.0, r.preemption.1
         );
     }
 }

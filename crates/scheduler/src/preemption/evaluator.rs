@@ -28,7 +28,7 @@
 //! - **PDB tier**: when the best answer still violates a PodDisruptionBudget, the candidates
 //!   whose eviction violates none are tried on their own.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use crate::decision::{Nomination, Victim};
 use crate::framework::{
@@ -89,7 +89,7 @@ pub(crate) fn eligibility(
         return Ok(Some(waiting(snapshot, preemptor, String::new())));
     }
     // Per nominated node: whether a lower-priority pod terminates there by preemption.
-    let mut terminating: Vec<(&str, bool)> = Vec::new();
+    let mut terminating: HashMap<&str, bool> = HashMap::new();
     for p in preemptor.pods {
         let Some(n) = st.nomination(&p.key) else {
             continue;
@@ -98,16 +98,11 @@ pub(crate) fn eligibility(
             // Gone: upstream's status for an absent node is UnschedulableAndUnresolvable.
             continue;
         };
-        let busy = match terminating.iter().find(|(name, _)| *name == &*n.node) {
-            Some(&(_, b)) => b,
-            None => {
-                let b = snapshot.node(idx).pods.iter().any(|q| {
-                    st.is_terminating(&q.key) && units::lineage(snapshot, q).priority < preemptor.priority
-                });
-                terminating.push((&*n.node, b));
-                b
-            }
-        };
+        let busy = *terminating.entry(&*n.node).or_insert_with(|| {
+            snapshot.node(idx).pods.iter().any(|q| {
+                st.is_terminating(&q.key) && units::lineage(snapshot, q).priority < preemptor.priority
+            })
+        });
         if busy && handle.filter(snapshot, p, idx).code != Code::UnschedulableAndUnresolvable {
             return Ok(Some(waiting(
                 snapshot,
@@ -312,7 +307,7 @@ pub(crate) fn preempt(
     }
     let has_pdbs = !snapshot.preemption.pdbs().is_empty();
     if has_pdbs {
-        units::sort(&mut candidates);
+        units::sort_for_budgets(&mut candidates);
     } else {
         units::sort_by_priority(&mut candidates);
     }
@@ -362,7 +357,7 @@ pub(crate) fn preempt(
     if has_pdbs && best.as_ref().is_some_and(|(c, _)| c.cost.pdb_violations > 0) {
         let (_, ok) = split_by_violation(
             snapshot.preemption.pdbs(),
-            candidates.iter().map(|u| u.members().map(|m| &*m.pod)),
+            candidates.iter().map(|u| u.members().map(|m| &m.pdbs[..])),
         );
         if !ok.is_empty() {
             units::evict(snapshot, ok.iter().map(|&i| &candidates[i]));
@@ -435,17 +430,16 @@ fn lower_priority_nominated(
     if !st.has_nominated() {
         return Vec::new();
     }
-    let mut nodes: Vec<&str> = Vec::new();
-    for v in victims {
-        if !nodes.contains(&&*v.node) {
-            nodes.push(&v.node);
-        }
-    }
     let own: HashSet<&PodKey> = preemptor.pods.iter().map(|p| &p.key).collect();
+    let mut seen: HashSet<&str> = HashSet::new();
     let mut out: Vec<PodKey> = Vec::new();
-    for node in nodes {
-        for n in st.nominated_on(node) {
-            if n.pod.priority < preemptor.priority && !own.contains(&n.pod.key) && !out.contains(&n.pod.key) {
+    for v in victims {
+        if !seen.insert(&v.node) {
+            continue;
+        }
+        // A pod is nominated to one node only, so no pod comes twice.
+        for n in st.nominated_on(&v.node) {
+            if n.pod.priority < preemptor.priority && !own.contains(&n.pod.key) {
                 out.push(n.pod.key.clone());
             }
         }

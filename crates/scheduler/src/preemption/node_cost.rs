@@ -11,15 +11,15 @@
 //! counted, not only those the pod needs gone), which is what keeps it cheap: one pass over the
 //! candidates per run.
 
-use crate::preemption::pdb::split_by_violation;
+use crate::preemption::pdb::Budgets;
 use crate::preemption::reprieve::Cost;
 use crate::preemption::units::VictimUnit;
 use crate::snapshot::Snapshot;
 
 /// The cost per node (indexed like the snapshot) of the units `removed` (indices into `units`)
 /// that have a pod on it. With PDBs, each node's units consume the budgets on their own, in the
-/// order of `removed` (importance order: the evaluator sorts fully when there are PDBs), as the
-/// reprieve of a preemptor using only that node would.
+/// order of `removed` (the units a PDB selects come most important first:
+/// `units::sort_for_budgets`), as the reprieve of a preemptor using only that node would.
 pub(crate) fn per_node(snapshot: &Snapshot, units: &[VictimUnit], removed: &[usize]) -> Vec<Cost> {
     let n = snapshot.len();
     let mut costs = vec![Cost::NONE; n];
@@ -38,33 +38,40 @@ pub(crate) fn per_node(snapshot: &Snapshot, units: &[VictimUnit], removed: &[usi
         }
         return costs;
     }
-    let mut on_node: Vec<Vec<usize>> = vec![Vec::new(); n];
+    // The units per node, in `removed` order, as one flat list (`start[node]..start[node + 1]`).
+    let mut stamp = vec![usize::MAX; n];
+    let mut start = vec![0usize; n + 1];
     for &ui in removed {
         for node in units[ui].members().filter_map(|m| m.node) {
-            if let Some(list) = on_node.get_mut(node)
-                && !list.contains(&ui)
-            {
-                list.push(ui);
+            if node < n && stamp[node] != ui {
+                stamp[node] = ui;
+                start[node + 1] += 1;
             }
         }
     }
-    for (node, list) in on_node.iter().enumerate() {
-        if list.is_empty() {
-            continue;
+    for i in 0..n {
+        start[i + 1] += start[i];
+    }
+    let mut fill = start.clone();
+    let mut flat = vec![0usize; start[n]];
+    stamp.fill(usize::MAX);
+    for &ui in removed {
+        for node in units[ui].members().filter_map(|m| m.node) {
+            if node < n && stamp[node] != ui {
+                stamp[node] = ui;
+                flat[fill[node]] = ui;
+                fill[node] += 1;
+            }
         }
-        let (violating, _) =
-            split_by_violation(pdbs, list.iter().map(|&ui| units[ui].members().map(|m| &*m.pod)));
-        let mut v = violating.into_iter().peekable();
-        for (pos, &ui) in list.iter().enumerate() {
-            let count = match v.peek() {
-                Some(&(p, c)) if p == pos => {
-                    v.next();
-                    c
-                }
-                _ => 0,
-            };
-            costs[node].add(&units[ui], count);
+    }
+    let mut budgets = Budgets::new(pdbs);
+    for (node, cost) in costs.iter_mut().enumerate() {
+        for &ui in &flat[start[node]..start[node + 1]] {
+            let unit = &units[ui];
+            let violating = unit.members().filter(|m| budgets.violates(&m.pdbs)).count();
+            cost.add(unit, violating);
         }
+        budgets.restore();
     }
     costs
 }
@@ -73,7 +80,8 @@ pub(crate) fn per_node(snapshot: &Snapshot, units: &[VictimUnit], removed: &[usi
 mod tests {
     use super::*;
     use crate::model::{DisruptionMode, GroupInfo, GroupPolicy, NodeStatic, PodInfo};
-    use crate::preemption::units;
+    use crate::preemption::{Pdb, units};
+    use crate::selectors::{LabelSelector, Requirement, SelectorOp};
     use std::sync::Arc;
 
     #[test]
@@ -107,5 +115,37 @@ mod tests {
         let lone: Vec<usize> = (0..u.len()).filter(|&i| u[i].len() == 1).collect();
         let c = per_node(&s, &u, &lone);
         assert_eq!((c[0], c[2].pods), (Cost::NONE, 2));
+    }
+
+    #[test]
+    fn each_node_spends_the_budgets_on_its_own() {
+        let mut s = Snapshot::new(["n1", "n2"].map(|n| Arc::new(NodeStatic::simple(n, 8000, 1 << 30, &[]))));
+        for (name, node) in [("a", "n1"), ("b", "n1"), ("c", "n2")] {
+            let mut p = PodInfo::simple("ns", name, 1000);
+            p.node_name = Some(node.into());
+            Arc::make_mut(&mut p.labels).insert("app".into(), "foo".into());
+            s.add_pod(Arc::new(p));
+        }
+        s.set_pdbs(vec![Pdb {
+            namespace: "ns".into(),
+            name: "one".into(),
+            selector: LabelSelector {
+                requirements: vec![Requirement {
+                    key: "app".into(),
+                    op: SelectorOp::In,
+                    values: vec!["foo".into()],
+                }],
+                nothing: false,
+            },
+            disruptions_allowed: 1,
+            disrupted_pods: Default::default(),
+        }]);
+        let mut u = units::collect(&s, 100);
+        units::sort_for_budgets(&mut u);
+        let all: Vec<usize> = (0..u.len()).collect();
+        let c = per_node(&s, &u, &all);
+        // n1's two protected pods exceed the budget by one; n2's one pod fits in it.
+        assert_eq!((c[0].pdb_violations, c[0].pods), (1, 2));
+        assert_eq!((c[1].pdb_violations, c[1].pods), (0, 1));
     }
 }

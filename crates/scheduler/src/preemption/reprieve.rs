@@ -89,7 +89,7 @@ impl Cost {
 }
 
 /// Runs the reprieve over `removed` (indices into `units`, all evicted from `snapshot` by the
-/// caller; sorted most important first when the snapshot has PDBs). `fits(snapshot, handle,
+/// caller; with PDBs, the units a PDB selects most important first). `fits(snapshot, handle,
 /// unit)` says whether the preemptor still fits with `unit` back (it must leave the snapshot as
 /// it found it).
 /// `independent(unit)` says that no check can depend on `unit` (node-local Filters, and the
@@ -104,16 +104,16 @@ pub(crate) fn reprieve(
     independent: &dyn Fn(&VictimUnit) -> bool,
     fits: &mut dyn FnMut(&mut Snapshot, &mut dyn PreemptionHandle, &VictimUnit) -> bool,
 ) -> Reprieved {
-    let pdbs = snapshot.preemption.pdbs().to_vec();
-    // With PDBs the budget is consumed in importance order, so `removed` must come sorted
-    // that way (the callers sort fully then); without, only the units actually checked need
-    // ordering, and they are sorted here.
-    let (violating, ok) = if pdbs.is_empty() {
+    let has_pdbs = !snapshot.preemption.pdbs().is_empty();
+    // With PDBs the budgets are consumed in importance order, so the units a PDB selects must
+    // come in that order in `removed` (`units::sort_for_budgets`); whatever the order, the
+    // units actually checked are sorted here.
+    let (violating, ok) = if !has_pdbs {
         (Vec::new(), (0..removed.len()).collect())
     } else {
         split_by_violation(
-            &pdbs,
-            removed.iter().map(|&i| units[i].members().map(|m| &*m.pod)),
+            snapshot.preemption.pdbs(),
+            removed.iter().map(|&i| units[i].members().map(|m| &m.pdbs[..])),
         )
     };
     let ok = ok.into_iter().map(|pos| (pos, 0)).collect();
@@ -126,9 +126,7 @@ pub(crate) fn reprieve(
             .filter_map(|(pos, v)| removed.get(pos).map(|&ui| (ui, v)))
             .filter(|&(ui, _)| !independent(&units[ui]))
             .collect();
-        if pdbs.is_empty() {
-            checked.sort_by(|&(a, _), &(b, _)| importance(&units[a], &units[b]));
-        }
+        checked.sort_by(|&(a, _), &(b, _)| importance(&units[a], &units[b]));
         for (ui, violating) in checked {
             let unit = &units[ui];
             let m = snapshot.mark();
@@ -148,4 +146,90 @@ pub(crate) fn reprieve(
     // Victims were found violating-first; report them most important first.
     out.victims.sort_by(|&a, &b| importance(&units[a], &units[b]));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{DisruptionMode, GroupInfo, GroupPolicy, NodeStatic, PodInfo, PodKey};
+    use crate::preemption::units;
+    use std::sync::Arc;
+
+    /// The units of `pods` (name, priority, group), all on one node.
+    fn units_of(pods: &[(&str, i32, Option<&str>)], start: &[(&str, i64)]) -> Vec<VictimUnit> {
+        let mut s = Snapshot::new([Arc::new(NodeStatic::simple("n", 1 << 20, 1 << 40, &[]))]);
+        let mut g = GroupInfo::new("ns", "gang", GroupPolicy::Basic);
+        g.priority = Some(5);
+        g.disruption_mode = DisruptionMode::All;
+        s.upsert_group_info(Arc::new(g));
+        for (name, priority, group) in pods {
+            let mut p = PodInfo::simple("ns", name, 1);
+            p.priority = *priority;
+            p.node_name = Some("n".into());
+            p.group_name = group.map(Arc::from);
+            s.add_pod(Arc::new(p));
+        }
+        for (name, t) in start {
+            s.set_pod_start_time(&PodKey::new("ns", name), Some(*t));
+        }
+        units::collect(&s, 1000)
+    }
+
+    fn cost(units: &[VictimUnit], names: &[&str]) -> Cost {
+        let victims = (0..units.len())
+            .filter(|&i| units[i].members().any(|m| names.contains(&&*m.pod.key.name)))
+            .collect();
+        Cost::of(
+            units,
+            &Reprieved {
+                victims,
+                pdb_violations: 0,
+            },
+        )
+    }
+
+    #[test]
+    fn a_whole_gang_costs_its_pods() {
+        let mut pods: Vec<(String, i32, Option<&str>)> =
+            (0..40).map(|i| (format!("g{i}"), 5, Some("gang"))).collect();
+        pods.push(("a".into(), 5, None));
+        pods.push(("b".into(), 5, None));
+        let pods: Vec<(&str, i32, Option<&str>)> =
+            pods.iter().map(|(n, p, g)| (n.as_str(), *p, *g)).collect();
+        let u = units_of(&pods, &[]);
+        let gang = cost(&u, &["g0"]);
+        let two = cost(&u, &["a", "b"]);
+        assert_eq!((gang.pods, two.pods), (40, 2));
+        assert!(two < gang);
+    }
+
+    #[test]
+    fn order_follows_upstream_pick_one_node() {
+        let u = units_of(
+            &[
+                ("neg-1", -10, None),
+                ("neg-2", -10, None),
+                ("neg-3", -10, None),
+                ("p7", 7, None),
+                ("p8", 8, None),
+                ("old", 9, None),
+                ("young", 9, None),
+                ("unknown", 9, None),
+            ],
+            &[("old", 1_000), ("young", 2_000)],
+        );
+        // Fewer negative-priority pods are cheaper: the offset keeps the sum growing per pod.
+        assert!(cost(&u, &["neg-1"]) < cost(&u, &["neg-1", "neg-2"]));
+        // The highest priority comes before the sum and the count.
+        assert!(cost(&u, &["neg-1", "neg-2", "neg-3", "p7"]) < cost(&u, &["p8"]));
+        // Equal otherwise: the later start of the highest-priority victims is cheaper, and an
+        // unknown start counts as now.
+        assert!(cost(&u, &["young"]) < cost(&u, &["old"]));
+        assert!(cost(&u, &["unknown"]) < cost(&u, &["young"]));
+        // PDB violations come first of all.
+        let mut violating = cost(&u, &["neg-1"]);
+        violating.pdb_violations = 1;
+        assert!(cost(&u, &["p8", "old"]) < violating);
+        assert!(Cost::NONE < cost(&u, &["neg-1"]));
+    }
 }

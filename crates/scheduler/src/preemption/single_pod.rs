@@ -93,7 +93,7 @@ pub(crate) fn preempt(
     if snapshot.preemption.pdbs().is_empty() {
         units::sort_by_priority(&mut units);
     } else {
-        units::sort(&mut units);
+        units::sort_for_budgets(&mut units);
     }
     let mut on_node: Vec<Vec<usize>> = vec![Vec::new(); n];
     for (i, u) in units.iter().enumerate() {

@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use crate::hierarchy::MAX_TREE_DEPTH;
 use crate::model::{DisruptionMode, GroupKey, PodInfo};
+use crate::preemption::pdb::{self, Pdb};
 use crate::snapshot::Snapshot;
 
 /// Importance rank of a unit's kind (upstream `EntityKeyType`): among units of equal priority
@@ -36,14 +37,21 @@ pub(crate) struct Member {
     pub(crate) node: Option<usize>,
     /// In a group or carrying affinity terms: eviction must update those indexes too.
     pub(crate) listed: bool,
+    /// The snapshot's PDBs selecting the pod ([`pdb::matching`]; empty without PDBs).
+    pub(crate) pdbs: Vec<u32>,
 }
 
 impl Member {
-    fn new(pod: &Arc<PodInfo>, node: Option<usize>) -> Member {
+    fn new(pod: &Arc<PodInfo>, node: Option<usize>, pdbs: &[Pdb]) -> Member {
         Member {
             pod: pod.clone(),
             node,
             listed: pod.group_name.is_some() || !pod.spec.affinity.is_empty(),
+            pdbs: if pdbs.is_empty() {
+                Vec::new()
+            } else {
+                pdb::matching(pdbs, pod)
+            },
         }
     }
 }
@@ -171,6 +179,7 @@ fn member(snapshot: &Snapshot, pod: &Arc<PodInfo>) -> Member {
     Member::new(
         pod,
         snapshot.pod_node(&pod.key).and_then(|n| snapshot.node_index(n)),
+        snapshot.preemption.pdbs(),
     )
 }
 
@@ -197,7 +206,7 @@ pub(crate) fn collect(snapshot: &Snapshot, below: i32) -> Vec<VictimUnit> {
             }
             match lin.highest_all {
                 None => units.push(VictimUnit {
-                    first: Member::new(pod, Some(idx)),
+                    first: Member::new(pod, Some(idx), st.pdbs()),
                     rest: Vec::new(),
                     priority: lin.priority,
                     kind: UnitKind::Pod,
@@ -296,17 +305,51 @@ pub(crate) fn evict<'u>(snapshot: &mut Snapshot, units: impl IntoIterator<Item =
     }
 }
 
-/// Sorts most important first.
+/// Sorts most important first (the full order [`sort_for_budgets`] keeps among protected
+/// units; tests compare with it).
+#[cfg(test)]
 pub(crate) fn sort(units: &mut [VictimUnit]) {
     units.sort_by(importance);
 }
 
 /// Sorts by priority only, highest first, keeping node order among equals: enough for the
-/// priority tiers, and much cheaper than [`sort`] on tens of thousands of units (a bucket per
+/// priority tiers, and much cheaper than a full [`importance`] sort on tens of thousands of units (a bucket per
 /// priority: each unit moves twice). The reprieve then orders the few units it actually checks
 /// (see `reprieve`). Node order among equals keeps `evict` batches large.
 pub(crate) fn sort_by_priority(units: &mut [VictimUnit]) {
     units.sort_by_key(|u| std::cmp::Reverse(u.priority));
+}
+
+/// [`sort_by_priority`], then the units a PDB selects (a member with [`Member::pdbs`]) most
+/// important first among themselves, in the positions they hold. PDB budgets are consumed in
+/// importance order (upstream sorts every victim), but only those units consume them, so the
+/// others need no order beyond priority (the reprieve orders the units it checks): this keeps
+/// the full [`importance`] sort, whose uid tie-breaks dominate among tens of thousands of
+/// equal-priority units, to the protected ones. Priority buckets keep their positions because
+/// importance orders by priority first.
+pub(crate) fn sort_for_budgets(units: &mut [VictimUnit]) {
+    sort_by_priority(units);
+    let positions: Vec<usize> = (0..units.len())
+        .filter(|&i| units[i].members().any(|m| !m.pdbs.is_empty()))
+        .collect();
+    // src[k]: which of the positions the k-th most important of them comes from. A total
+    // order (uid last), so unstable sorting gives the stable result, faster.
+    let mut src: Vec<usize> = (0..positions.len()).collect();
+    src.sort_unstable_by(|&a, &b| importance(&units[positions[a]], &units[positions[b]]));
+    // Apply the permutation in place, cycle by cycle (no unit is cloned).
+    let mut done = vec![false; src.len()];
+    for start in 0..src.len() {
+        let mut j = start;
+        while !done[j] {
+            done[j] = true;
+            let next = src[j];
+            if next == start {
+                break;
+            }
+            units.swap(positions[j], positions[next]);
+            j = next;
+        }
+    }
 }
 
 #[cfg(test)]
@@ -368,6 +411,62 @@ mod tests {
             (u[0].priority, u[0].kind, u[0].mode),
             (50, UnitKind::Pod, DisruptionMode::Single)
         );
+    }
+
+    #[test]
+    fn budget_order_sorts_only_the_protected_units_in_their_positions() {
+        let mut s = snap();
+        for (name, prio, app) in [
+            ("a", 5, false),
+            ("young", 5, true),
+            ("b", 7, false),
+            ("old", 5, true),
+            ("high", 7, true),
+            ("c", 5, false),
+        ] {
+            let mut p = PodInfo::simple("ns", name, 1000);
+            p.node_name = Some("n1".into());
+            p.priority = prio;
+            if app {
+                Arc::make_mut(&mut p.labels).insert("app".into(), "x".into());
+            }
+            s.add_pod(Arc::new(p));
+        }
+        s.set_pod_start_time(&crate::model::PodKey::new("ns", "young"), Some(2000));
+        s.set_pod_start_time(&crate::model::PodKey::new("ns", "old"), Some(1000));
+        s.set_pdbs(vec![Pdb {
+            namespace: "ns".into(),
+            name: "x".into(),
+            selector: crate::selectors::LabelSelector {
+                requirements: vec![],
+                nothing: false,
+            },
+            disruptions_allowed: 0,
+            disrupted_pods: Default::default(),
+        }]);
+        // The empty selector selects every pod of the namespace: all are protected, full order.
+        let mut units = collect(&s, 100);
+        sort_for_budgets(&mut units);
+        let mut full = collect(&s, 100);
+        sort(&mut full);
+        let names = |u: &[VictimUnit]| {
+            u.iter()
+                .map(|u| u.first.pod.key.name.to_string())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(names(&units), names(&full));
+        // Only pods labelled app=x protected: they are ordered among themselves, the others keep
+        // node order within their priority.
+        let mut pdbs = s.preemption_state().pdbs().to_vec();
+        pdbs[0].selector.requirements.push(crate::selectors::Requirement {
+            key: "app".into(),
+            op: crate::selectors::SelectorOp::In,
+            values: vec!["x".into()],
+        });
+        s.set_pdbs(pdbs);
+        let mut units = collect(&s, 100);
+        sort_for_budgets(&mut units);
+        assert_eq!(names(&units), ["b", "high", "a", "old", "young", "c"]);
     }
 
     #[test]
