@@ -6,11 +6,15 @@
 //!   so that every group of a tree gets the same verdict. A missing parent is reported as `ParentNotFound`.
 //! - Workload reference: the Workload exists, the template exists, is of the group's kind, and its
 //!   scheduling-policy variant equals the group's.
-//! - PriorityClass: a named class must exist (upstream Priority admission rejects the object otherwise).
+//! - PriorityClass: a named class must exist (upstream Priority admission rejects the object otherwise); priority
+//!   fields written in a Workload's templates must be those of their class ([`template_priorities`]).
+//! - Members: a pending member pod must name one of the schedulers of this deployment ([`foreign_members`]).
 
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
+use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
-use phalanx_api::v1beta1::{PolicyKind, Workload, WorkloadReference};
+use phalanx_api::v1beta1::{PolicyKind, PreemptionPolicy, Workload, WorkloadReference, WorkloadSpec};
 use phalanx_store::{GroupKey, GroupKind, HierarchyError, Store, validate_ancestry, validate_tree};
 
 use crate::status::Problem;
@@ -127,6 +131,110 @@ pub fn resolve_priority(store: &Store, class_name: Option<&str>) -> Result<Resol
         .map_err(|e| Problem::new(e.reason(), e.to_string()))
 }
 
+/// The priority fields written in a Workload's templates that their PriorityClass does not give
+/// ([`phalanx_store::priority::check_written`], each field named by the template's path, e.g.
+/// `spec.podGroupTemplates[0].priority`). Nothing fills a template's fields, so every value there is its author's.
+/// A template whose class does not exist is skipped: there is no value to compare with, and the groups that name the
+/// class are reported `PriorityClassNotFound`.
+pub fn template_priorities(store: &Store, spec: &WorkloadSpec) -> Vec<Problem> {
+    let classes: Vec<std::sync::Arc<PriorityClass>> = store.priority_classes().state();
+    let nodes = template_nodes(spec);
+    let mut out = Vec::new();
+    for (node, path) in template_tree::with_paths(&nodes) {
+        if node.priority.is_none() && node.preemption_policy.is_none() {
+            continue;
+        }
+        let Ok(resolved) = priority::resolve(
+            node.priority_class_name.as_deref(),
+            classes.iter().map(AsRef::as_ref),
+        ) else {
+            continue;
+        };
+        let preempt_lower = node.preemption_policy == Some(PreemptionPolicy::PreemptLowerPriority);
+        out.extend(
+            priority::check_written(&path, node.priority, preempt_lower, &resolved)
+                .into_iter()
+                .map(|m| Problem::new(m.reason(), m.to_string())),
+        );
+    }
+    out
+}
+
+/// Reason of the `Valid=False` a PodGroup gets while pending members name another scheduler.
+pub const REASON_PODS_OF_ANOTHER_SCHEDULER: &str = "PodsOfAnotherScheduler";
+
+/// Whether `scheduler` (a pod's `spec.schedulerName`) is one of `names`; an entry ending in `*` matches by prefix.
+pub fn scheduler_matches(scheduler: &str, names: &[String]) -> bool {
+    names.iter().any(|n| match n.strip_suffix('*') {
+        Some(prefix) => scheduler.starts_with(prefix),
+        None => scheduler == n,
+    })
+}
+
+/// Most pod names listed per scheduler in [`foreign_scheduler_message`].
+const NAMES_SHOWN: usize = 5;
+
+/// The sentence naming pending members of a group and the scheduler they name instead of one of `names`:
+/// `pods infer-0, infer-1 use schedulerName "default-scheduler", not "phalanx-scheduler": ...`. `members` are
+/// `(pod name, spec.schedulerName)` of the pending members that are not ours, in any order (listed by scheduler,
+/// then name, at most five names per scheduler). `None` when `members` is empty. One definition for the group's
+/// condition and `phalanx explain`.
+pub fn foreign_scheduler_message(members: &[(String, String)], names: &[String]) -> Option<String> {
+    if members.is_empty() {
+        return None;
+    }
+    let mut by: std::collections::BTreeMap<&str, Vec<&str>> = std::collections::BTreeMap::new();
+    for (pod, scheduler) in members {
+        by.entry(scheduler.as_str()).or_default().push(pod.as_str());
+    }
+    let parts: Vec<String> = by
+        .into_iter()
+        .map(|(scheduler, mut pods)| {
+            pods.sort_unstable();
+            let more = pods.len().saturating_sub(NAMES_SHOWN);
+            let mut list = pods[..pods.len().min(NAMES_SHOWN)].join(", ");
+            if more > 0 {
+                list.push_str(&format!(" and {more} more"));
+            }
+            if pods.len() == 1 {
+                format!("pod {list} uses schedulerName {scheduler:?}")
+            } else {
+                format!("pods {list} use schedulerName {scheduler:?}")
+            }
+        })
+        .collect();
+    let ours: Vec<String> = names.iter().map(|n| format!("{n:?}")).collect();
+    Some(format!(
+        "{}, not {}: no Phalanx scheduler places them, so the gang never starts (set spec.schedulerName in the \
+         pod template)",
+        parts.join(" and "),
+        ours.join(" or ")
+    ))
+}
+
+/// A group's pending members (non-terminal, not bound) whose scheduler is none of `names`
+/// ([`foreign_scheduler_message`], reason [`REASON_PODS_OF_ANOTHER_SCHEDULER`]). Upstream's scheduler fails a
+/// PodGroup whose members name another scheduler (`validatePodGroup`, `schedule_one_podgroup.go`); here no Phalanx
+/// scheduler even sees such pods, so nothing would say why the group never starts. `names` empty: no check.
+pub fn foreign_members<'a>(pods: impl IntoIterator<Item = &'a Pod>, names: &[String]) -> Option<Problem> {
+    if names.is_empty() {
+        return None;
+    }
+    let foreign: Vec<(String, String)> = pods
+        .into_iter()
+        .filter(|p| !phalanx_scheduler::is_terminal(p) && phalanx_store::pod_node(p).is_none())
+        .filter_map(|p| {
+            let scheduler = p
+                .spec
+                .as_ref()
+                .and_then(|s| s.scheduler_name.clone())
+                .unwrap_or_else(|| "default-scheduler".into());
+            (!scheduler_matches(&scheduler, names)).then(|| (p.name_any(), scheduler))
+        })
+        .collect();
+    foreign_scheduler_message(&foreign, names).map(|m| Problem::new(REASON_PODS_OF_ANOTHER_SCHEDULER, m))
+}
+
 /// Joins problems into one (reason of the first, all messages).
 pub fn combine(problems: &[Problem]) -> Option<Problem> {
     let first = problems.first()?;
@@ -165,5 +273,43 @@ mod tests {
             }),
             "HierarchyTooDeep"
         );
+    }
+
+    fn pod(name: &str, scheduler: Option<&str>, node: Option<&str>) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": { "name": name },
+            "spec": { "schedulerName": scheduler, "nodeName": node, "containers": [] },
+            "status": { "phase": "Pending" },
+        }))
+        .unwrap()
+    }
+
+    /// Pending pods of another scheduler are named with their scheduler; bound ones and ours are not.
+    #[test]
+    fn foreign_members_are_named_with_their_scheduler() {
+        let names = vec!["phalanx-scheduler".to_string()];
+        let pods = [
+            pod("infer-1", Some("default-scheduler"), None),
+            pod("infer-0", Some("default-scheduler"), None),
+            pod("bound", Some("default-scheduler"), Some("n1")),
+            pod("ours", Some("phalanx-scheduler"), None),
+            pod("odd", Some("volcano"), None),
+        ];
+        let p = foreign_members(pods.iter(), &names).unwrap();
+        assert_eq!(p.reason, REASON_PODS_OF_ANOTHER_SCHEDULER);
+        assert!(
+            p.message.starts_with(
+                "pods infer-0, infer-1 use schedulerName \"default-scheduler\" and pod odd uses schedulerName \
+                 \"volcano\", not \"phalanx-scheduler\":"
+            ),
+            "{}",
+            p.message
+        );
+        assert!(foreign_members(pods[2..4].iter(), &names).is_none());
+        assert!(foreign_members(pods.iter(), &[]).is_none(), "no names, no check");
+        assert!(scheduler_matches("phalanx-ns1", &["phalanx-*".to_string()]));
+        let many: Vec<(String, String)> = (0..7).map(|i| (format!("p{i}"), "x".to_string())).collect();
+        let m = foreign_scheduler_message(&many, &names).unwrap();
+        assert!(m.starts_with("pods p0, p1, p2, p3, p4 and 2 more use"), "{m}");
     }
 }

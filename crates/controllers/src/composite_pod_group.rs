@@ -133,7 +133,7 @@ pub async fn reconcile(cpg: Arc<CompositePodGroup>, ctx: Ctx) -> Result<Action> 
     let prio = PrioritySpec {
         class_name: cpg.spec.priority_class_name.as_deref(),
         priority: cpg.spec.priority,
-        preemption_policy_set: cpg.spec.preemption_policy.is_some(),
+        preemption_policy: cpg.spec.preemption_policy,
     };
     let mut problems = group::ensure_meta(
         &ctx,
@@ -163,6 +163,7 @@ pub async fn reconcile(cpg: Arc<CompositePodGroup>, ctx: Ctx) -> Result<Action> 
     report_validity(
         &ctx,
         CONTROLLER,
+        &decision,
         &uid,
         &reference,
         "CompositePodGroup",

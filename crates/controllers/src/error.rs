@@ -101,11 +101,8 @@ impl Error {
     }
 }
 
-/// Exponential backoff `base * 2^(failures-1)`, capped at `max`.
-pub fn backoff(base: Duration, failures: u32, max: Duration) -> Duration {
-    let shift = failures.saturating_sub(1).min(20);
-    base.saturating_mul(1u32 << shift).min(max)
-}
+/// Exponential backoff `base * 2^(failures-1)`, capped at `max` (defined once, in the store).
+pub use phalanx_store::retry::backoff;
 
 #[cfg(test)]
 mod tests {

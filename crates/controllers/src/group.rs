@@ -4,7 +4,12 @@
 //! Where the resolved priority goes: upstream's Priority admission plugin writes `spec.priority` and
 //! `spec.preemptionPolicy` at creation. Phalanx's CRDs allow exactly that transition (CEL: the fields are
 //! immutable once set, unset -> set is allowed), so the controller fills them **once, when unset**, and the
-//! scheduler and `kubectl` read one place. A value the user set explicitly is kept as is.
+//! scheduler and `kubectl` read one place. A value the user set explicitly is kept as is (the fields are set-once),
+//! but where upstream admission would refuse it (a `priority` other than the class's, `PreemptLowerPriority` under a
+//! class that says `Never`; [`phalanx_store::priority::check_written`]) the group is `Valid=False` naming the field,
+//! because the scheduler uses the class's value, not the written one. Who wrote a field is read from
+//! `metadata.managedFields`: the controller's own merge-patch entry, which the store keeps
+//! ([`phalanx_store::slim::group_managed_fields`]), names the fields it filled.
 
 use std::fmt::Debug;
 
@@ -13,8 +18,11 @@ use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use phalanx_api::v1beta1::PreemptionPolicy;
+
 use crate::checks;
-use crate::context::Context;
+use crate::context::{Context, FIELD_MANAGER};
 use crate::error::Result;
 use crate::status;
 use crate::status::Problem;
@@ -27,8 +35,45 @@ pub struct PrioritySpec<'a> {
     pub class_name: Option<&'a str>,
     /// `spec.priority`.
     pub priority: Option<i32>,
+    /// `spec.preemptionPolicy`.
+    pub preemption_policy: Option<PreemptionPolicy>,
+}
+
+impl PrioritySpec<'_> {
     /// True when `spec.preemptionPolicy` is set.
-    pub preemption_policy_set: bool,
+    pub fn preemption_policy_set(&self) -> bool {
+        self.preemption_policy.is_some()
+    }
+}
+
+/// Whether the controllers filled `spec.<field>` (`priority`, `preemptionPolicy`) of the object with `meta`: their
+/// merge-patch entry in `managedFields` (manager [`FIELD_MANAGER`], operation `Update`) owns it.
+pub fn filled_by_controller(meta: &ObjectMeta, field: &str) -> bool {
+    meta.managed_fields.iter().flatten().any(|e| {
+        e.manager.as_deref() == Some(FIELD_MANAGER)
+            && e.operation.as_deref() == Some("Update")
+            && e.fields_v1
+                .as_ref()
+                .and_then(|f| f.0.get("f:spec"))
+                .and_then(|spec| spec.get(format!("f:{field}")))
+                .is_some()
+    })
+}
+
+/// Pure: the problems of the priority fields the group's author wrote (not those the controllers filled), against
+/// `resolved`: [`phalanx_store::priority::check_written`] on `spec`.
+pub fn written_priority_problems(
+    spec: &PrioritySpec<'_>,
+    meta: &ObjectMeta,
+    resolved: &Resolved,
+) -> Vec<Problem> {
+    let priority = spec.priority.filter(|_| !filled_by_controller(meta, "priority"));
+    let preempt_lower = spec.preemption_policy == Some(PreemptionPolicy::PreemptLowerPriority)
+        && !filled_by_controller(meta, "preemptionPolicy");
+    phalanx_store::priority::check_written("spec", priority, preempt_lower, resolved)
+        .into_iter()
+        .map(|m| Problem::new(m.reason(), m.to_string()))
+        .collect()
 }
 
 /// Pure: the `spec` part of the patch that fills unset priority fields from `resolved`.
@@ -37,7 +82,7 @@ pub fn priority_patch(spec: &PrioritySpec<'_>, resolved: &Resolved) -> Option<Ma
     if spec.priority.is_none() {
         m.insert("priority".into(), json!(resolved.priority));
     }
-    if !spec.preemption_policy_set {
+    if !spec.preemption_policy_set() {
         m.insert("preemptionPolicy".into(), json!(resolved.preemption_policy));
     }
     if m.is_empty() { None } else { Some(m) }
@@ -45,25 +90,20 @@ pub fn priority_patch(spec: &PrioritySpec<'_>, resolved: &Resolved) -> Option<Ma
 
 /// Human-readable origin of a resolved priority, for the event.
 pub fn describe(resolved: &Resolved) -> String {
+    let values = format!(
+        "priority {} and preemptionPolicy {}",
+        resolved.priority, resolved.preemption_policy
+    );
     match &resolved.source {
-        Source::Named(n) => format!(
-            "priority {} and preemptionPolicy {} from PriorityClass {n:?}",
-            resolved.priority, resolved.preemption_policy
-        ),
-        Source::GlobalDefault(n) => format!(
-            "priority {} and preemptionPolicy {} from the global default PriorityClass {n:?}",
-            resolved.priority, resolved.preemption_policy
-        ),
-        Source::None => format!(
-            "priority {} and preemptionPolicy {} (no priorityClassName and no global default PriorityClass)",
-            resolved.priority, resolved.preemption_policy
-        ),
+        Source::None => format!("{values} ({})", resolved.source),
+        source => format!("{values} from {source}"),
     }
 }
 
 /// Adds `finalizer` (unless deleting) and fills unset priority fields, in one guarded merge patch. Returns the
-/// problems found (a named PriorityClass that does not exist while a field is still unset). Emits a
-/// `PriorityResolved` event when it filled the priority.
+/// problems found: a named PriorityClass that does not exist while a field is still unset, and the priority fields
+/// the author wrote that the class does not give ([`written_priority_problems`]). Emits a `PriorityResolved` event
+/// when it filled the priority.
 pub async fn ensure_meta<K>(
     ctx: &Context,
     controller: &str,
@@ -86,18 +126,21 @@ where
         patch.insert("metadata".into(), json!({ "finalizers": list }));
     }
     let mut filled: Option<Resolved> = None;
-    // Resolution matters only while a field is still unset: once filled, the value stays (as after upstream
-    // admission), so deleting the PriorityClass later does not make the group invalid.
-    let unresolved = prio.priority.is_none() || !prio.preemption_policy_set;
-    if unresolved && !deleting {
+    // Resolution matters while a field is still unset, and to check what the author wrote. Once filled by the
+    // controller, the value stays (as after upstream admission), so deleting the PriorityClass later does not make
+    // the group invalid; a class that cannot be resolved then is no problem.
+    let unresolved = prio.priority.is_none() || !prio.preemption_policy_set();
+    if !deleting {
         match checks::resolve_priority(&ctx.store, prio.class_name) {
             Ok(resolved) => {
+                problems.extend(written_priority_problems(prio, obj.meta(), &resolved));
                 if let Some(spec) = priority_patch(prio, &resolved) {
                     patch.insert("spec".into(), Value::Object(spec));
                     filled = Some(resolved);
                 }
             }
-            Err(p) => problems.push(p),
+            Err(p) if unresolved => problems.push(p),
+            Err(_) => {}
         }
     }
     if patch.is_empty() {
@@ -136,7 +179,7 @@ mod tests {
         let unset = PrioritySpec {
             class_name: Some("x"),
             priority: None,
-            preemption_policy_set: false,
+            preemption_policy: None,
         };
         let p = priority_patch(&unset, &resolved()).unwrap();
         assert_eq!(
@@ -146,7 +189,7 @@ mod tests {
         let half = PrioritySpec {
             class_name: Some("x"),
             priority: Some(3),
-            preemption_policy_set: false,
+            preemption_policy: None,
         };
         assert_eq!(
             Value::Object(priority_patch(&half, &resolved()).unwrap()),
@@ -155,7 +198,7 @@ mod tests {
         let set = PrioritySpec {
             class_name: None,
             priority: Some(3),
-            preemption_policy_set: true,
+            preemption_policy: Some(PreemptionPolicy::Never),
         };
         assert!(priority_patch(&set, &resolved()).is_none());
     }
@@ -169,5 +212,39 @@ mod tests {
             source: Source::GlobalDefault("d".into()),
         };
         assert!(describe(&d).contains("global default PriorityClass \"d\""));
+    }
+
+    /// What the author wrote is checked, what the controller filled is not: a stale filled value (the global
+    /// default changed since) is no hand-written priority.
+    #[test]
+    fn only_written_fields_are_checked() {
+        let spec = PrioritySpec {
+            class_name: Some("x"),
+            priority: Some(1_000_000_000),
+            preemption_policy: Some(PreemptionPolicy::PreemptLowerPriority),
+        };
+        let written = ObjectMeta::default();
+        let p = written_priority_problems(&spec, &written, &resolved());
+        let reasons: Vec<&str> = p.iter().map(|p| p.reason.as_str()).collect();
+        assert_eq!(reasons, ["PriorityIgnored", "PreemptionPolicyIgnored"]);
+        assert!(p[0].message.contains("spec.priority: 1000000000") && p[0].message.contains("computed 7"));
+        let filled: ObjectMeta = serde_json::from_value(json!({"managedFields": [{
+            "manager": FIELD_MANAGER, "operation": "Update",
+            "fieldsV1": {"f:metadata": {"f:finalizers": {}}, "f:spec": {"f:priority": {}, "f:preemptionPolicy": {}}},
+        }]}))
+        .unwrap();
+        assert!(filled_by_controller(&filled, "priority"));
+        assert!(written_priority_problems(&spec, &filled, &resolved()).is_empty());
+        // Never written under a class that may preempt restricts the group: no problem.
+        let never = PrioritySpec {
+            preemption_policy: Some(PreemptionPolicy::Never),
+            priority: None,
+            ..spec
+        };
+        let may = Resolved {
+            preemption_policy: "PreemptLowerPriority".into(),
+            ..resolved()
+        };
+        assert!(written_priority_problems(&never, &written, &may).is_empty());
     }
 }

@@ -52,6 +52,10 @@ pub struct ControllerOptions {
     pub concurrency: u16,
     /// Upper bound of the per-object error backoff. Default 2 min.
     pub max_backoff: Duration,
+    /// The `spec.schedulerName`s the schedulers of this deployment answer to (an entry ending in `*` matches by
+    /// prefix). A PodGroup with a pending member naming none of them is `Valid=False/PodsOfAnotherScheduler`
+    /// ([`checks::foreign_members`]). Empty: no check. Default `["phalanx-scheduler"]`.
+    pub scheduler_names: Vec<String>,
 }
 
 impl Default for ControllerOptions {
@@ -62,6 +66,7 @@ impl Default for ControllerOptions {
             resync: Duration::from_secs(300),
             concurrency: 16,
             max_backoff: Duration::from_secs(120),
+            scheduler_names: vec![phalanx_api::DEFAULT_SCHEDULER_NAME.to_string()],
         }
     }
 }

@@ -1,8 +1,8 @@
 //! PodGroup controller: protection finalizer, PriorityClass resolution, workloadRef and hierarchy checks,
 //! and the member-pod counters in status.
 //!
-//! Pipeline: meta (finalizer + priority, one guarded merge patch) -> validate (workloadRef, hierarchy; pure
-//! functions over the store) -> build the desired status (pure) -> apply (server-side apply, throttled) ->
+//! Pipeline: meta (finalizer + priority, one guarded merge patch) -> validate (workloadRef, hierarchy, member
+//! pods of another scheduler; pure functions over the store) -> build the desired status (pure) -> apply (server-side apply, throttled) ->
 //! events on changes.
 //!
 //! Upstream equivalents: the PodGroupProtection admission plugin and podgroup-protection controller (finalizer
@@ -139,7 +139,7 @@ pub async fn reconcile(pg: Arc<PodGroup>, ctx: Ctx) -> Result<Action> {
     let prio = PrioritySpec {
         class_name: pg.spec.priority_class_name.as_deref(),
         priority: pg.spec.priority,
-        preemption_policy_set: pg.spec.preemption_policy.is_some(),
+        preemption_policy: pg.spec.preemption_policy,
     };
     let mut problems = group::ensure_meta(&ctx, CONTROLLER, pg.as_ref(), POD_GROUP_PROTECTION, &prio).await?;
     if let Some(r) = &pg.spec.workload_ref {
@@ -152,6 +152,10 @@ pub async fn reconcile(pg: Arc<PodGroup>, ctx: Ctx) -> Result<Action> {
         ));
     }
     problems.extend(checks::hierarchy(&ctx.store, &key));
+    problems.extend(checks::foreign_members(
+        members.iter().map(AsRef::as_ref),
+        &ctx.opts.scheduler_names,
+    ));
     let problem = checks::combine(&problems);
 
     let current = status::status_json(pg.status.as_ref());
@@ -164,6 +168,7 @@ pub async fn reconcile(pg: Arc<PodGroup>, ctx: Ctx) -> Result<Action> {
     report_validity(
         &ctx,
         CONTROLLER,
+        &decision,
         &uid,
         &reference,
         "PodGroup",

@@ -42,6 +42,8 @@ pub struct TemplateNode {
     pub priority_class_name: Option<String>,
     /// `priority`.
     pub priority: Option<i32>,
+    /// `preemptionPolicy`.
+    pub preemption_policy: Option<phalanx_api::v1beta1::PreemptionPolicy>,
     /// For CompositePodGroup templates: `podGroupTemplates` then `compositePodGroupTemplates`.
     pub children: Vec<TemplateNode>,
 }
@@ -261,6 +263,20 @@ pub fn validate(top: &[TemplateNode]) -> Vec<TemplateProblem> {
     walk.problems
 }
 
+/// Every template of the tree with its JSON path (`spec.compositePodGroupTemplates[0].podGroupTemplates[1]`), depth
+/// first, parents before their children (the order [`validate`] visits them).
+pub fn with_paths(top: &[TemplateNode]) -> Vec<(&TemplateNode, String)> {
+    fn rec<'a>(nodes: &'a [TemplateNode], parent: &str, out: &mut Vec<(&'a TemplateNode, String)>) {
+        for (node, path) in nodes.iter().zip(sibling_paths(parent, nodes)) {
+            out.push((node, path.clone()));
+            rec(&node.children, &path, out);
+        }
+    }
+    let mut out = Vec::new();
+    rec(top, "spec", &mut out);
+    out
+}
+
 /// Finds a template by name anywhere in the tree.
 pub fn find<'a>(top: &'a [TemplateNode], name: &str) -> Option<&'a TemplateNode> {
     for node in top {
@@ -299,6 +315,7 @@ fn pg_template(t: &PodGroupTemplate) -> TemplateNode {
         },
         priority_class_name: t.priority_class_name.clone(),
         priority: t.priority,
+        preemption_policy: t.preemption_policy,
         children: vec![],
     }
 }
@@ -317,6 +334,7 @@ fn cpg_template(t: &CompositePodGroupTemplate) -> TemplateNode {
         },
         priority_class_name: t.priority_class_name.clone(),
         priority: t.priority,
+        preemption_policy: t.preemption_policy,
         children,
     }
 }
@@ -351,6 +369,7 @@ mod tests {
             disruption: Disruption::Single,
             priority_class_name: None,
             priority: None,
+            preemption_policy: None,
             children: vec![],
         }
     }

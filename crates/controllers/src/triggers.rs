@@ -4,7 +4,7 @@
 //! objects it affects reads a cache that already shows the change (no second watch, no lag between trigger
 //! and cache). A group change re-checks its whole tree, because a verdict belongs to the tree; a pod change
 //! re-counts its PodGroup; a Workload change re-checks the Workload and every group that references it; a
-//! PriorityClass change re-resolves every group. A lagging subscriber or a re-list triggers everything.
+//! PriorityClass change re-resolves every group and re-checks every Workload. A lagging subscriber or a re-list triggers everything.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -232,6 +232,11 @@ impl Mapper {
         self.priority_class_versions = pcs;
 
         if pcs_changed {
+            // Templates' written priorities are checked against their class too.
+            for w in self.store.workloads().state() {
+                self.queues
+                    .workload(&w.namespace().unwrap_or_default(), &w.name_any());
+            }
             for g in self.store.pod_groups().state() {
                 self.queues.group(&GroupKey::pod_group(
                     &g.namespace().unwrap_or_default(),

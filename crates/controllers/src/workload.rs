@@ -1,4 +1,5 @@
-//! Workload controller: validates the template tree beyond CEL and publishes the verdict and per-template
+//! Workload controller: validates the template tree beyond CEL (and the priority fields written in templates
+//! against their PriorityClass, [`crate::checks::template_priorities`]) and publishes the verdict and per-template
 //! usage counts in status.
 //!
 //! Pipeline (docs/controllers.md): validate ([`template_tree::validate`], pure) -> build the desired status
@@ -80,7 +81,9 @@ pub async fn reconcile(wl: Arc<Workload>, ctx: Ctx) -> Result<Action> {
         return Ok(Action::requeue(Duration::from_secs(5)));
     }
 
-    let problem = verdict(&wl.spec);
+    let mut problems: Vec<Problem> = verdict(&wl.spec).into_iter().collect();
+    problems.extend(crate::checks::template_priorities(&ctx.store, &wl.spec));
+    let problem = crate::checks::combine(&problems);
     let mut counts: BTreeMap<String, i32> = BTreeMap::new();
     for g in ctx.store.pod_groups().state() {
         if g.namespace().as_deref() == Some(ns.as_str())
@@ -113,6 +116,7 @@ pub async fn reconcile(wl: Arc<Workload>, ctx: Ctx) -> Result<Action> {
     report_validity(
         &ctx,
         CONTROLLER,
+        &decision,
         &uid,
         &wl.object_ref(&()),
         "Workload",
@@ -126,15 +130,24 @@ pub async fn reconcile(wl: Arc<Workload>, ctx: Ctx) -> Result<Action> {
 
 /// Publishes an event when the verdict of an object changes (once per change, also across restarts: the
 /// current condition seeds the memory). No event for an object that is valid from the start.
+///
+/// The event goes out with the status write it announces, never while that write is throttled (`decision` is
+/// `Later`): the event Recorder folds repeats of one reason into a series that keeps the first note, so a verdict
+/// whose message grows within the batching interval (pods named one by one as they are created) is announced once,
+/// with the message the condition shows.
 pub async fn report_validity(
     ctx: &crate::context::Context,
     controller: &str,
+    decision: &WriteDecision,
     uid: &str,
     reference: &k8s_openapi::api::core::v1::ObjectReference,
     kind: &str,
     current_status: &Value,
     problem: Option<&Problem>,
 ) {
+    if matches!(decision, WriteDecision::Later(_)) {
+        return;
+    }
     let previous = status::find_condition(current_status, VALID).map(|c| {
         if c.status == "True" {
             "True".to_string()

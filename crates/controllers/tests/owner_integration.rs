@@ -14,7 +14,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, ensure};
-use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
@@ -72,6 +72,8 @@ fn controllers() -> std::result::Result<(), String> {
                             store.clone(),
                             ControllerOptions {
                                 instance: Some("owner-integration-test".into()),
+                                // Each test's scheduler is `phalanx-<namespace>`.
+                                scheduler_names: vec!["phalanx-*".into()],
                                 ..Default::default()
                             },
                             leader_rx,
@@ -546,5 +548,253 @@ async fn custom_owner_gets_a_group_and_missing_replicas_is_reported() -> Result<
         "{notes:?}"
     );
     ensure!(c.groups().get_opt("t2-training").await?.is_none());
+    Ok(())
+}
+
+/// The names of the PodGroups and of the Workloads in the test's namespace.
+async fn group_and_workload_names(c: &Ctx) -> Result<(Vec<String>, Vec<String>)> {
+    let groups = c.groups().list(&ListParams::default()).await?;
+    let workloads = c.workloads().list(&ListParams::default()).await?;
+    Ok((
+        groups.items.iter().map(ResourceExt::name_any).collect(),
+        workloads.items.iter().map(ResourceExt::name_any).collect(),
+    ))
+}
+
+/// An annotated Deployment is one gang: exactly one Workload and one PodGroup (`infer-deployment`), also across a
+/// rollout that makes a second ReplicaSet, although the Deployment controller copies the gang annotation onto every
+/// ReplicaSet (a user saw `infer-5f899f5bd-replicaset Gang 60 0 0` beside the Deployment's group). The pods of both
+/// ReplicaSets are the Deployment group's members, in the live store and in a store built from one read (what
+/// `phalanx explain` uses).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn annotated_deployment_is_one_group_across_a_rollout() -> Result<()> {
+    let c = setup("oi-deploy", 1, "8").await?;
+    let deployments: Api<Deployment> = Api::namespaced(c.client.clone(), &c.ns);
+    let dep: Deployment = serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": { "name": "infer", "annotations": { GANG: "true" } },
+        "spec": {
+            "replicas": 3,
+            "selector": { "matchLabels": { "app": "gang" } },
+            "template": pod_template(&c.sched, "1", "Always"),
+        }
+    }))?;
+    deployments.create(&PostParams::default(), &dep).await?;
+    let pods: Api<Pod> = Api::namespaced(c.client.clone(), &c.ns);
+    let bound = |p: &Pod| {
+        p.spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .is_some_and(|n| !n.is_empty())
+    };
+    wait_for("3 pods of the Deployment bound", WAIT, || async {
+        let list = pods.list(&ListParams::default()).await?;
+        Ok((list.items.iter().filter(|p| bound(p)).count() == 3).then_some(()))
+    })
+    .await?;
+    let replica_sets: Api<ReplicaSet> = Api::namespaced(c.client.clone(), &c.ns);
+    let first = replica_sets.list(&ListParams::default()).await?;
+    ensure!(
+        first
+            .items
+            .iter()
+            .all(|rs| rs.annotations().get(GANG).map(String::as_str) == Some("true")),
+        "the Deployment controller copies the annotation onto its ReplicaSets (the case under test)"
+    );
+    let one = (
+        vec!["infer-deployment".to_string()],
+        vec!["infer-deployment".to_string()],
+    );
+    ensure!(
+        group_and_workload_names(&c).await? == one,
+        "before the rollout: {:?}",
+        group_and_workload_names(&c).await?
+    );
+    // A new pod template: the Deployment controller makes a second ReplicaSet.
+    deployments
+        .patch(
+            "infer",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({ "spec": { "template": { "metadata": { "annotations": { "rev": "2" } } } } }),
+            ),
+        )
+        .await?;
+    wait_for("a second ReplicaSet with pods", WAIT, || async {
+        let sets = replica_sets.list(&ListParams::default()).await?.items;
+        let has_rev = |rs: &ReplicaSet| {
+            rs.spec
+                .template
+                .as_ref()
+                .and_then(|t| t.metadata.as_ref())
+                .and_then(|m| m.annotations.as_ref())
+                .is_some_and(|a| a.contains_key("rev"))
+        };
+        let started = sets
+            .iter()
+            .any(|rs| has_rev(rs) && rs.status.as_ref().is_some_and(|s| s.replicas > 0));
+        Ok((sets.len() == 2 && started).then_some(()))
+    })
+    .await?;
+    // The integration reacts to a ReplicaSet within a second; watch for 5 s that no group of its own appears.
+    let until = tokio::time::Instant::now() + Duration::from_secs(5);
+    while tokio::time::Instant::now() < until {
+        let names = group_and_workload_names(&c).await?;
+        ensure!(names == one, "during the rollout: {names:?}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    // Every pod of the namespace (both ReplicaSets) joins the Deployment's group, in the live store and in a store
+    // built from one read, and the group counts them.
+    let key = phalanx_store::GroupKey::pod_group(&c.ns, "infer-deployment");
+    let live = Store::start(c.client.clone(), StoreConfig::default());
+    tokio::time::timeout(WAIT, live.wait_ready()).await?;
+    let fixed = Store::from_state(phalanx_store::ClusterState::list(&c.client).await?);
+    for store in [&live, &fixed] {
+        let mine: Vec<_> = store
+            .pods()
+            .state()
+            .into_iter()
+            .filter(|p| p.metadata.namespace.as_deref() == Some(c.ns.as_str()))
+            .collect();
+        ensure!(mine.len() >= 3, "pods: {}", mine.len());
+        for p in &mine {
+            ensure!(
+                store.group_of_pod(p) == Some(key.clone()),
+                "pod {} resolves to {:?}",
+                p.name_any(),
+                store.group_of_pod(p)
+            );
+        }
+        ensure!(
+            store.group_members(&key).len() == mine.len(),
+            "members: {} of {}",
+            store.group_members(&key).len(),
+            mine.len()
+        );
+    }
+    wait_for("the group counts the pods of both ReplicaSets", WAIT, || async {
+        let now = pods.list(&ListParams::default()).await?.items;
+        let n = now.iter().filter(|p| !phalanx_scheduler::is_terminal(p)).count();
+        let g = c.groups().get("infer-deployment").await?;
+        Ok((g.status.and_then(|s| s.pods) == Some(i32::try_from(n)?) && n >= 3).then_some(()))
+    })
+    .await?;
+    Ok(())
+}
+
+/// An annotated Job whose pod template forgets `schedulerName`: its pods are `default-scheduler`'s, which no
+/// Phalanx scheduler places. The group says so (`Valid=False/PodsOfAnotherScheduler`, naming the pods and their
+/// scheduler) and a Warning event does too; before, STATUS was blank with no condition and no event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn job_whose_pods_name_another_scheduler_is_reported() -> Result<()> {
+    let c = setup("oi-foreign", 1, "8").await?;
+    let mut template = pod_template(&c.sched, "1", "Never");
+    if let Some(spec) = template["spec"].as_object_mut() {
+        spec.remove("schedulerName");
+    }
+    let job: Job = serde_json::from_value(json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": { "name": "infer", "annotations": { GANG: "true" } },
+        "spec": { "parallelism": 3, "completions": 3, "completionMode": "Indexed", "template": template }
+    }))?;
+    c.jobs().create(&PostParams::default(), &job).await?;
+    let pods: Api<Pod> = Api::namespaced(c.client.clone(), &c.ns);
+    let names = wait_for("3 pods of the Job", WAIT, || async {
+        let list = pods.list(&ListParams::default()).await?;
+        let mut names: Vec<String> = list.items.iter().map(ResourceExt::name_any).collect();
+        names.sort();
+        Ok((names.len() == 3).then_some(names))
+    })
+    .await?;
+    let message = wait_for("infer-job Valid=False/PodsOfAnotherScheduler", WAIT, || async {
+        let Some(g) = c.groups().get_opt("infer-job").await? else {
+            return Ok(None);
+        };
+        let cond = g
+            .status
+            .as_ref()
+            .and_then(|s| phalanx_api::conditions::find_condition(&s.conditions, "Valid").cloned());
+        Ok(cond
+            .filter(|c| {
+                c.status == "False"
+                    && c.reason == "PodsOfAnotherScheduler"
+                    && c.message.contains("pods ")
+                    && names.iter().all(|n| c.message.contains(n.as_str()))
+            })
+            .map(|c| c.message))
+    })
+    .await?;
+    ensure!(
+        message.contains(&format!(
+            "{} use schedulerName \"default-scheduler\", not \"phalanx-*\"",
+            names.join(", ")
+        )),
+        "{message}"
+    );
+    let notes = wait_for("a Warning event naming the pods", WAIT, || async {
+        let n = c.warnings("PodsOfAnotherScheduler").await?;
+        Ok(n.iter()
+            .find(|n| names.iter().all(|p| n.contains(p.as_str())) && n.contains("default-scheduler"))
+            .cloned())
+    })
+    .await?;
+    ensure!(notes.contains("PodGroup is invalid"), "{notes}");
+    ensure!(c.pods_of("infer").await? == (3, 0), "nothing bound them");
+    Ok(())
+}
+
+/// A cluster-scoped custom resource owns the pods (a namespaced pod may have a cluster-scoped owner): the store
+/// looks it up without a namespace, the integration reads it without one, and its group lives in the pods'
+/// namespace. Before, the lookup always added the pod's namespace and the owner was never found.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_scoped_custom_owner_gets_a_group() -> Result<()> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+    let c = setup("oi-cluster", 1, "8").await?;
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": { "name": "fleets.example.phalanx.dev" },
+        "spec": {
+            "group": "example.phalanx.dev", "scope": "Cluster",
+            "names": { "plural": "fleets", "singular": "fleet", "kind": "Fleet" },
+            "versions": [{ "name": "v1", "served": true, "storage": true,
+                "schema": { "openAPIV3Schema": { "type": "object", "x-kubernetes-preserve-unknown-fields": true } } }],
+        }
+    }))?;
+    phalanx_testenv::apply_crds(&c.client, &serde_json::to_string(&crd)?).await?;
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("example.phalanx.dev", "v1", "Fleet"),
+        "fleets",
+    );
+    let fleets: Api<DynamicObject> = Api::all_with(c.client.clone(), &ar);
+    // Cluster-scoped: one name for the whole cluster, so the test's namespace names it.
+    let name = format!("{}-f", c.ns);
+    let obj: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "example.phalanx.dev/v1", "kind": "Fleet",
+        "metadata": { "name": name, "annotations": { GANG_MIN_COUNT: "2" } }, "spec": {},
+    }))?;
+    let created = fleets.create(&PostParams::default(), &obj).await?;
+    let uid = created.uid().context("no uid")?;
+    let pods: Api<Pod> = Api::namespaced(c.client.clone(), &c.ns);
+    for i in 0..2 {
+        let mut p = pod_template(&c.sched, "1", "Never");
+        p["metadata"]["name"] = json!(format!("fleet-{i}"));
+        p["metadata"]["ownerReferences"] = json!([{ "apiVersion": "example.phalanx.dev/v1", "kind": "Fleet",
+            "name": name, "uid": uid, "controller": true }]);
+        pods.create(&PostParams::default(), &serde_json::from_value(p)?)
+            .await?;
+    }
+    let group = format!("{name}-fleet");
+    wait_for("the Fleet's PodGroup in the pods' namespace", WAIT, || async {
+        Ok((c.min_count(&group).await? == Some(2)).then_some(()))
+    })
+    .await?;
+    c.wait_bound(&name, 2).await?;
+    wait_for("the group counts both pods", WAIT, || async {
+        let g = c.groups().get(&group).await?;
+        Ok((g.status.and_then(|s| s.pods) == Some(2)).then_some(()))
+    })
+    .await?;
+    fleets.delete(&name, &DeleteParams::background()).await?;
     Ok(())
 }

@@ -17,29 +17,50 @@ use phalanx_scheduler::{
 /// `spec.priority`: a tenant can write that field before the controller fills it, and would jump the queue. A class
 /// that does not exist gives priority 0 (the controller reports the group `Valid=False`).
 ///
+/// `spec.preemptionPolicy: Never` (`never`) is honoured whatever the class says: a tenant may always restrict
+/// itself. The other way round, `PreemptLowerPriority` under a class that says `Never`, is an escalation: the class
+/// wins and the controller reports the group `Valid=False/PreemptionPolicyIgnored`.
+///
 /// `None` while nothing is resolved yet (no class named and `spec.priority` not filled): the pods are then compared
 /// among themselves, as upstream does for a group without a priority.
 fn resolved(
     class_name: Option<&str>,
     filled: bool,
+    never: bool,
     classes: &[Arc<PriorityClass>],
 ) -> (Option<i32>, Option<PreemptionPolicy>) {
+    let restrict = |policy: Option<PreemptionPolicy>| {
+        if never {
+            Some(PreemptionPolicy::Never)
+        } else {
+            policy
+        }
+    };
     if class_name.is_none_or(str::is_empty) && !filled {
-        return (None, None);
+        return (None, restrict(None));
     }
     match phalanx_store::priority::resolve(class_name, classes.iter().map(AsRef::as_ref)) {
         Ok(r) if r.preemption_policy == "Never" => (Some(r.priority), Some(PreemptionPolicy::Never)),
-        Ok(r) => (Some(r.priority), Some(PreemptionPolicy::PreemptLowerPriority)),
-        Err(_) => (Some(0), Some(PreemptionPolicy::PreemptLowerPriority)),
+        Ok(r) => (
+            Some(r.priority),
+            restrict(Some(PreemptionPolicy::PreemptLowerPriority)),
+        ),
+        Err(_) => (Some(0), restrict(Some(PreemptionPolicy::PreemptLowerPriority))),
     }
 }
 
+/// Whether a group's spec says `preemptionPolicy: Never`.
+fn says_never(policy: Option<phalanx_api::v1beta1::PreemptionPolicy>) -> bool {
+    policy == Some(phalanx_api::v1beta1::PreemptionPolicy::Never)
+}
+
 /// A PodGroup as the core sees it. `parent` is set from `spec.parentCompositePodGroupName`; priority and preemption
-/// policy come from the PriorityClass (`classes`, see [`resolved`]).
+/// policy come from the PriorityClass (`classes`), or `Never` from the spec (see [`resolved`]).
 pub fn group_info(g: &PodGroup, classes: &[Arc<PriorityClass>]) -> GroupInfo {
     let (priority, preemption_policy) = resolved(
         g.spec.priority_class_name.as_deref(),
         g.spec.priority.is_some(),
+        says_never(g.spec.preemption_policy),
         classes,
     );
     let ns = g.namespace().unwrap_or_default();
@@ -99,6 +120,7 @@ pub fn composite_info(g: &CompositePodGroup, classes: &[Arc<PriorityClass>]) -> 
     let (priority, preemption_policy) = resolved(
         g.spec.priority_class_name.as_deref(),
         g.spec.priority.is_some(),
+        says_never(g.spec.preemption_policy),
         classes,
     );
     let ns = g.namespace().unwrap_or_default();
@@ -240,6 +262,10 @@ mod tests {
     use super::*;
 
     fn pg(class: Option<&str>, priority: Option<i32>) -> PodGroup {
+        pg_with(class, priority, None)
+    }
+
+    fn pg_with(class: Option<&str>, priority: Option<i32>, policy: Option<&str>) -> PodGroup {
         serde_json::from_value(serde_json::json!({
             "apiVersion": "scheduling.phalanx.dev/v1beta1",
             "kind": "PodGroup",
@@ -248,21 +274,55 @@ mod tests {
                 "schedulingPolicy": { "gang": { "minCount": 1 } },
                 "priorityClassName": class,
                 "priority": priority,
+                "preemptionPolicy": policy,
             }
         }))
         .expect("valid PodGroup")
     }
 
     fn class(name: &str, value: i32) -> Arc<PriorityClass> {
+        class_with(name, value, "Never")
+    }
+
+    fn class_with(name: &str, value: i32, policy: &str) -> Arc<PriorityClass> {
         Arc::new(PriorityClass {
             metadata: ObjectMeta {
                 name: Some(name.into()),
                 ..Default::default()
             },
             value: Some(value),
-            preemption_policy: Some("Never".into()),
+            preemption_policy: Some(policy.into()),
             ..Default::default()
         })
+    }
+
+    /// A tenant's own `preemptionPolicy: Never` is honoured under a class that may preempt (restricting is always
+    /// safe); `PreemptLowerPriority` under a `Never` class is not (the class wins).
+    #[test]
+    fn a_written_never_restricts_and_a_written_preempt_does_not_escalate() {
+        let classes = [
+            class_with("may", 100, "PreemptLowerPriority"),
+            class("never", 100),
+        ];
+        let g = group_info(&pg_with(Some("may"), Some(100), Some("Never")), &classes);
+        assert_eq!(g.preemption_policy, Some(PreemptionPolicy::Never));
+        assert_eq!(g.priority, Some(100));
+        let g = group_info(&pg_with(Some("may"), Some(100), None), &classes);
+        assert_eq!(g.preemption_policy, Some(PreemptionPolicy::PreemptLowerPriority));
+        let g = group_info(
+            &pg_with(Some("never"), Some(100), Some("PreemptLowerPriority")),
+            &classes,
+        );
+        assert_eq!(g.preemption_policy, Some(PreemptionPolicy::Never));
+        // Before the controller filled anything, and with a class that does not exist: still Never.
+        assert_eq!(
+            group_info(&pg_with(None, None, Some("Never")), &classes).preemption_policy,
+            Some(PreemptionPolicy::Never)
+        );
+        assert_eq!(
+            group_info(&pg_with(Some("gone"), None, Some("Never")), &classes).preemption_policy,
+            Some(PreemptionPolicy::Never)
+        );
     }
 
     /// A tenant who writes `spec.priority` before the controller does must not jump the queue: the value comes

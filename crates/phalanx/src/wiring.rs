@@ -89,6 +89,7 @@ pub fn controllers(
         resync: Duration::from_secs(c.resync_seconds),
         concurrency: c.concurrency,
         max_backoff: Duration::from_secs(c.max_backoff_seconds),
+        scheduler_names: vec![opts.scheduler_name.clone()],
     };
     let fut = phalanx_controllers::run_controllers(
         client.clone(),

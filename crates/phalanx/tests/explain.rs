@@ -657,3 +657,117 @@ async fn simulate_matches_the_scheduler() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// The pods of an annotated Deployment join the Deployment's group, in `explain` as in the scheduler (one
+/// function, `Store::group_of_pod`, over a read that includes the owners): before, `explain pod` named the
+/// ReplicaSet's group and `explain ppg web-deployment` said "0 of 2 pods present" while the group had both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_resolves_a_deployments_pods_as_the_scheduler_does() -> anyhow::Result<()> {
+    use k8s_openapi::api::apps::v1::Deployment;
+    let cx = setup("ex-deploy").await?;
+    cx.node("n1", "8", &[]).await?;
+    let dep: Deployment = serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": { "name": "web", "annotations": { phalanx_api::owners::GANG_MIN_COUNT: "2" } },
+        "spec": {
+            "replicas": 2,
+            "selector": { "matchLabels": { "app": "web" } },
+            "template": {
+                "metadata": { "labels": { "app": "web" } },
+                "spec": {
+                    "schedulerName": cx.sched, "terminationGracePeriodSeconds": 0,
+                    "containers": [{ "name": "c", "image": "busybox", "resources": { "requests": { "cpu": "1" } } }],
+                }
+            },
+        }
+    }))?;
+    Api::<Deployment>::namespaced(cx.client.clone(), &cx.ns)
+        .create(&PostParams::default(), &dep)
+        .await?;
+    // No controller runs in this binary: the group is written as the owner integration writes it.
+    cx.group("web-deployment", 2, None).await?;
+    let pods: Api<Pod> = Api::namespaced(cx.client.clone(), &cx.ns);
+    let names = wait_for("2 pods of the Deployment", Duration::from_secs(60), || async {
+        let mut names: Vec<String> = pods
+            .list(&ListParams::default())
+            .await?
+            .items
+            .iter()
+            .map(ResourceExt::name_any)
+            .collect();
+        names.sort();
+        Ok((names.len() == 2).then_some(names))
+    })
+    .await?;
+    let (text, j) = cx.explain("ppg", "web-deployment")?;
+    assert_eq!(j.pointer("/quorum/present"), Some(&json!(2)), "{j}");
+    assert_eq!(j.pointer("/quorum/members"), Some(&json!(names)), "{j}");
+    assert!(text.contains("2 of 2 pods present"), "{text}");
+    // The scheduler's store resolves each pod to the group explain names.
+    let live = Store::start(cx.client.clone(), StoreConfig::default());
+    tokio::time::timeout(Duration::from_secs(60), live.wait_ready()).await?;
+    for name in &names {
+        let (_, jp) = cx.explain("pod", name)?;
+        let pod = pods.get(name).await?;
+        let scheduler = live.group_of_pod(&pod).map(|g| g.name.to_string());
+        assert_eq!(s(&jp, "/podGroup"), "web-deployment", "{jp}");
+        assert_eq!(
+            scheduler.as_deref(),
+            Some("web-deployment"),
+            "the scheduler's store"
+        );
+    }
+    Ok(())
+}
+
+/// An annotated Job whose pod template forgets `schedulerName`: its pending pods are never reported bound
+/// ("Scheduled: 3 pod(s) bound" while all 3 were Pending); the group cannot be scheduled, and explain names the
+/// pods and their scheduler.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_never_counts_a_pending_pod_as_bound() -> anyhow::Result<()> {
+    use k8s_openapi::api::batch::v1::Job;
+    let cx = setup("ex-pending").await?;
+    cx.node("n1", "8", &[]).await?;
+    cx.group("infer-job", 3, None).await?;
+    let job: Job = serde_json::from_value(json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": { "name": "infer", "annotations": { phalanx_api::owners::GANG: "true" } },
+        "spec": {
+            "parallelism": 3, "completions": 3, "completionMode": "Indexed",
+            "template": { "spec": {
+                "restartPolicy": "Never", "terminationGracePeriodSeconds": 0,
+                "containers": [{ "name": "c", "image": "busybox", "resources": { "requests": { "cpu": "1" } } }],
+            }},
+        }
+    }))?;
+    Api::<Job>::namespaced(cx.client.clone(), &cx.ns)
+        .create(&PostParams::default(), &job)
+        .await?;
+    let pods: Api<Pod> = Api::namespaced(cx.client.clone(), &cx.ns);
+    let names = wait_for("3 pods of the Job", Duration::from_secs(60), || async {
+        let mut names: Vec<String> = pods
+            .list(&ListParams::default())
+            .await?
+            .items
+            .iter()
+            .map(ResourceExt::name_any)
+            .collect();
+        names.sort();
+        Ok((names.len() == 3).then_some(names))
+    })
+    .await?;
+    let (text, j) = cx.explain("ppg", "infer-job")?;
+    assert_eq!(s(&j, "/state"), "SchedulerError", "{j}");
+    assert!(!s(&j, "/summary").contains("pod(s) bound"), "{j}");
+    let why = s(&j, "/reasons");
+    assert!(
+        why.starts_with(&format!(
+            "pods {} use schedulerName \"default-scheduler\", not \"{}\"",
+            names.join(", "),
+            cx.sched
+        )),
+        "{j}"
+    );
+    assert!(!text.contains("pod(s) bound"), "{text}");
+    Ok(())
+}

@@ -4,17 +4,29 @@
 //!
 //! [`ClusterState::list`] fills a state from the API with one paginated LIST per kind (verbs `list` only, no
 //! watch); a state can also be written to a file and read back by the caller (it is plain Kubernetes objects).
+//!
+//! Pods join their owner's group here exactly as in the live store (one function, [`crate::owners::resolve`]): the
+//! state carries the metadata of the pods' owners, the built-in kinds and the custom kinds their chains reach, as
+//! the live store's metadata caches hold them. Without it a Deployment's pods would resolve to their ReplicaSet's
+//! group, a group that does not exist, and `phalanx explain` would disagree with the scheduler.
 
 use std::sync::{Arc, Mutex, RwLock};
 
+use k8s_openapi::api::{
+    apps::v1::{Deployment, ReplicaSet, StatefulSet},
+    batch::v1::Job,
+};
 use k8s_openapi::api::{
     core::v1::{Node, Pod},
     policy::v1::PodDisruptionBudget,
     scheduling::v1::PriorityClass,
 };
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{
     Api, Client, Resource, ResourceExt,
-    api::ListParams,
+    api::{DynamicObject, ListParams},
+    core::{ApiResource, GroupVersionKind},
+    discovery::Scope,
     runtime::{reflector, watcher},
 };
 use phalanx_api::{
@@ -43,21 +55,170 @@ pub struct ClusterState {
     pub priority_classes: Vec<PriorityClass>,
     /// PodDisruptionBudgets (`policy/v1`).
     pub pdbs: Vec<PodDisruptionBudget>,
+    /// The metadata of the pods' owners: every Job, ReplicaSet, Deployment and StatefulSet, and every object of the
+    /// custom kinds in [`ClusterState::owner_kinds`]. Empty in a state read from manifests: pods of an owner then
+    /// wait for the group derived from their controller's name.
+    pub owners: Vec<OwnerObject>,
+    /// The custom owner kinds listed in full. A custom kind not listed here is one the cluster does not serve or
+    /// the reader may not list: as in the live store, its pods join only a PodGroup labelled with their owner's uid.
+    pub owner_kinds: Vec<OwnerKind>,
+}
+
+/// The metadata of one pod owner (a metadata-only read, as the live store caches it).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct OwnerObject {
+    /// `apiVersion`, e.g. `apps/v1`.
+    pub api_version: String,
+    /// `kind`, e.g. `Deployment`.
+    pub kind: String,
+    /// Its metadata (annotations, uid, controller reference).
+    pub metadata: ObjectMeta,
+}
+
+/// A custom owner kind, as discovery describes it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OwnerKind {
+    /// `apiVersion`, e.g. `jobset.x-k8s.io/v1alpha2`.
+    pub api_version: String,
+    /// `kind`, e.g. `JobSet`.
+    pub kind: String,
+    /// Its resource (plural), e.g. `jobsets`.
+    pub plural: String,
+    /// False for a cluster-scoped kind.
+    pub namespaced: bool,
 }
 
 impl ClusterState {
     /// Lists every kind once (pages of 500). Errors: the first failed LIST, naming the kind (a missing CRD gives
     /// the API's 404 for that kind, a missing `list` permission its 403).
+    ///
+    /// The owners are read as metadata only (verb `list` on jobs, replicasets, deployments and statefulsets, and
+    /// on each custom kind the pods' owner chains reach, found by discovery). A custom kind that is not served or
+    /// may not be listed (404, 403) is left out, as the live store leaves it unwatched; any other failure is an
+    /// error.
     pub async fn list(client: &Client) -> Result<ClusterState, ListError> {
+        let pods: Vec<Pod> = list_all(client).await?;
+        let (owners, owner_kinds) = list_owners(client, &pods).await?;
         Ok(ClusterState {
             nodes: list_all(client).await?,
-            pods: list_all(client).await?,
+            pods,
             pod_groups: list_all(client).await?,
             composite_pod_groups: list_all(client).await?,
             workloads: list_all(client).await?,
             priority_classes: list_all(client).await?,
             pdbs: list_all(client).await?,
+            owners,
+            owner_kinds,
         })
+    }
+}
+
+/// The built-in owners, then the custom kinds reached from the pods' controller references (and from theirs, up to
+/// [`crate::owners::MAX_OWNER_DEPTH`] levels, as the walk goes).
+async fn list_owners(client: &Client, pods: &[Pod]) -> Result<(Vec<OwnerObject>, Vec<OwnerKind>), ListError> {
+    let mut owners = Vec::new();
+    owners.extend(list_builtin::<Job>(client).await?);
+    owners.extend(list_builtin::<ReplicaSet>(client).await?);
+    owners.extend(list_builtin::<Deployment>(client).await?);
+    owners.extend(list_builtin::<StatefulSet>(client).await?);
+    let mut tried = std::collections::BTreeSet::new();
+    let mut kinds = Vec::new();
+    for _ in 0..crate::owners::MAX_OWNER_DEPTH {
+        let wanted: std::collections::BTreeSet<(String, String)> = pods
+            .iter()
+            .map(|p| &p.metadata)
+            .chain(owners.iter().map(|o| &o.metadata))
+            .filter_map(crate::owners::controller_of)
+            .filter(|c| !crate::owners::is_watched(&c.api_version, &c.kind))
+            .map(|c| (c.api_version.clone(), c.kind.clone()))
+            .filter(|k| !tried.contains(k))
+            .collect();
+        if wanted.is_empty() {
+            break;
+        }
+        for (api_version, kind) in wanted {
+            tried.insert((api_version.clone(), kind.clone()));
+            if let Some((k, objects)) = list_custom(client, &api_version, &kind).await? {
+                kinds.push(k);
+                owners.extend(objects);
+            }
+        }
+    }
+    Ok((owners, kinds))
+}
+
+async fn list_builtin<K>(client: &Client) -> Result<Vec<OwnerObject>, ListError>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let api: Api<K> = Api::all(client.clone());
+    let plural = K::plural(&()).to_string();
+    list_metadata(&api, &plural, &K::api_version(&()), &K::kind(&())).await
+}
+
+/// One custom kind: `None` when it is not served or may not be listed.
+async fn list_custom(
+    client: &Client,
+    api_version: &str,
+    kind: &str,
+) -> Result<Option<(OwnerKind, Vec<OwnerObject>)>, ListError> {
+    let (group, version) = crate::custom_owners::split_api_version(api_version);
+    let gvk = GroupVersionKind::gvk(group, version, kind);
+    let (ar, caps): (ApiResource, _) = match kube::discovery::pinned_kind(client, &gvk).await {
+        Ok(found) => found,
+        Err(e) if crate::custom_owners::is_absent(&e) => return Ok(None),
+        Err(source) => {
+            return Err(ListError {
+                kind: format!("{kind} ({api_version}) discovery"),
+                source,
+            });
+        }
+    };
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+    match list_metadata(&api, &ar.plural, api_version, kind).await {
+        Ok(objects) => Ok(Some((
+            OwnerKind {
+                api_version: api_version.to_owned(),
+                kind: kind.to_owned(),
+                plural: ar.plural.clone(),
+                namespaced: caps.scope == Scope::Namespaced,
+            },
+            objects,
+        ))),
+        Err(e) if crate::custom_owners::is_absent(&e.source) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Every object of `api`, metadata only, pages of 500.
+async fn list_metadata<K>(
+    api: &Api<K>,
+    plural: &str,
+    api_version: &str,
+    kind: &str,
+) -> Result<Vec<OwnerObject>, ListError>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let mut lp = ListParams::default().limit(500);
+    let mut out = Vec::new();
+    loop {
+        let page = api.list_metadata(&lp).await.map_err(|source| ListError {
+            kind: plural.to_owned(),
+            source,
+        })?;
+        out.extend(page.items.into_iter().map(|mut o| {
+            o.metadata.managed_fields = None;
+            OwnerObject {
+                api_version: api_version.to_owned(),
+                kind: kind.to_owned(),
+                metadata: o.metadata,
+            }
+        }));
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(c) => lp = lp.continue_token(&c),
+            None => return Ok(out),
+        }
     }
 }
 
@@ -156,8 +317,8 @@ impl Store {
         let (events, _) = broadcast::channel(16);
         let (_ready_tx, ready) = watch::channel(KINDS);
         let pods = reader(state.pods);
-        // No owner is read: pods of an annotated Job or StatefulSet resolve to their own group label only.
-        let (custom, _requests) = crate::custom_owners::CustomOwners::new();
+        let owners = crate::reflectors::OwnerReaders::from_objects(&state.owners);
+        let custom = crate::custom_owners::CustomOwners::fixed(&state.owner_kinds, &state.owners);
         let store = Store {
             inner: Arc::new(Inner {
                 nodes: reader(state.nodes),
@@ -172,16 +333,16 @@ impl Store {
                     assumed: Mutex::new(AssumeCache::new()),
                     events,
                     pods,
-                    owners: crate::reflectors::OwnerReaders::empty(),
+                    owners,
                     custom,
                 }),
                 ready,
                 tasks: Vec::new(),
             }),
         };
-        // Pods join their group as in the live store: their own label, else their owner (no owner object is read
-        // here, so a Job's or StatefulSet's pods resolve to the group derived from their controller's name, which
-        // is the one the owner integration creates).
+        // Pods join their group as in the live store: their own label, else their owner's, by the same walk over
+        // the owners' metadata of the state (a state without owners, read from manifests, resolves a Job's or
+        // StatefulSet's pods to the group derived from their controller's name, the one the integration creates).
         let shared = &store.inner.shared;
         let pods = store.inner.pods.state();
         let resolved: Vec<_> = pods

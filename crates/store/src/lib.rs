@@ -17,6 +17,7 @@ pub mod leader;
 pub mod owners;
 pub mod priority;
 mod reflectors;
+pub mod retry;
 pub mod slim;
 
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
@@ -34,7 +35,7 @@ use phalanx_api::{
 use tokio::{sync::broadcast, time::Instant};
 
 pub use assumed::{AssumeCache, AssumedPod};
-pub use fixed::{ClusterState, ListError};
+pub use fixed::{ClusterState, ListError, OwnerKind, OwnerObject};
 pub use index::{ClusterIndex, pod_group_key, pod_group_name, pod_node};
 pub use leader::{Leader, LeaderFence};
 // Keys and hierarchy rules are defined once, in the pure core, and shared with the driver and the controllers.
@@ -344,9 +345,24 @@ impl Store {
         self.inner.shared.lookup_owner(owner)
     }
 
-    /// Every cached built-in owner (Job, ReplicaSet, Deployment, StatefulSet) with a gang annotation.
+    /// Every cached built-in owner (Job, ReplicaSet, Deployment, StatefulSet) that is a group owner
+    /// ([`Store::is_group_owner`]): annotated, and not a ReplicaSet of a Deployment nor under another annotated owner.
     pub fn annotated_owners(&self) -> Vec<owners::OwnerRef> {
-        self.inner.shared.owners.annotated()
+        let mut all = self.inner.shared.owners.annotated();
+        all.retain(|o| self.is_group_owner(o));
+        all
+    }
+
+    /// Whether `owner` is the owner whose group the pods it controls join ([`owners::is_group_owner`] over the
+    /// caches): the only owners the owner integration gives a Workload and a PodGroup, so that no other owner of the
+    /// same pods gets a group they never join.
+    pub fn is_group_owner(&self, owner: &owners::OwnerRef) -> bool {
+        let ix = self.hierarchy();
+        owners::is_group_owner(
+            owner,
+            |o| self.inner.shared.lookup_owner(o),
+            |uid| ix.group_of_owner(uid),
+        )
     }
 
     /// Pods that name the PodGroup `group`, bound or not.

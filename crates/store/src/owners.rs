@@ -42,7 +42,9 @@ pub struct OwnerRef {
     pub api_version: String,
     /// `kind`.
     pub kind: String,
-    /// Namespace (always the pod's: owner references are namespace-local).
+    /// Namespace: the pod's, where its group lives. Owner references name an owner in the dependent's namespace or
+    /// a cluster-scoped one; for a cluster-scoped owner this is still the namespace of the pod whose chain reached
+    /// it (its object is looked up without one).
     pub namespace: String,
     /// Name.
     pub name: String,
@@ -80,13 +82,44 @@ fn owner_ref(namespace: &str, o: &OwnerReference) -> OwnerRef {
     }
 }
 
-/// Walks the controller references of a pod (its `metadata`) up to [`MAX_OWNER_DEPTH`] owners.
+/// Whether an owner's gang annotations count ([`phalanx_api::owners::wants_gang`] on its `meta`). A ReplicaSet
+/// controlled by a Deployment never counts: the Deployment controller copies the Deployment's annotations onto
+/// every ReplicaSet it creates and leaves them there when they are removed from the Deployment
+/// (`pkg/controller/deployment/util/deployment_util.go`, `copyDeploymentAnnotationsToReplicaSet`), so the gang is
+/// the Deployment's alone, whatever its ReplicaSets carry.
+pub fn asks_for_gang(owner: &OwnerRef, meta: &ObjectMeta) -> bool {
+    phalanx_api::owners::wants_gang(meta.annotations.as_ref()) && !is_deployment_replica_set(owner, meta)
+}
+
+fn is_deployment_replica_set(owner: &OwnerRef, meta: &ObjectMeta) -> bool {
+    owner.api_version == "apps/v1"
+        && owner.kind == "ReplicaSet"
+        && controller_of(meta).is_some_and(|c| c.api_version == "apps/v1" && c.kind == "Deployment")
+}
+
+/// Walks the controller references of a pod (its `metadata`) up to [`MAX_OWNER_DEPTH`] owners: [`resolve_from`]
+/// its controller. This is the one answer to "which group does this pod join": the store's index, and through it
+/// the scheduler, the controllers' counters and `phalanx explain` (over a store built from one read,
+/// [`crate::Store::from_state`]), all take it from here.
+pub fn resolve(
+    pod: &ObjectMeta,
+    lookup: impl Fn(&OwnerRef) -> Lookup,
+    group_of_uid: impl Fn(&str) -> Option<String>,
+) -> Resolution {
+    let namespace = pod.namespace.as_deref().unwrap_or_default();
+    match controller_of(pod) {
+        Some(o) => resolve_from(owner_ref(namespace, o), lookup, group_of_uid),
+        None => Resolution::default(),
+    }
+}
+
+/// Walks a controller chain from `first` (a pod's controller, or any owner), `first` included.
 ///
 /// `lookup` answers for one reference what the caches know; `group_of_uid` names the PodGroup labelled with an
-/// owner's uid. The group is the **topmost** annotated owner's ([`phalanx_api::owners::wants_gang`], valid value or
-/// not, named by [`phalanx_api::owners::owner_group_name`]): a Deployment's annotations are copied to its
-/// ReplicaSets, and its pods must form the Deployment's one gang, not one per ReplicaSet. Rules at each owner:
-/// - an annotated owner is remembered and the walk goes on to its controller; a bad annotation still makes the pod
+/// owner's uid. The group is the **topmost** owner that asks for a gang ([`asks_for_gang`], valid value or not,
+/// named by [`phalanx_api::owners::owner_group_name`]): a Deployment's pods form the Deployment's one gang, never one
+/// per ReplicaSet. Rules at each owner:
+/// - an owner that asks is remembered and the walk goes on to its controller; a bad annotation still makes the pod
 ///   wait for that group (with the owner's Warning event) instead of being scheduled alone;
 /// - a watched owner not cached yet ends the walk: with the annotated owner below it if there is one, else with its
 ///   own derived name, so a pod seen before its Job waits instead of being scheduled alone (the owner's arrival
@@ -94,16 +127,13 @@ fn owner_ref(namespace: &str, o: &OwnerReference) -> OwnerRef {
 /// - an owner of a kind that cannot be watched (`Lookup::NotWatched`) ends the walk with the group labelled with its
 ///   uid, else the annotated owner below it;
 /// - an owner without a controller ends the walk with the annotated owner found, if any.
-pub fn resolve(
-    pod: &ObjectMeta,
+pub fn resolve_from(
+    first: OwnerRef,
     lookup: impl Fn(&OwnerRef) -> Lookup,
     group_of_uid: impl Fn(&str) -> Option<String>,
 ) -> Resolution {
-    let namespace = pod.namespace.as_deref().unwrap_or_default();
     let mut out = Resolution::default();
-    let Some(mut cur) = controller_of(pod).map(|o| owner_ref(namespace, o)) else {
-        return out;
-    };
+    let mut cur = first;
     // The topmost annotated owner so far: its group, and the owner.
     let mut best: Option<(String, OwnerRef)> = None;
     let finish = |mut out: Resolution, best: Option<(String, OwnerRef)>, top: OwnerRef| {
@@ -136,20 +166,43 @@ pub fn resolve(
                 return finish(out, best, cur);
             }
             Lookup::Found(meta) => {
-                if phalanx_api::owners::wants_gang(meta.annotations.as_ref()) {
+                if asks_for_gang(&cur, &meta) {
                     best = Some((
                         phalanx_api::owners::owner_group_name(&cur.kind, &cur.name),
                         cur.clone(),
                     ));
                 }
+                // Owner references are namespace-local or name a cluster-scoped owner: the namespace that matters
+                // for the group is always the pod's.
+                let namespace = cur.namespace.clone();
                 match controller_of(&meta) {
-                    Some(next) => cur = owner_ref(namespace, next),
+                    Some(next) => cur = owner_ref(&namespace, next),
                     None => return finish(out, best, cur),
                 }
             }
         }
     }
     finish(out, best, cur)
+}
+
+/// Whether `owner` is the one whose group the pods it controls join, so the one the owner integration gives a
+/// Workload and a PodGroup: it asks for a gang ([`asks_for_gang`]; an owner not cached counts as asking, the
+/// integration reads it itself) and the walk from it ([`resolve_from`]) ends with it, not with an owner above it.
+/// False for a ReplicaSet of a Deployment (whatever annotations it carries), for an owner under another annotated
+/// owner, and for an owner under a custom resource whose group exists.
+pub fn is_group_owner(
+    owner: &OwnerRef,
+    lookup: impl Fn(&OwnerRef) -> Lookup,
+    group_of_uid: impl Fn(&str) -> Option<String>,
+) -> bool {
+    if let Lookup::Found(meta) = lookup(owner)
+        && !asks_for_gang(owner, &meta)
+    {
+        return false;
+    }
+    resolve_from(owner.clone(), lookup, group_of_uid)
+        .top
+        .is_none_or(|t| t.uid == owner.uid)
 }
 
 /// Whether `(api_version, kind)` is one of [`WATCHED_OWNERS`].
@@ -269,7 +322,8 @@ mod tests {
         let r = run(&pod, &owners, &[]);
         assert_eq!(r.group.as_deref(), Some("web-deployment"));
         assert_eq!(r.top.map(|t| t.kind).as_deref(), Some("Deployment"));
-        // The Deployment not cached yet: the annotated ReplicaSet below it is the best known, not a wait.
+        // The Deployment not cached yet: the ReplicaSet's copied annotations do not count, the pod waits for the
+        // Deployment's group (the Deployment's arrival re-resolves it).
         let only_rs = HashMap::from([(
             "r1".into(),
             meta(
@@ -279,10 +333,99 @@ mod tests {
                 &ann,
             ),
         )]);
-        assert_eq!(
-            run(&pod, &only_rs, &[]).group.as_deref(),
-            Some("web-5f7-replicaset")
+        assert_eq!(run(&pod, &only_rs, &[]).group.as_deref(), Some("web-deployment"));
+        // The annotation removed from the Deployment (the Deployment controller leaves it on the ReplicaSets): no
+        // gang at all, not one per ReplicaSet.
+        let plain = HashMap::from([
+            ("r1".into(), owners["r1"].clone()),
+            ("d1".into(), meta("web", "d1", None, &[])),
+        ]);
+        assert_eq!(run(&pod, &plain, &[]).group, None);
+    }
+
+    fn owner(api_version: &str, kind: &str, name: &str, uid: &str) -> OwnerRef {
+        OwnerRef {
+            api_version: api_version.into(),
+            kind: kind.into(),
+            namespace: "ns".into(),
+            name: name.into(),
+            uid: uid.into(),
+        }
+    }
+
+    fn group_owner(o: &OwnerRef, objs: &HashMap<String, ObjectMeta>, groups: &[(&str, &str)]) -> bool {
+        is_group_owner(
+            o,
+            |o| {
+                if !is_watched(&o.api_version, &o.kind) {
+                    return Lookup::NotWatched;
+                }
+                objs.get(&o.uid)
+                    .cloned()
+                    .map_or(Lookup::Missing, |m| Lookup::Found(Box::new(m)))
+            },
+            |uid| {
+                groups
+                    .iter()
+                    .find(|(u, _)| *u == uid)
+                    .map(|(_, g)| (*g).to_string())
+            },
+        )
+    }
+
+    /// The owners that get a group are exactly those the pods' walk ends with: never a ReplicaSet of a Deployment
+    /// (annotated by the Deployment controller's copy or not), never an annotated Job under an annotated custom
+    /// parent whose group exists.
+    #[test]
+    fn only_the_owner_the_pods_join_is_a_group_owner() {
+        let ann = [(phalanx_api::owners::GANG, "true")];
+        let rs_ref = owner("apps/v1", "ReplicaSet", "web-5f7", "r1");
+        let dep_ref = owner("apps/v1", "Deployment", "web", "d1");
+        let rs = meta(
+            "web-5f7",
+            "r1",
+            Some(("apps/v1", "Deployment", "web", "d1")),
+            &ann,
         );
+        let objs = HashMap::from([
+            ("r1".into(), rs.clone()),
+            ("d1".into(), meta("web", "d1", None, &ann)),
+        ]);
+        assert!(group_owner(&dep_ref, &objs, &[]));
+        assert!(!group_owner(&rs_ref, &objs, &[]));
+        // Deployment not cached, or not annotated: still not the ReplicaSet.
+        assert!(!group_owner(
+            &rs_ref,
+            &HashMap::from([("r1".into(), rs.clone())]),
+            &[]
+        ));
+        let plain = HashMap::from([("r1".into(), rs), ("d1".into(), meta("web", "d1", None, &[]))]);
+        assert!(!group_owner(&rs_ref, &plain, &[]));
+        assert!(!group_owner(&dep_ref, &plain, &[]), "asks for nothing");
+        // A ReplicaSet of its own (no Deployment) is an owner like any other.
+        let lone = HashMap::from([("r2".into(), meta("solo", "r2", None, &ann))]);
+        assert!(group_owner(
+            &owner("apps/v1", "ReplicaSet", "solo", "r2"),
+            &lone,
+            &[]
+        ));
+        // An annotated Job under a custom parent: its own group until the parent's exists.
+        let job_ref = owner("batch/v1", "Job", "js-w-0", "j1");
+        let job = meta(
+            "js-w-0",
+            "j1",
+            Some(("jobset.x-k8s.io/v1alpha2", "JobSet", "js", "s1")),
+            &ann,
+        );
+        let objs = HashMap::from([("j1".into(), job)]);
+        assert!(group_owner(&job_ref, &objs, &[]));
+        assert!(!group_owner(&job_ref, &objs, &[("s1", "js-jobset")]));
+        // An owner the caches do not hold is left to the integration, which reads it.
+        assert!(group_owner(
+            &owner("batch/v1", "Job", "new", "j9"),
+            &HashMap::new(),
+            &[]
+        ));
     }
 
     /// A pod seen before its Job waits for the Job's group instead of being scheduled alone.

@@ -24,6 +24,18 @@ pub enum Source {
     None,
 }
 
+impl std::fmt::Display for Source {
+    /// `PriorityClass "high"`, `the global default PriorityClass "low"`, or `no priorityClassName and no global
+    /// default PriorityClass`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::Named(n) => write!(f, "PriorityClass {n:?}"),
+            Source::GlobalDefault(n) => write!(f, "the global default PriorityClass {n:?}"),
+            Source::None => f.write_str("no priorityClassName and no global default PriorityClass"),
+        }
+    }
+}
+
 /// A resolved priority and preemption policy.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Resolved {
@@ -108,6 +120,103 @@ pub fn resolve<'a>(
     }
 }
 
+/// A priority field that a group's author wrote (not the controller filling it) and that its PriorityClass does
+/// not give. Upstream's Priority admission plugin refuses such a pod at creation
+/// (`plugin/pkg/admission/priority/admission.go`: a `priority` or `preemptionPolicy` that differs from the one
+/// computed from the class); a CRD has no admission plugin, so the controllers report it as `Valid=False`, and the
+/// scheduler uses the computed value. One exception: a written `Never` under a class that may preempt is honoured
+/// (restricting oneself is always safe), so only the escalation is reported.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SpecMismatch {
+    /// `priority` written with another value than the computed one.
+    Priority {
+        /// JSON path of the field, e.g. `spec.priority`.
+        field: String,
+        /// The value written.
+        given: i32,
+        /// The value computed from the class (the one the scheduler uses).
+        computed: i32,
+        /// Where it was computed from.
+        origin: Source,
+    },
+    /// `preemptionPolicy: PreemptLowerPriority` written under a class whose policy is `Never`.
+    PreemptionPolicy {
+        /// JSON path of the field, e.g. `spec.preemptionPolicy`.
+        field: String,
+        /// The class that says `Never`.
+        origin: Source,
+    },
+}
+
+impl SpecMismatch {
+    /// CamelCase reason for conditions and events: `PriorityIgnored` or `PreemptionPolicyIgnored`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            SpecMismatch::Priority { .. } => "PriorityIgnored",
+            SpecMismatch::PreemptionPolicy { .. } => "PreemptionPolicyIgnored",
+        }
+    }
+}
+
+impl std::fmt::Display for SpecMismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SpecMismatch::Priority {
+                field,
+                given,
+                computed,
+                origin: origin @ Source::None,
+            } => write!(
+                f,
+                "{field}: {given} must not be set by hand: priority admission computed {computed} ({origin}), and \
+                 the scheduler uses {computed}"
+            ),
+            SpecMismatch::Priority {
+                field,
+                given,
+                computed,
+                origin,
+            } => write!(
+                f,
+                "{field}: {given} must not be set by hand: priority admission computed {computed} from {origin}, \
+                 and the scheduler uses {computed}"
+            ),
+            SpecMismatch::PreemptionPolicy { field, origin } => write!(
+                f,
+                "{field}: {PREEMPT_LOWER_PRIORITY} must not be set by hand: {origin} has preemptionPolicy Never, and \
+                 the scheduler uses Never"
+            ),
+        }
+    }
+}
+
+/// The fields of `prefix` (`spec`, or a Workload template's path) that their author wrote and `resolved` does not
+/// give: `priority` (`None` = not written by the author) when it differs, and `preemptionPolicy` when the author
+/// wrote `PreemptLowerPriority` (`wrote_preempt_lower`) and the class says `Never`. Empty = consistent.
+pub fn check_written(
+    prefix: &str,
+    priority: Option<i32>,
+    wrote_preempt_lower: bool,
+    resolved: &Resolved,
+) -> Vec<SpecMismatch> {
+    let mut out = Vec::new();
+    if let Some(given) = priority.filter(|p| *p != resolved.priority) {
+        out.push(SpecMismatch::Priority {
+            field: format!("{prefix}.priority"),
+            given,
+            computed: resolved.priority,
+            origin: resolved.source.clone(),
+        });
+    }
+    if wrote_preempt_lower && resolved.preemption_policy == "Never" {
+        out.push(SpecMismatch::PreemptionPolicy {
+            field: format!("{prefix}.preemptionPolicy"),
+            origin: resolved.source.clone(),
+        });
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -155,6 +264,43 @@ mod tests {
         assert_eq!(r.preemption_policy, "Never");
         assert_eq!(r.source, Source::GlobalDefault("b".into()));
         assert_eq!(resolve(Some(""), &classes).unwrap().priority, 20);
+    }
+
+    /// Upstream admission's two refusals, said on the object: a hand-written priority names the field and the
+    /// computed value; PreemptLowerPriority under a Never class is an escalation; Never under any class is not.
+    #[test]
+    fn written_values_the_class_does_not_give() {
+        let classes = [pc("never", 10, false, Some("Never")), pc("may", 100, false, None)];
+        let never = resolve(Some("never"), &classes).unwrap();
+        let got = check_written("spec", Some(1_000_000_000), true, &never);
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0].reason(), "PriorityIgnored");
+        assert_eq!(
+            got[0].to_string(),
+            "spec.priority: 1000000000 must not be set by hand: priority admission computed 10 from PriorityClass \
+             \"never\", and the scheduler uses 10"
+        );
+        assert_eq!(got[1].reason(), "PreemptionPolicyIgnored");
+        assert!(
+            got[1]
+                .to_string()
+                .starts_with("spec.preemptionPolicy: PreemptLowerPriority"),
+            "{}",
+            got[1]
+        );
+        assert!(
+            check_written("spec", Some(10), false, &never).is_empty(),
+            "the computed value is fine"
+        );
+        let may = resolve(Some("may"), &classes).unwrap();
+        assert!(check_written("spec", None, true, &may).is_empty());
+        let none = resolve(None, &classes).unwrap();
+        let got = check_written("spec.podGroupTemplates[0]", Some(5), false, &none);
+        assert_eq!(
+            got[0].to_string(),
+            "spec.podGroupTemplates[0].priority: 5 must not be set by hand: priority admission computed 0 (no \
+             priorityClassName and no global default PriorityClass), and the scheduler uses 0"
+        );
     }
 
     #[test]

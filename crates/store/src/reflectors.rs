@@ -55,47 +55,37 @@ pub(crate) struct OwnerReaders {
 }
 
 impl OwnerReaders {
-    /// Readers that hold no owner (a store over a fixed state, [`crate::Store::from_state`]): its pods resolve to
-    /// their own group only.
-    pub(crate) fn empty() -> Self {
-        fn ready<K: Resource<DynamicType = ()> + Clone + 'static>() -> Reader<PartialObjectMeta<K>> {
+    /// Readers holding exactly the built-in owners among `objects` (a store over a fixed state,
+    /// [`crate::Store::from_state`]); objects of other kinds are left to the custom-owner caches.
+    pub(crate) fn from_objects(objects: &[crate::OwnerObject]) -> Self {
+        fn ready<K: Resource<DynamicType = ()> + Clone + 'static>(
+            objects: &[crate::OwnerObject],
+        ) -> Reader<PartialObjectMeta<K>> {
+            use kube::core::PartialObjectMetaExt as _;
             let mut w = reflector::store::Writer::<PartialObjectMeta<K>>::default();
             w.apply_watcher_event(&watcher::Event::Init);
+            for o in objects
+                .iter()
+                .filter(|o| o.api_version == K::api_version(&()) && o.kind == K::kind(&()))
+            {
+                w.apply_watcher_event(&watcher::Event::InitApply(
+                    o.metadata.clone().into_response_partial::<K>(),
+                ));
+            }
             w.apply_watcher_event(&watcher::Event::InitDone);
             w.as_reader()
         }
         OwnerReaders {
-            jobs: ready(),
-            replica_sets: ready(),
-            deployments: ready(),
-            stateful_sets: ready(),
+            jobs: ready(objects),
+            replica_sets: ready(objects),
+            deployments: ready(objects),
+            stateful_sets: ready(objects),
         }
     }
 
-    /// Every cached owner whose annotations ask for a gang ([`phalanx_api::owners::wants_gang`]), except those
-    /// whose controller asks too: a Deployment's ReplicaSets carry its annotations, and the gang is the Deployment's
-    /// (see [`crate::owners::resolve`], which takes the topmost annotated owner).
+    /// Every cached owner whose annotations ask for a gang ([`phalanx_api::owners::wants_gang`]). Not all of them
+    /// get a group: [`crate::Store::annotated_owners`] keeps the group owners ([`crate::owners::is_group_owner`]).
     pub(crate) fn annotated(&self) -> Vec<OwnerRef> {
-        let mut all = self.annotated_all();
-        all.retain(|o| {
-            let parent = match self.lookup(o) {
-                Lookup::Found(meta) => crate::owners::controller_of(&meta).map(|p| OwnerRef {
-                    api_version: p.api_version.clone(),
-                    kind: p.kind.clone(),
-                    namespace: o.namespace.clone(),
-                    name: p.name.clone(),
-                    uid: p.uid.clone(),
-                }),
-                _ => None,
-            };
-            !parent.is_some_and(|p| {
-                matches!(self.lookup(&p), Lookup::Found(m) if phalanx_api::owners::wants_gang(m.annotations.as_ref()))
-            })
-        });
-        all
-    }
-
-    fn annotated_all(&self) -> Vec<OwnerRef> {
         fn of<K: Resource<DynamicType = ()> + Clone>(
             r: &Reader<PartialObjectMeta<K>>,
             out: &mut Vec<OwnerRef>,
@@ -230,29 +220,37 @@ pub(crate) fn start(client: Client, config: StoreConfig) -> Store {
         custom_requests,
     ));
     tasks.push(custom_task.abort_handle());
-    let pod_groups = spawn::<PodGroup>(
+    let pod_groups = spawn_with(
+        reflector::store::<PodGroup>(),
         Api::all(client.clone()),
         wc.clone(),
         &shared,
         &ready_tx,
         &mut tasks,
-        Box::new(|ev, r, s| {
-            group_hook(ev, r, s, GroupKind::PodGroup, |g: &PodGroup| {
-                g.spec.parent_composite_pod_group_name.clone()
-            })
-        }),
+        (
+            Box::new(|ev, r, s| {
+                group_hook(ev, r, s, GroupKind::PodGroup, |g: &PodGroup| {
+                    g.spec.parent_composite_pod_group_name.clone()
+                })
+            }),
+            crate::slim::group_managed_fields::<PodGroup>,
+        ),
     );
-    let composite_pod_groups = spawn::<CompositePodGroup>(
+    let composite_pod_groups = spawn_with(
+        reflector::store::<CompositePodGroup>(),
         Api::all(client.clone()),
         wc.clone(),
         &shared,
         &ready_tx,
         &mut tasks,
-        Box::new(|ev, r, s| {
-            group_hook(ev, r, s, GroupKind::CompositePodGroup, |g: &CompositePodGroup| {
-                g.spec.parent_composite_pod_group_name.clone()
-            })
-        }),
+        (
+            Box::new(|ev, r, s| {
+                group_hook(ev, r, s, GroupKind::CompositePodGroup, |g: &CompositePodGroup| {
+                    g.spec.parent_composite_pod_group_name.clone()
+                })
+            }),
+            crate::slim::group_managed_fields::<CompositePodGroup>,
+        ),
     );
     let workloads = spawn::<Workload>(
         Api::all(client.clone()),

@@ -20,6 +20,21 @@ pub fn managed_fields<K: Resource>(o: &mut K) {
     o.meta_mut().managed_fields = None;
 }
 
+/// For PodGroups and CompositePodGroups: `metadata.managedFields` less every entry but the controllers' own merge
+/// patches (manager [`phalanx_api::field_managers::CONTROLLER`], operation `Update`, no subresource). That one small
+/// entry says which of `spec.priority` and `spec.preemptionPolicy` the controller filled from the PriorityClass;
+/// any other value of them was written by the group's author, and a value the class does not give is reported
+/// (`Valid=False`, docs/controllers.md).
+pub fn group_managed_fields<K: Resource>(o: &mut K) {
+    if let Some(entries) = o.meta_mut().managed_fields.as_mut() {
+        entries.retain(|e| {
+            e.manager.as_deref() == Some(phalanx_api::field_managers::CONTROLLER)
+                && e.operation.as_deref() == Some("Update")
+                && e.subresource.as_deref().is_none_or(str::is_empty)
+        });
+    }
+}
+
 /// [`managed_fields`], and the parts of a pod that Phalanx never reads (see the module doc).
 pub fn pod(p: &mut Pod) {
     managed_fields(p);
@@ -141,5 +156,27 @@ mod tests {
         assert_eq!(st.conditions.as_ref().unwrap().len(), 1);
         assert!(st.container_statuses.is_none());
         assert_eq!(p.metadata.labels.as_ref().unwrap().len(), 1);
+    }
+
+    /// A group keeps only the controllers' own merge-patch entry: what says which priority fields they filled.
+    #[test]
+    fn a_slim_group_keeps_only_the_controllers_patch_entry() {
+        let mut g: phalanx_api::v1beta1::PodGroup = serde_json::from_value(json!({
+            "apiVersion": "scheduling.phalanx.dev/v1beta1", "kind": "PodGroup",
+            "metadata": {"name": "g", "managedFields": [
+                {"manager": "kubectl-create", "operation": "Update", "fieldsV1": {"f:spec": {"f:priority": {}}}},
+                {"manager": "phalanx-controller", "operation": "Update",
+                 "fieldsV1": {"f:spec": {"f:preemptionPolicy": {}}}},
+                {"manager": "phalanx-controller", "operation": "Apply", "subresource": "status",
+                 "fieldsV1": {"f:status": {}}},
+            ]},
+            "spec": {"schedulingPolicy": {"basic": {}}, "priority": 5, "preemptionPolicy": "Never"},
+        }))
+        .unwrap();
+        group_managed_fields(&mut g);
+        let kept = g.metadata.managed_fields.unwrap_or_default();
+        assert_eq!(kept.len(), 1);
+        assert_eq!(kept[0].manager.as_deref(), Some("phalanx-controller"));
+        assert!(kept[0].subresource.is_none());
     }
 }

@@ -111,3 +111,165 @@ async fn indexes_follow_the_cluster() -> anyhow::Result<()> {
     let _ = cached.name_any();
     Ok(())
 }
+
+/// A custom owner kind whose discovery fails at first look is resolved once discovery works: the store retries
+/// with backoff. The failure is a real 503 (no test seam): the kind's group/version is claimed by an APIService
+/// whose Service does not exist (an aggregated API that is not up yet), so `GET /apis/<group>/v1` answers 503. Then
+/// the APIService goes and a CRD serves the group instead. While it fails the kind stays `Missing` (its pods wait);
+/// before, one failed discovery made it `NotWatched` for the life of the process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_custom_kind_whose_discovery_fails_once_is_resolved_after_the_retry() -> anyhow::Result<()> {
+    use kube::api::DynamicObject;
+    use kube::core::{ApiResource, GroupVersionKind};
+    use phalanx_store::owners::{Lookup, OwnerRef};
+    let env = TestEnv::shared();
+    // Without kube's default retry layer, which retries a 503 up to 15 times (`kube::client::retry`, over minutes)
+    // before the caller sees it: so the store's discovery really fails, at once.
+    let mut config = env.config().await?;
+    config.default_retry = false;
+    let client = kube::Client::try_from(config)?;
+    phalanx_testenv::apply_crds(&client, &phalanx_api::crds::to_yaml()).await?;
+    let ns = create_namespace(&client, "store-retry").await?;
+    // A group of its own, so no other test (or an earlier run on a kept cluster) serves it.
+    let group = format!("{ns}.example.phalanx.dev");
+    let api_version = format!("{group}/v1");
+    let apiservices: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("apiregistration.k8s.io", "v1", "APIService"),
+            "apiservices",
+        ),
+    );
+    let apiservice = format!("v1.{group}");
+    apiservices
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+                "metadata": { "name": apiservice },
+                "spec": {
+                    "group": group, "version": "v1", "insecureSkipTLSVerify": true,
+                    "groupPriorityMinimum": 1000, "versionPriority": 15,
+                    "service": { "namespace": ns, "name": "not-there", "port": 443 },
+                },
+            }))?,
+        )
+        .await?;
+    // Once the aggregator has marked it unavailable its discovery answers at once (before, a request may wait for
+    // the client's read timeout).
+    wait_for("the APIService marked unavailable", T, || async {
+        let a = apiservices.get(&apiservice).await?;
+        let conditions = a.data.pointer("/status/conditions").cloned().unwrap_or_default();
+        let unavailable = conditions.as_array().is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == "Available" && c["status"] == "False")
+        });
+        Ok(unavailable.then_some(()))
+    })
+    .await?;
+    let last = std::sync::Mutex::new(String::new());
+    wait_for("discovery of the group fails with 503", T, || async {
+        let r = tokio::time::timeout(
+            Duration::from_secs(5),
+            client.list_api_group_resources(&api_version),
+        )
+        .await;
+        if let Ok(mut l) = last.lock() {
+            *l = format!("{r:?}");
+        }
+        Ok(matches!(r, Ok(Err(kube::Error::Api(s))) if s.code == 503).then_some(()))
+    })
+    .await
+    .map_err(|e| {
+        anyhow::anyhow!(
+            "{e}; last answer: {}",
+            last.lock().map(|l| l.clone()).unwrap_or_default()
+        )
+    })?;
+
+    let store = Store::start(client.clone(), StoreConfig::default());
+    tokio::time::timeout(T, store.wait_ready()).await?;
+    let widget = |uid: &str| OwnerRef {
+        api_version: api_version.clone(),
+        kind: "Widget".into(),
+        namespace: ns.clone(),
+        name: "w".into(),
+        uid: uid.into(),
+    };
+    // The first lookup starts the kind: discovery answers 503 (the first attempt and the retries at 1 s and 3 s).
+    assert!(matches!(store.owner_meta(&widget("none")), Lookup::Missing));
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let meanwhile = store.owner_meta(&widget("none"));
+    assert!(
+        matches!(meanwhile, Lookup::Missing),
+        "a transient discovery failure keeps the kind Missing (its pods wait), got {meanwhile:?}"
+    );
+
+    // The aggregated API goes, a CRD serves the group: the next retry finds the kind and lists it.
+    apiservices.delete(&apiservice, &DeleteParams::default()).await?;
+    let crd_name = format!("widgets.{group}");
+    phalanx_testenv::apply_crds(
+        &client,
+        &serde_json::to_string(&json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": { "name": crd_name },
+            "spec": {
+                "group": group, "scope": "Namespaced",
+                "names": { "plural": "widgets", "singular": "widget", "kind": "Widget" },
+                "versions": [{ "name": "v1", "served": true, "storage": true,
+                    "schema": { "openAPIV3Schema": { "type": "object", "x-kubernetes-preserve-unknown-fields": true } } }],
+            }
+        }))?,
+    )
+    .await?;
+    let widgets: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns,
+        &ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(&group, "v1", "Widget"), "widgets"),
+    );
+    let created = widgets
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": api_version, "kind": "Widget",
+                "metadata": { "name": "w", "annotations": { phalanx_api::owners::GANG_MIN_COUNT: "2" } },
+            }))?,
+        )
+        .await?;
+    let uid = created.uid().unwrap_or_default();
+    let found = wait_for(
+        "the Widget found after the retry",
+        Duration::from_secs(60),
+        || async {
+            Ok(match store.owner_meta(&widget(&uid)) {
+                Lookup::Found(m) => Some(m),
+                _ => None,
+            })
+        },
+    )
+    .await?;
+    assert!(phalanx_api::owners::wants_gang(found.annotations.as_ref()));
+    // And a pod it owns joins its group.
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": { "name": "wp", "ownerReferences": [{
+            "apiVersion": api_version, "kind": "Widget", "name": "w", "uid": uid, "controller": true }] },
+        "spec": { "schedulerName": "nobody", "containers": [{ "name": "c", "image": "x" }] }
+    }))?;
+    Api::<Pod>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &pod)
+        .await?;
+    let key = PodKey::new(&ns, "wp");
+    wait_for("the Widget's pod resolved to its group", T, || async {
+        Ok(store
+            .hierarchy()
+            .group_of(&key)
+            .filter(|g| &*g.name == "w-widget")
+            .map(|_| ()))
+    })
+    .await?;
+    let crds: Api<
+        k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+    > = Api::all(client.clone());
+    crds.delete(&crd_name, &DeleteParams::default()).await?;
+    Ok(())
+}

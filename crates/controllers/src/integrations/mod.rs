@@ -14,6 +14,14 @@
 //! Workload/PodGroup management of KEP-5547 (`pkg/controller/job`, `WorkloadWithJob` gate) and, for other owners,
 //! KAI-Scheduler's pod-grouper (which also walks a pod's top owner).
 //!
+//! Which owners get a group: exactly those the pods' owner walk ends with ([`phalanx_store::owners::is_group_owner`],
+//! the same walk that links the pods). A ReplicaSet controlled by a Deployment never does, on any path (the
+//! Deployment controller copies the Deployment's gang annotations onto it), nor does an annotated owner under
+//! another annotated owner; a group the integration made earlier for such an owner is deleted.
+//!
+//! A cluster-scoped custom owner (allowed for a namespaced pod by the garbage collector) is read without a namespace;
+//! its group lives in the namespace of its pods.
+//!
 //! Deletion is the garbage collector's: both objects carry a controller `ownerReference` to the owner. A
 //! suspended Job gets its group when it is resumed (its pods are only created then); a group that exists is kept
 //! while the Job is suspended (upstream deletes it; Phalanx keeps it so a resumed Job's pods never race it).
@@ -25,13 +33,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::events::EventType;
 use phalanx_api::conditions::reasons;
 use phalanx_api::field_managers::INTEGRATION;
 use phalanx_api::v1beta1::{PodGroup, Workload};
-use phalanx_store::owners::{Lookup, OwnerRef, is_watched};
+use phalanx_store::owners::{Lookup, OwnerRef, asks_for_gang, is_watched};
 use phalanx_store::{StoreEvent, pod_group_key};
 use tokio::sync::{Mutex, broadcast::error::RecvError, mpsc};
 use tokio_util::sync::CancellationToken;
@@ -43,6 +51,10 @@ const POD_TRIGGER_INTERVAL: Duration = Duration::from_secs(5);
 
 /// Controller name in logs, metrics and events.
 pub const CONTROLLER: &str = "owner-integration";
+
+/// Normal event on an owner: the Workload and PodGroup made for it earlier were deleted, because its pods join the
+/// group of an owner above it (a ReplicaSet of an annotated Deployment).
+pub const GANG_GROUP_DELETED: &str = "GangGroupDeleted";
 
 /// Runs the owner integration until `shutdown` is cancelled. Call after the store is ready and while leader
 /// (as [`crate::run_controllers`] does). Errors of one owner are logged and retried after a backoff (1 s doubling
@@ -63,11 +75,12 @@ pub async fn run(ctx: Ctx, shutdown: CancellationToken) {
         }
     };
     let mut events = ctx.store.subscribe();
-    let resources: Mutex<HashMap<(String, String), ApiResource>> = Mutex::default();
+    let resources: Resources = Mutex::default();
     let mut failures: HashMap<String, u32> = HashMap::new();
     let mut resync = tokio::time::interval(ctx.opts.resync.min(Duration::from_secs(60)));
     let (retry_tx, mut retry_rx) = mpsc::unbounded_channel::<OwnerRef>();
-    let mut recent: HashMap<String, tokio::time::Instant> = HashMap::new();
+    // Per (namespace, owner uid): a cluster-scoped owner's pods in two namespaces are two groups.
+    let mut recent: HashMap<(String, String), tokio::time::Instant> = HashMap::new();
     // Per owner uid: the signature of the last successful reconcile, so status-only updates and resyncs cost nothing
     // (the periodic resync trims it to the live built-in owners; custom ones are re-read after a trim).
     let mut applied: HashMap<String, Signature> = HashMap::new();
@@ -93,8 +106,9 @@ pub async fn run(ctx: Ctx, shutdown: CancellationToken) {
                     if let Some(o) = ctx.store.pod(&key).and_then(|p| custom_top_owner(&ctx, &p)) {
                         let now = tokio::time::Instant::now();
                         recent.retain(|_, t| now.duration_since(*t) < POD_TRIGGER_INTERVAL);
-                        if !recent.contains_key(&o.uid) {
-                            recent.insert(o.uid.clone(), now);
+                        let key = (o.namespace.clone(), o.uid.clone());
+                        if !recent.contains_key(&key) {
+                            recent.insert(key, now);
                             enqueue(o);
                         }
                     }
@@ -163,8 +177,10 @@ fn custom_top_owner(ctx: &Ctx, p: &k8s_openapi::api::core::v1::Pod) -> Option<Ow
     (!is_watched(&top.api_version, &top.kind)).then_some(top)
 }
 
-/// Whether a cached owner needs a reconcile: it asks for a gang, and its generation or annotations changed since
-/// the last successful one or its PodGroup is gone.
+/// Whether a cached owner needs a reconcile: it is a group owner ([`phalanx_store::Store::is_group_owner`]) whose
+/// generation or annotations changed since the last successful reconcile or whose PodGroup is gone; or it asks for a
+/// gang without being the group owner (a ReplicaSet of a Deployment, an owner under another annotated owner) while a
+/// group the integration made for it exists, to delete that group.
 fn needs_reconcile(ctx: &Ctx, applied: &HashMap<String, Signature>, o: &OwnerRef) -> bool {
     let Lookup::Found(m) = ctx.store.owner_meta(o) else {
         return false;
@@ -173,7 +189,16 @@ fn needs_reconcile(ctx: &Ctx, applied: &HashMap<String, Signature>, o: &OwnerRef
         return false;
     }
     let name = phalanx_api::owners::owner_group_name(&o.kind, &o.name);
-    applied.get(&o.uid) != Some(&signature(&m)) || ctx.store.pod_group(&o.namespace, &name).is_none()
+    let group = ctx.store.pod_group(&o.namespace, &name);
+    if !ctx.store.is_group_owner(o) {
+        return group.is_some_and(|g| made_for(g.metadata.labels.as_ref(), o));
+    }
+    applied.get(&o.uid) != Some(&signature(&m)) || group.is_none()
+}
+
+/// Whether an object with `labels` is one the integration made for `o` (labelled with its uid).
+fn made_for(labels: Option<&std::collections::BTreeMap<String, String>>, o: &OwnerRef) -> bool {
+    labels.and_then(|l| l.get(phalanx_api::owners::OWNER_UID_LABEL)) == Some(&o.uid)
 }
 
 /// Enqueues the annotated built-in owners that need a reconcile ([`needs_reconcile`]) and the custom top owners of
@@ -182,14 +207,35 @@ fn everything(ctx: &Ctx, applied: &HashMap<String, Signature>, enqueue: &impl Fn
     let mut seen = HashSet::new();
     for p in ctx.store.pods().state() {
         if let Some(o) = custom_top_owner(ctx, &p)
-            && seen.insert(o.uid.clone())
+            && seen.insert(format!("{}/{}", o.namespace, o.uid))
             && (!matches!(ctx.store.owner_meta(&o), Lookup::Found(_)) || needs_reconcile(ctx, applied, &o))
         {
             enqueue(o);
         }
     }
+    // Groups made earlier for owners that are not group owners (a ReplicaSet of a Deployment): found from the
+    // groups, since such owners are not in `annotated_owners`.
+    for g in ctx.store.pod_groups().state() {
+        let Some(c) = phalanx_store::owners::controller_of(&g.metadata) else {
+            continue;
+        };
+        let o = OwnerRef {
+            api_version: c.api_version.clone(),
+            kind: c.kind.clone(),
+            namespace: g.metadata.namespace.clone().unwrap_or_default(),
+            name: c.name.clone(),
+            uid: c.uid.clone(),
+        };
+        if made_for(g.metadata.labels.as_ref(), &o)
+            && !ctx.store.is_group_owner(&o)
+            && seen.insert(format!("{}/{}", o.namespace, o.uid))
+            && needs_reconcile(ctx, applied, &o)
+        {
+            enqueue(o);
+        }
+    }
     for o in ctx.store.annotated_owners() {
-        if seen.insert(o.uid.clone()) && needs_reconcile(ctx, applied, &o) {
+        if seen.insert(format!("{}/{}", o.namespace, o.uid)) && needs_reconcile(ctx, applied, &o) {
             enqueue(o);
         }
     }
@@ -204,36 +250,93 @@ enum ReconcileError {
     Kube(#[from] kube::Error),
 }
 
+/// Discovered resources per `(apiVersion, kind)`: the resource, and whether it is namespaced.
+type Resources = Mutex<HashMap<(String, String), (ApiResource, bool)>>;
+
 async fn api_resource(
     ctx: &Ctx,
-    cache: &Mutex<HashMap<(String, String), ApiResource>>,
+    cache: &Resources,
     o: &OwnerRef,
-) -> Result<ApiResource, ReconcileError> {
+) -> Result<(ApiResource, bool), ReconcileError> {
     let key = (o.api_version.clone(), o.kind.clone());
-    if let Some(ar) = cache.lock().await.get(&key) {
-        return Ok(ar.clone());
+    if let Some(found) = cache.lock().await.get(&key) {
+        return Ok(found.clone());
     }
     let (group, version) = o
         .api_version
         .rsplit_once('/')
         .unwrap_or(("", o.api_version.as_str()));
     let gvk = GroupVersionKind::gvk(group, version, &o.kind);
-    let (ar, _) = kube::discovery::pinned_kind(&ctx.client, &gvk)
+    let (ar, caps) = kube::discovery::pinned_kind(&ctx.client, &gvk)
         .await
         .map_err(|e| ReconcileError::Discovery(format!("{}/{}", o.api_version, o.kind), e))?;
-    cache.lock().await.insert(key, ar.clone());
-    Ok(ar)
+    let found = (ar, caps.scope == kube::discovery::Scope::Namespaced);
+    cache.lock().await.insert(key, found.clone());
+    Ok(found)
 }
 
-async fn reconcile(
-    ctx: &Ctx,
-    resources: &Mutex<HashMap<(String, String), ApiResource>>,
-    o: &OwnerRef,
-) -> Result<(), ReconcileError> {
+/// Deletes the Workload and PodGroup the integration made for `o` (named for it and labelled with its uid), now that
+/// `o` is not the owner its pods join; the pods are not touched (they already resolve elsewhere).
+async fn delete_stale(ctx: &Ctx, o: &OwnerRef, reference: &ObjectReference) -> Result<(), ReconcileError> {
+    let name = phalanx_api::owners::owner_group_name(&o.kind, &o.name);
+    let mut deleted = false;
+    if let Some(g) = ctx.store.pod_group(&o.namespace, &name)
+        && made_for(g.metadata.labels.as_ref(), o)
+    {
+        let dp = DeleteParams::default().preconditions(Preconditions {
+            uid: g.metadata.uid.clone(),
+            resource_version: None,
+        });
+        let groups: Api<PodGroup> = Api::namespaced(ctx.client.clone(), &o.namespace);
+        deleted |= ignore_gone(groups.delete(&name, &dp).await.map(|_| ()))?;
+        let workloads: Api<Workload> = Api::namespaced(ctx.client.clone(), &o.namespace);
+        if let Some(w) = workloads.get_opt(&name).await?
+            && made_for(w.metadata.labels.as_ref(), o)
+        {
+            let dp = DeleteParams::default().preconditions(Preconditions {
+                uid: w.metadata.uid.clone(),
+                resource_version: None,
+            });
+            deleted |= ignore_gone(workloads.delete(&name, &dp).await.map(|_| ()))?;
+        }
+    }
+    if deleted {
+        tracing::info!(owner = %o.name, kind = %o.kind, namespace = %o.namespace, group = %name,
+            "owner is not the one its pods join; its Workload and PodGroup deleted");
+        ctx.publish(
+            CONTROLLER,
+            reference,
+            EventType::Normal,
+            GANG_GROUP_DELETED,
+            "Delete",
+            format!(
+                "Workload and PodGroup {name} deleted: the pods of {} {} join the group of an owner above it",
+                o.kind, o.name
+            ),
+        )
+        .await;
+    }
+    Ok(())
+}
+
+/// `Ok(true)` for a delete that went through, `Ok(false)` for an object already gone (404) or replaced (409).
+fn ignore_gone(r: Result<(), kube::Error>) -> Result<bool, ReconcileError> {
+    match r {
+        Ok(()) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn reconcile(ctx: &Ctx, resources: &Resources, o: &OwnerRef) -> Result<(), ReconcileError> {
     ctx.count_reconcile(CONTROLLER);
     tracing::debug!(owner = %o.name, kind = %o.kind, namespace = %o.namespace, "reconciling owner");
-    let ar = api_resource(ctx, resources, o).await?;
-    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &o.namespace, &ar);
+    let (ar, namespaced) = api_resource(ctx, resources, o).await?;
+    let api: Api<DynamicObject> = if namespaced {
+        Api::namespaced_with(ctx.client.clone(), &o.namespace, &ar)
+    } else {
+        Api::all_with(ctx.client.clone(), &ar)
+    };
     let Some(obj) = api.get_opt(&o.name).await? else {
         return Ok(());
     };
@@ -249,10 +352,19 @@ async fn reconcile(
         api_version: Some(o.api_version.clone()),
         kind: Some(o.kind.clone()),
         name: Some(o.name.clone()),
-        namespace: Some(o.namespace.clone()),
+        // A cluster-scoped owner's events carry no namespace.
+        namespace: namespaced.then(|| o.namespace.clone()),
         uid: Some(o.uid.clone()),
         ..ObjectReference::default()
     };
+    // The fresh object decides the Deployment rule, the caches the owners above it: either way no group for an
+    // owner whose pods join another's.
+    if phalanx_api::owners::wants_gang(obj.metadata.annotations.as_ref())
+        && (!asks_for_gang(o, &obj.metadata) || !ctx.store.is_group_owner(o))
+    {
+        tracing::debug!(owner = %o.name, kind = %o.kind, "its pods join an owner above it; no group of its own");
+        return delete_stale(ctx, o, &reference).await;
+    }
     let min = match build::min_count(obj.metadata.annotations.as_ref(), &facts) {
         Ok(None) => {
             tracing::debug!(owner = %o.name, kind = %o.kind, "no gang annotation");

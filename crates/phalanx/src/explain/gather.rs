@@ -122,6 +122,19 @@ pub async fn explain(
         }),
         _ => None,
     };
+    // Pending members of another scheduler, in the words of the group's condition (one definition, the
+    // controllers').
+    let foreign = group.as_ref().and_then(|_| {
+        let theirs: Vec<(String, String)> = members
+            .iter()
+            .filter(|p| !is_terminal(p) && pod_node(p).is_none() && !tools::is_ours(p, scheduler_name))
+            .map(|p| {
+                let s = p.spec.as_ref().and_then(|s| s.scheduler_name.clone());
+                (p.name_any(), s.unwrap_or_else(|| "default-scheduler".into()))
+            })
+            .collect();
+        phalanx_controllers::checks::foreign_scheduler_message(&theirs, &[scheduler_name.to_owned()])
+    });
     let pending = |p: &&&Arc<Pod>| pod_node(p).is_none();
     let preempting_live = ours
         .iter()
@@ -154,18 +167,24 @@ pub async fn explain(
         // Pending members that the queue did not hand out: held for their group's sake (e.g. its CompositePodGroup
         // is missing) without a gate of their own.
         Standing::WaitingForPodGroup
+    } else if foreign.is_some() {
+        // Pending members no scheduler of ours places: never "Scheduled", whatever else is bound.
+        Standing::SchedulerError
     } else {
         Standing::Scheduled
     };
-    let reasons_text = gate.map(|g| g.message.clone()).or_else(|| {
-        let d = decision?;
-        let own = group
-            .as_ref()
-            .and_then(|g| d.conditions.iter().find(|c| &c.group == g));
-        own.map(|c| c.message.clone())
-            .filter(|m| !m.is_empty())
-            .or_else(|| d.failures.first().map(|f| f.message.clone()))
-    });
+    let reasons_text = gate
+        .map(|g| g.message.clone())
+        .or_else(|| {
+            let d = decision?;
+            let own = group
+                .as_ref()
+                .and_then(|g| d.conditions.iter().find(|c| &c.group == g));
+            own.map(|c| c.message.clone())
+                .filter(|m| !m.is_empty())
+                .or_else(|| d.failures.first().map(|f| f.message.clone()))
+        })
+        .or_else(|| foreign.clone().filter(|_| standing == Standing::SchedulerError));
     let failing = matches!(standing, Standing::Unschedulable | Standing::Preempting);
     let (shortfall, domains, holders) = match attempt {
         Some(a) if failing && !a.nodes.is_empty() => {
@@ -332,7 +351,15 @@ fn group_condition(store: &Store, g: &GroupKey) -> Option<ConditionFacts> {
             conditions::COMPOSITE_POD_GROUP_INITIALLY_SCHEDULED,
         ),
     };
-    list.iter().find(|c| c.type_ == type_).map(condition_facts)
+    // The scheduler's condition; before it wrote one, the controllers' `Valid=False` says why nothing happens.
+    list.iter()
+        .find(|c| c.type_ == type_)
+        .or_else(|| {
+            list.iter().find(|c| {
+                c.type_ == phalanx_controllers::status::VALID && c.status == conditions::status::FALSE
+            })
+        })
+        .map(condition_facts)
 }
 
 fn pod_condition(p: &Pod) -> Option<ConditionFacts> {
@@ -457,7 +484,11 @@ fn summary(
         Standing::Schedulable => {
             format!("Fits now: {pending} pod(s) would be placed at the scheduler's next attempt.")
         }
-        Standing::Scheduled => format!("Scheduled: {} pod(s) bound.", members.len()),
+        // Only bound members count: a pending one is never reported bound.
+        Standing::Scheduled => format!(
+            "Scheduled: {} pod(s) bound.",
+            members.iter().filter(|m| m.node.is_some()).count()
+        ),
     }
 }
 

@@ -142,7 +142,8 @@ pub struct Explanation {
     pub state: Standing,
     /// One sentence saying so.
     pub summary: String,
-    /// The group's `…InitiallyScheduled` condition (for a pod without group: its `PodScheduled`).
+    /// The group's `…InitiallyScheduled` condition, else its `Valid=False` (e.g. `PodsOfAnotherScheduler`); for a pod
+    /// without group: its `PodScheduled`.
     pub condition: Option<ConditionFacts>,
     /// Quorum, for a PodGroup.
     pub quorum: Option<Quorum>,
