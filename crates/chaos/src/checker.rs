@@ -1,5 +1,6 @@
 //! The independent observer: its own watches on pods, nodes and PodGroups (straight to the API server, never
-//! through the fault proxy), and the invariants that are decided on every event (I1, I2, I5) or on request (I3, I4).
+//! through the fault proxy), and the invariants that are decided on every event (I1, I2, I5) or on request (I3, I4,
+//! and I7 over the audit log with the pod history kept in [`crate::evictions`]).
 //!
 //! It shares no code with the scheduler: requests are summed by [`crate::quantity`], bindings are what the API
 //! server reports. After a relist (a 410, an API server restart) the listed objects replace the old ones only once
@@ -18,6 +19,7 @@ use kube::runtime::WatchStreamExt as _;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client, Resource as _};
 
+use crate::evictions::Ledger;
 use crate::invariants::{Invariant, Violation};
 use crate::quantity::{Requests, parse_milli, pod_requests};
 
@@ -87,6 +89,8 @@ struct State {
     groups_relist: Option<HashSet<String>>,
     violations: Vec<Violation>,
     synced: [bool; 3],
+    /// Pod history for I7.
+    evictions: Ledger,
 }
 
 fn pod_info(pod: &Pod, scheduler_name: &str) -> PodInfo {
@@ -252,6 +256,7 @@ impl State {
             return;
         };
         let info = pod_info(pod, &self.scheduler_name);
+        self.evictions.observe(pod);
         self.check_binding(&uid, &info);
         if relist {
             if let Some(buf) = self.pods_relist.as_mut() {
@@ -268,6 +273,7 @@ impl State {
     }
 
     fn delete_pod(&mut self, pod: &Pod) {
+        self.evictions.gone(pod);
         let Some(uid) = pod.metadata.uid.as_deref() else {
             return;
         };
@@ -279,6 +285,7 @@ impl State {
     }
 
     fn finish_pod_relist(&mut self) {
+        self.evictions.end_relist();
         if let Some(buf) = self.pods_relist.take() {
             self.pods = buf;
             let nodes: Vec<String> = self.nodes.keys().cloned().collect();
@@ -433,7 +440,10 @@ impl Checker {
             |s, ev| match ev {
                 Event::Apply(p) => s.apply_pod(&p, false),
                 Event::Delete(p) => s.delete_pod(&p),
-                Event::Init => s.pods_relist = Some(HashMap::new()),
+                Event::Init => {
+                    s.pods_relist = Some(HashMap::new());
+                    s.evictions.begin_relist();
+                }
                 Event::InitApply(p) => s.apply_pod(&p, true),
                 Event::InitDone => s.finish_pod_relist(),
             },
@@ -509,6 +519,11 @@ impl Checker {
             .get(from..)
             .map(<[Violation]>::to_vec)
             .unwrap_or_default()
+    }
+
+    /// Reads the pod history of I7 ([`Ledger::check`], [`Ledger::evictions`]).
+    pub fn with_evictions<T>(&self, f: impl FnOnce(&Ledger) -> T) -> T {
+        f(&self.lock().evictions)
     }
 
     /// The gangs (PodGroups with a gang policy, not being deleted) of namespace `ns`.

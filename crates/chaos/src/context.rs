@@ -46,11 +46,13 @@ pub struct Profile {
     pub recovery_limit: Duration,
     /// I4: how long a pending pod may take to get its reason.
     pub settle: Duration,
+    /// `preempt-kill`: how long the victims stay Terminating after the standby took the Lease.
+    pub preempt_hold: Duration,
 }
 
 impl Profile {
     /// The faults of [`Profile::smoke`]: every fault, once.
-    pub const SMOKE_FAULTS: [Fault; 8] = [
+    pub const SMOKE_FAULTS: [Fault; 9] = [
         Fault::LeaderKill,
         Fault::LeaderTerm,
         Fault::LeaderPause,
@@ -59,6 +61,7 @@ impl Profile {
         Fault::WatchExpiry,
         Fault::AdmissionDeny,
         Fault::Hostile,
+        Fault::PreemptKill,
     ];
 
     /// One run of each fault, sized to finish in a few minutes on 2 cores (the `make test` subset), with 20 s of
@@ -91,6 +94,7 @@ impl Profile {
                 (Fault::WatchExpiry, 3),
                 (Fault::AdmissionDeny, 1),
                 (Fault::Hostile, 1),
+                (Fault::PreemptKill, 3),
             ],
             load: LoadConfig {
                 initial_gangs: 16,
@@ -102,6 +106,7 @@ impl Profile {
             deny_for: Duration::from_secs(60),
             recovery_limit: Duration::from_secs(60),
             settle: Duration::from_secs(30),
+            preempt_hold: Duration::from_secs(5),
         }
     }
 

@@ -3,7 +3,7 @@
 //!
 //! Everything here is isolated from the suite's runs: its own namespace (`control-*`), nodes labelled
 //! `phalanx.dev/chaos-control` (the replicas only use `phalanx.dev/chaos-node`), pods with a scheduler name no
-//! replica serves, its own [`Checker`], and for I6 its own Lease and a user outside the replicas' prefix.
+//! replica serves, its own [`Checker`], and for I6 and I7 its own Lease and a user outside the replicas' prefix.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,7 +22,7 @@ use crate::checker::Checker;
 use crate::harness::Cluster;
 use crate::invariants::Invariant;
 use crate::lease::{self, SharedLeases};
-use crate::workload::{GangSpec, create_gang, pod_group_resource};
+use crate::workload::{GangSpec, create_gang, pod_group_resource, release_holds};
 
 const NODE_LABEL: &str = "phalanx.dev/chaos-control";
 const SCHEDULER: &str = "chaos-control";
@@ -57,6 +57,8 @@ fn gang(name: &str, size: usize, cpu: &str, standalone: bool) -> GangSpec {
         memory: "1Gi".into(),
         one_rack: false,
         priority: None,
+        priority_class: None,
+        hold: false,
         parent: None,
         containers: 1,
         scheduler_name: SCHEDULER.into(),
@@ -64,7 +66,102 @@ fn gang(name: &str, size: usize, cpu: &str, standalone: bool) -> GangSpec {
     }
 }
 
-/// Plants I2-I6 violations (I1 cannot be planted: the API server refuses a second binding, which is checked) and
+/// A status patch of pod `name` as `client` (a strategic merge, as the scheduler's own patches).
+async fn patch_status(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    status: serde_json::Value,
+) -> anyhow::Result<()> {
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Strategic(json!({ "status": status })),
+        )
+        .await
+        .with_context(|| format!("patching the status of {name}"))?;
+    Ok(())
+}
+
+/// Marks pod `name` `DisruptionTarget=True/PreemptionByScheduler` and deletes it, as `user` (a preempting
+/// scheduler's eviction, `crates/driver/src/evict.rs`).
+async fn evict(user: &Client, ns: &str, name: &str) -> anyhow::Result<()> {
+    let cond = json!([{"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler",
+                       "message": "planted by the chaos controls", "lastTransitionTime": Timestamp::now().to_string()}]);
+    patch_status(user, ns, name, json!({ "conditions": cond })).await?;
+    Api::<Pod>::namespaced(user.clone(), ns)
+        .delete(name, &DeleteParams::default())
+        .await
+        .with_context(|| format!("deleting {name}"))?;
+    Ok(())
+}
+
+/// I7's control: two low-priority pods held by the hold finalizer on `control-n1`, a high-priority pod pending;
+/// `user` nominates it there and evicts `victim-0` (one plan: passes), then clears and rewrites the nomination and
+/// evicts `victim-1` while `victim-0` is still Terminating (a second plan: exactly that eviction must be caught).
+async fn double_eviction(
+    client: &Client,
+    user: &Client,
+    audit: &AuditLog,
+    checker: &Checker,
+    ns: &str,
+) -> anyhow::Result<String> {
+    crate::preempt_kill::ensure_priority_classes(client).await?;
+    let mut victims = gang("victim", 2, "1", true);
+    victims.priority_class = Some(crate::preempt_kill::LOW.into());
+    victims.hold = true;
+    create_gang(client, ns, &victims).await?;
+    let mut preemptor = gang("preemptor", 1, "1", true);
+    preemptor.priority_class = Some(crate::preempt_kill::HIGH.into());
+    create_gang(client, ns, &preemptor).await?;
+    for v in ["victim-0", "victim-1"] {
+        phalanx_testenv::bind_pod(client, ns, v, "control-n1").await?;
+    }
+    let start = Timestamp::now();
+    patch_status(
+        user,
+        ns,
+        "preemptor-0",
+        json!({"nominatedNodeName": "control-n1"}),
+    )
+    .await?;
+    evict(user, ns, "victim-0").await?;
+    patch_status(user, ns, "preemptor-0", json!({"nominatedNodeName": null})).await?;
+    patch_status(
+        user,
+        ns,
+        "preemptor-0",
+        json!({"nominatedNodeName": "control-n1"}),
+    )
+    .await?;
+    evict(user, ns, "victim-1").await?;
+    let is_user = |u: &str| u == USER;
+    let seen = phalanx_testenv::wait_for(
+        "the checker to see both evictions",
+        Duration::from_secs(10),
+        || async {
+            audit.poll()?;
+            let events = audit.events(start, Timestamp::now());
+            let n = checker.with_evictions(|l| l.evictions(&events, is_user).len());
+            Ok((n == 2).then_some(events))
+        },
+    )
+    .await?;
+    let i7 = checker.with_evictions(|l| l.check(&seen, is_user));
+    anyhow::ensure!(
+        i7.len() == 1
+            && i7[0].object.as_ref().is_some_and(|o| o.1 == "victim-1")
+            && i7[0].detail.contains("second set of victims"),
+        "control: I7 expected exactly the second plan's eviction of victim-1, got {i7:?}"
+    );
+    Ok(format!(
+        "I7 caught (a second eviction under a new nomination while the first victim terminated; the first passed): {}",
+        i7[0].detail
+    ))
+}
+
+/// Plants I2-I7 violations (I1 cannot be planted: the API server refuses a second binding, which is checked) and
 /// returns one line per invariant saying how it was caught.
 ///
 /// # Errors
@@ -210,6 +307,11 @@ pub async fn run(cluster: &Cluster, client: &Client) -> anyhow::Result<Vec<Strin
         "I6 caught (bind 3 s into a 2 s Lease; the bind inside it passed): {}",
         i6[0].detail
     ));
+
+    // I7: USER evicts for a waiting preemptor, then again under a new nomination while the first victim is held.
+    let i7 = double_eviction(client, &user_client, &audit, &checker, &ns).await;
+    release_holds(client, &ns, false).await?;
+    lines.push(i7?);
 
     // Clean up: pods first (grace 0), then the namespace and the nodes.
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);

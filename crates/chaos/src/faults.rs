@@ -10,6 +10,7 @@
 //! | `watch-expiry` | the replicas' connections cut and refused, etcd compacted to its head, connections allowed again: every watch resumes from a compacted resourceVersion and gets 410 Gone (checked with a probe watch) |
 //! | `admission-deny` | a ValidatingAdmissionPolicy denies every second `pods/binding`: those of pods whose name ends in an odd digit, i.e. every second pod of every gang (`<gang>-<i>`), for `deny_for` |
 //! | `hostile` | pods with two `9E`-memory containers (standalone and as a gang), a chain of 1,000 CompositePodGroups with a PodGroup at the bottom, a PodGroup with a user-set `spec.priority` |
+//! | `preempt-kill` | a high-priority gang preempts held low-priority pods; SIGKILL of the holder as soon as the first victim is Terminating; the victims are released once the standby has taken over ([`crate::preempt_kill`]) |
 
 use std::fmt;
 use std::time::Duration;
@@ -47,11 +48,13 @@ pub enum Fault {
     AdmissionDeny,
     /// Hostile objects.
     Hostile,
+    /// SIGKILL of the leader while the victims of its preemption terminate.
+    PreemptKill,
 }
 
 impl Fault {
     /// Every fault, in suite order.
-    pub const ALL: [Fault; 8] = [
+    pub const ALL: [Fault; 9] = [
         Fault::LeaderKill,
         Fault::LeaderTerm,
         Fault::LeaderPause,
@@ -60,6 +63,7 @@ impl Fault {
         Fault::WatchExpiry,
         Fault::AdmissionDeny,
         Fault::Hostile,
+        Fault::PreemptKill,
     ];
 
     /// The name used on the command line and in reports.
@@ -73,7 +77,27 @@ impl Fault {
             Fault::WatchExpiry => "watch-expiry",
             Fault::AdmissionDeny => "admission-deny",
             Fault::Hostile => "hostile",
+            Fault::PreemptKill => "preempt-kill",
         }
+    }
+
+    /// Whether the run's random load (gangs arriving and finishing) runs during this fault. `preempt-kill` runs
+    /// on a quiet cluster: its verdict counts victims, and only its own pods may compete for the nodes.
+    pub fn uses_load(self) -> bool {
+        !matches!(self, Fault::PreemptKill)
+    }
+
+    /// Whether the fault measures a failover (the report expects one per run).
+    pub fn measures_failover(self) -> bool {
+        matches!(
+            self,
+            Fault::LeaderKill
+                | Fault::LeaderTerm
+                | Fault::LeaderPause
+                | Fault::ApiServerKill
+                | Fault::EtcdKill
+                | Fault::PreemptKill
+        )
     }
 
     /// Parses [`Fault::name`].
@@ -103,6 +127,8 @@ pub struct Outcome {
     pub failover: Option<Duration>,
     /// Facts for the report (partial gangs at the kill, 410 confirmed, denied binds, ...).
     pub notes: Vec<String>,
+    /// Violations only the fault can judge (`preempt-kill`: more victims than one plan needs, I7).
+    pub violations: Vec<crate::invariants::Violation>,
 }
 
 /// Injects `fault` into the run in namespace `ns`; returns when the fault is over.
@@ -119,15 +145,29 @@ pub async fn inject(ctx: &Ctx, fault: Fault, ns: &str) -> anyhow::Result<Outcome
         Fault::WatchExpiry => watch_expiry(ctx).await,
         Fault::AdmissionDeny => admission_deny(ctx, ns).await,
         Fault::Hostile => hostile(ctx, ns).await,
+        Fault::PreemptKill => crate::preempt_kill::inject(ctx, ns).await,
     }
 }
 
-fn to_duration(ms: i64) -> Duration {
+pub(crate) fn to_duration(ms: i64) -> Duration {
     Duration::from_millis(u64::try_from(ms).unwrap_or(0))
 }
 
-fn lease_timeout(ctx: &Ctx) -> Duration {
+pub(crate) fn lease_timeout(ctx: &Ctx) -> Duration {
     Duration::from_secs(3 * ctx.profile.lease_duration_secs + 10)
+}
+
+/// Waits (at most [`lease_timeout`]) until `other` holds a Lease version that started after `since`: a takeover.
+/// Returns when that version started.
+pub(crate) async fn wait_takeover(ctx: &Ctx, other: &str, since: Timestamp) -> Option<Timestamp> {
+    ctx.wait_audit(lease_timeout(ctx), |_| {
+        ctx.leases
+            .lock()
+            .ok()?
+            .first_held_by_after(other, since)
+            .map(|s| s.valid_from)
+    })
+    .await
 }
 
 /// Waits for the first bind by `identity` after `since`; the time from `since` to it.
@@ -170,15 +210,7 @@ async fn leader_stop(ctx: &Ctx, ns: &str, graceful: bool) -> anyhow::Result<Outc
     }
     let how = if graceful { "SIGTERM" } else { "SIGKILL" };
     let mut notes = vec![format!("{how} to {leader} with {partial} gang(s) partly bound")];
-    let took = ctx
-        .wait_audit(lease_timeout(ctx), |_| {
-            ctx.leases
-                .lock()
-                .ok()?
-                .first_held_by_after(&other, stopped_at)
-                .map(|s| s.valid_from)
-        })
-        .await;
+    let took = wait_takeover(ctx, &other, stopped_at).await;
     match took {
         Some(t) => notes.push(format!(
             "{other} took the Lease after {} ms",
@@ -206,7 +238,11 @@ async fn leader_stop(ctx: &Ctx, ns: &str, graceful: bool) -> anyhow::Result<Outc
         });
     }
     ctx.replicas.release(&leader);
-    Ok(Outcome { failover, notes })
+    Ok(Outcome {
+        failover,
+        notes,
+        violations: Vec::new(),
+    })
 }
 
 async fn leader_pause(ctx: &Ctx) -> anyhow::Result<Outcome> {
@@ -217,15 +253,7 @@ async fn leader_pause(ctx: &Ctx) -> anyhow::Result<Outcome> {
     ctx.replicas.pause(&leader)?;
     let mut notes = vec![format!("paused {leader}")];
     let min_pause = Duration::from_secs(ctx.profile.lease_duration_secs + 2);
-    let took = ctx
-        .wait_audit(lease_timeout(ctx), |_| {
-            ctx.leases
-                .lock()
-                .ok()?
-                .first_held_by_after(&other, paused_at)
-                .map(|s| s.valid_from)
-        })
-        .await;
+    let took = wait_takeover(ctx, &other, paused_at).await;
     let failover = first_bind(ctx, &other, paused_at, Duration::from_secs(30)).await;
     let elapsed = to_duration(millis(paused_at, Timestamp::now()));
     if elapsed < min_pause {
@@ -263,7 +291,11 @@ async fn leader_pause(ctx: &Ctx) -> anyhow::Result<Outcome> {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    Ok(Outcome { failover, notes })
+    Ok(Outcome {
+        failover,
+        notes,
+        violations: Vec::new(),
+    })
 }
 
 async fn component_kill(ctx: &Ctx, c: Component) -> anyhow::Result<Outcome> {
@@ -291,7 +323,11 @@ async fn component_kill(ctx: &Ctx, c: Component) -> anyhow::Result<Outcome> {
         notes.push(format!("first bind after the restart by {who}"));
         to_duration(millis(up_at, t))
     });
-    Ok(Outcome { failover, notes })
+    Ok(Outcome {
+        failover,
+        notes,
+        violations: Vec::new(),
+    })
 }
 
 /// A resourceVersion of the pods collection now.
@@ -329,6 +365,7 @@ async fn watch_expiry(ctx: &Ctx) -> anyhow::Result<Outcome> {
     tokio::time::sleep(Duration::from_secs(3)).await;
     Ok(Outcome {
         failover: None,
+        violations: Vec::new(),
         notes: vec![format!(
             "cut {} connections, compacted etcd at revision {rev}; watch from rv {old_rv} -> 410 Gone",
             ctx.proxy.severed() - severed_before
@@ -430,6 +467,7 @@ async fn admission_deny(ctx: &Ctx, ns: &str) -> anyhow::Result<Outcome> {
     }
     Ok(Outcome {
         failover: None,
+        violations: Vec::new(),
         notes: vec![format!(
             "policy active {} ms: replicas' binds accepted {accepted}, denied {denied}",
             millis(on_at, off_at)
@@ -449,6 +487,8 @@ async fn hostile(ctx: &Ctx, ns: &str) -> anyhow::Result<Outcome> {
         memory: "9E".into(),
         one_rack: false,
         priority: None,
+        priority_class: None,
+        hold: false,
         parent: None,
         containers: 2,
         scheduler_name: ctx.scheduler_name.clone(),
@@ -501,6 +541,7 @@ async fn hostile(ctx: &Ctx, ns: &str) -> anyhow::Result<Outcome> {
     tokio::time::sleep(Duration::from_secs(10)).await;
     Ok(Outcome {
         failover: None,
+        violations: Vec::new(),
         notes: vec![format!(
             "created 2 standalone 9E pods, a gang of two, a priority-1e9 PodGroup and a {chain}-deep CompositePodGroup chain in {created} ms"
         )],

@@ -1,4 +1,4 @@
-//! The six invariants the suite checks, and what a violation of one records.
+//! The seven invariants the suite checks, and what a violation of one records.
 
 use std::fmt;
 
@@ -19,20 +19,24 @@ pub enum Invariant {
     InitiallyScheduledSticks,
     /// I6: no write from a replica after its Lease expired.
     NoWriteWithoutLease,
+    /// I7: no pod is evicted except for a waiting higher-priority preemptor, and no preemptor's victims are
+    /// evicted twice ([`crate::evictions`]).
+    SinglePreemption,
 }
 
 impl Invariant {
-    /// All six, in report order.
-    pub const ALL: [Invariant; 6] = [
+    /// All seven, in report order.
+    pub const ALL: [Invariant; 7] = [
         Invariant::SingleBinding,
         Invariant::NoOvercommit,
         Invariant::GangsWholeOrEmpty,
         Invariant::PendingHasReason,
         Invariant::InitiallyScheduledSticks,
         Invariant::NoWriteWithoutLease,
+        Invariant::SinglePreemption,
     ];
 
-    /// `I1` .. `I6`.
+    /// `I1` .. `I7`.
     pub fn code(self) -> &'static str {
         match self {
             Invariant::SingleBinding => "I1",
@@ -41,10 +45,11 @@ impl Invariant {
             Invariant::PendingHasReason => "I4",
             Invariant::InitiallyScheduledSticks => "I5",
             Invariant::NoWriteWithoutLease => "I6",
+            Invariant::SinglePreemption => "I7",
         }
     }
 
-    /// Index into count arrays (0..6).
+    /// Index into count arrays (0..7).
     pub fn index(self) -> usize {
         self as usize
     }
@@ -55,7 +60,7 @@ impl Invariant {
 pub struct Violation {
     /// Which invariant.
     pub invariant: Invariant,
-    /// When it was observed (or, for I6, when the offending request reached the API server).
+    /// When it was observed (or, for I6 and I7, when the offending request reached the API server).
     pub at: Timestamp,
     /// The object it is about, `(namespace, name)` (a node has an empty namespace), when there is one: the
     /// suite adds what the audit log says about it.
@@ -71,11 +76,11 @@ impl fmt::Display for Violation {
 }
 
 /// Violations per invariant, in [`Invariant::ALL`] order.
-pub type Counts = [usize; 6];
+pub type Counts = [usize; Invariant::ALL.len()];
 
 /// Counts `violations` per invariant.
 pub fn count(violations: &[Violation]) -> Counts {
-    let mut c = [0; 6];
+    let mut c = [0; Invariant::ALL.len()];
     for v in violations {
         c[v.invariant.index()] += 1;
     }

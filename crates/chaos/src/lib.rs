@@ -3,18 +3,21 @@
 //! Two real `phalanx run` replicas (leader election on a Lease, each with its own client certificate) schedule
 //! gangs on a real control plane (`hack/cluster.sh`, audit log on) while faults are injected: SIGKILL and SIGSTOP
 //! of the leader, SIGKILL of kube-apiserver and of etcd, watches expired by compaction, an admission policy that
-//! denies every second bind, hostile objects. An observer that shares no code with the scheduler checks six
-//! invariants on every run:
+//! denies every second bind, hostile objects, the leader killed while the victims of its preemption terminate. An
+//! observer that shares no code with the scheduler checks seven invariants on every run:
 //!
 //! - I1 no pod is ever bound to two nodes;
 //! - I2 no node's requests ever exceed its allocatable;
 //! - I3 once faults stop, every gang is whole (bound >= minCount) or has no pod bound, within 60 s;
 //! - I4 every pending pod has a `PodScheduled` condition with a reason, after a settle time;
 //! - I5 no `PodGroupInitiallyScheduled` condition goes from True to False;
-//! - I6 no write from a replica after its Lease expired (audit log against the Lease's history).
+//! - I6 no write from a replica after its Lease expired (audit log against the Lease's history);
+//! - I7 no pod is evicted except for a waiting higher-priority preemptor, and no preemptor's victims are evicted
+//!   twice (audit log against the pods' history).
 //!
-//! Modules: [`harness`] (control plane), [`processes`] (replicas), [`proxy`] (connection cuts), [`faults`],
-//! [`workload`] (the load), [`checker`] (I1-I5), [`audit`] and [`lease`] (I6), [`controls`] (planted violations
+//! Modules: [`harness`] (control plane), [`processes`] (replicas), [`proxy`] (connection cuts), [`faults`] and
+//! [`preempt_kill`], [`workload`] (the load), [`checker`] (I1-I5), [`audit`] and [`lease`] (I6), [`evictions`]
+//! (I7), [`controls`] (planted violations
 //! that prove each check can fail), [`evidence`], [`suite`] and [`report`]. How to run it: `docs/testing.md`; what it guarantees:
 //! `docs/operations.md`.
 
@@ -25,11 +28,13 @@ pub mod certs;
 pub mod checker;
 pub mod context;
 pub mod controls;
+pub mod evictions;
 pub mod evidence;
 pub mod faults;
 pub mod harness;
 pub mod invariants;
 pub mod lease;
+pub mod preempt_kill;
 pub mod processes;
 pub mod proxy;
 pub mod quantity;

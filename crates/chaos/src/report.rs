@@ -124,7 +124,7 @@ impl SuiteReport {
             .iter()
             .filter_map(|f| by.get(f).map(|rs| (f, rs)))
             .map(|(f, rs)| {
-                let mut c = [0; 6];
+                let mut c = [0; Invariant::ALL.len()];
                 for r in rs {
                     for (i, n) in count(&r.violations).iter().enumerate() {
                         c[i] += n;
@@ -134,11 +134,7 @@ impl SuiteReport {
                 let failovers: Vec<Duration> = rs.iter().filter_map(|r| r.outcome.failover).collect();
                 let exits: usize = rs.iter().map(|r| r.exits.len()).sum();
                 let unexpected: usize = rs.iter().map(|r| r.exits.iter().filter(|e| !e.expected).count()).sum();
-                let failover_expected = if matches!(f, Fault::LeaderKill | Fault::LeaderTerm | Fault::LeaderPause | Fault::ApiServerKill | Fault::EtcdKill) {
-                    rs.len()
-                } else {
-                    0
-                };
+                let failover_expected = if f.measures_failover() { rs.len() } else { 0 };
                 let errors = rs.iter().filter(|r| r.error.is_some()).count();
                 let errors = if errors > 0 { format!(" HARNESS ERRORS={errors}") } else { String::new() };
                 format!(
@@ -180,7 +176,7 @@ impl SuiteReport {
         }
         let total = self.violations().len();
         if total == 0 {
-            let _ = writeln!(s, "no violation of I1-I6");
+            let _ = writeln!(s, "no violation of I1-I7");
         } else {
             let _ = writeln!(s, "{total} violation(s):");
         }

@@ -1,10 +1,11 @@
 //! A whole suite: set up the cluster, the observer and the replicas, run the negative controls, then every fault
-//! its number of times, each run checked against I1-I6.
+//! its number of times, each run checked against I1-I7.
 //!
-//! One run: a fresh namespace, gangs arriving and finishing, the fault once the load is flowing, the load stopped
-//! when the fault is over, then I3 (gangs whole or empty within the recovery limit), I4 (pending pods have a
-//! reason within the settle time), I6 (the audit log since the previous run) and the violations of I1, I2, I5
-//! the checker recorded meanwhile. The namespace is emptied before the next run.
+//! One run: a fresh namespace, gangs arriving and finishing (not for `preempt-kill`, which brings its own pods),
+//! the fault once the load is flowing, the load stopped when the fault is over, then I3 (gangs whole or empty
+//! within the recovery limit), I4 (pending pods have a reason within the settle time), I6 and I7 (the audit log
+//! since the previous run) and the violations of I1, I2, I5 the checker recorded meanwhile. The namespace is
+//! emptied before the next run.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -27,7 +28,7 @@ use crate::lease::{self, SharedLeases};
 use crate::processes::{ExitRecord, ReplicaSpec, Supervisor};
 use crate::proxy::Proxy;
 use crate::report::SuiteReport;
-use crate::workload::{FeedStats, Feeder, composite_resource, pod_group_resource};
+use crate::workload::{FeedStats, Feeder, composite_resource, pod_group_resource, release_holds};
 
 /// How to run a suite.
 #[derive(Debug, Clone)]
@@ -229,6 +230,10 @@ async fn run_once(ctx: &Ctx, fault: Fault, index: usize, i6_from: &mut Timestamp
         &ctx.lease_name,
         Supervisor::is_replica,
     ));
+    violations.extend(
+        ctx.checker
+            .with_evictions(|l| l.check(&events, Supervisor::is_replica)),
+    );
     *i6_from = now;
     let mut all = ctx.checker.violations_from(from);
     all.extend(violations);
@@ -257,25 +262,32 @@ async fn run_body(ctx: &Ctx, r: &mut RunResult, violations: &mut Vec<Violation>)
         .lock()
         .map_err(|_| anyhow::anyhow!("rng poisoned"))?
         .random();
-    let feeder = Feeder::start(
-        ctx.client.clone(),
-        ns.clone(),
-        ctx.profile.load.clone(),
-        StdRng::seed_from_u64(seed),
-        ctx.scheduler_name.clone(),
-        ctx.checker.clone(),
-    );
-    if !wait_bound(ctx, &ns, Duration::from_secs(60)).await {
-        r.outcome
-            .notes
-            .push("nothing was bound within 60 s before the fault".into());
+    let feeder = r.fault.uses_load().then(|| {
+        Feeder::start(
+            ctx.client.clone(),
+            ns.clone(),
+            ctx.profile.load.clone(),
+            StdRng::seed_from_u64(seed),
+            ctx.scheduler_name.clone(),
+            ctx.checker.clone(),
+        )
+    });
+    if feeder.is_some() {
+        if !wait_bound(ctx, &ns, Duration::from_secs(60)).await {
+            r.outcome
+                .notes
+                .push("nothing was bound within 60 s before the fault".into());
+        }
+        tokio::time::sleep(ctx.profile.warmup).await;
     }
-    tokio::time::sleep(ctx.profile.warmup).await;
     let injected = faults::inject(ctx, r.fault, &ns).await;
-    r.feed = feeder.stop().await;
+    if let Some(f) = feeder {
+        r.feed = f.stop().await;
+    }
     let injected = injected?;
     r.outcome.failover = injected.failover;
     r.outcome.notes.extend(injected.notes);
+    violations.extend(injected.violations);
     let (recovery, gangs) = ctx.checker.await_gangs(&ns, ctx.profile.recovery_limit).await;
     r.recovery = recovery;
     violations.extend(gangs);
@@ -283,12 +295,13 @@ async fn run_body(ctx: &Ctx, r: &mut RunResult, violations: &mut Vec<Violation>)
     Ok(())
 }
 
-/// Deletes the run's pods at once, then its groups and the namespace; waits until the checker has seen the pods
-/// go, so the next run starts on empty nodes.
+/// Deletes the run's pods at once (releasing any the hold finalizer keeps), then its groups and the namespace;
+/// waits until the checker has seen the pods go, so the next run starts on empty nodes.
 async fn cleanup(ctx: &Ctx, ns: &str) -> anyhow::Result<()> {
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
     pods.delete_collection(&DeleteParams::default().grace_period(0), &ListParams::default())
         .await?;
+    release_holds(&ctx.client, ns, false).await?;
     for ar in [pod_group_resource(), composite_resource()] {
         let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &ar);
         api.delete_collection(&DeleteParams::default(), &ListParams::default())
@@ -299,6 +312,8 @@ async fn cleanup(ctx: &Ctx, ns: &str) -> anyhow::Result<()> {
         .await?;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     while ctx.checker.live_pods(ns) > 0 {
+        // A release that lost a race (409) is retried.
+        release_holds(&ctx.client, ns, false).await?;
         anyhow::ensure!(
             tokio::time::Instant::now() < deadline,
             "pods of {ns} still exist 60 s after deletion"

@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, PostParams};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use rand::Rng as _;
 use rand::rngs::StdRng;
 use serde_json::json;
@@ -21,6 +21,9 @@ use crate::harness::RACK_LABEL;
 
 /// Pod label naming the gang (also in the PodGroup label): churn deletes a gang's pods by it.
 pub const GANG_LABEL: &str = "phalanx.dev/chaos-gang";
+/// Finalizer that keeps a pod Terminating once deleted, until [`release_holds`] removes it: kwok's pod-delete stage
+/// removes a deleted pod at once whatever its grace period, so this stands in for a long graceful termination.
+pub const HOLD_FINALIZER: &str = "phalanx.dev/chaos-hold";
 /// Per-call timeout of the feeder's API calls: during an outage a call fails fast and the feeder goes on.
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -41,6 +44,10 @@ pub struct GangSpec {
     pub one_rack: bool,
     /// `spec.priority` set by the user (hostile objects).
     pub priority: Option<i32>,
+    /// `priorityClassName` of the pods and the PodGroup.
+    pub priority_class: Option<String>,
+    /// The pods carry [`HOLD_FINALIZER`].
+    pub hold: bool,
     /// `spec.parentCompositePodGroupName` (with a workloadRef; hostile chains).
     pub parent: Option<String>,
     /// Containers per pod, each with the full `cpu`/`memory` requests.
@@ -70,6 +77,8 @@ impl GangSpec {
             memory: if big { "2Gi" } else { "1Gi" }.into(),
             one_rack: rng.random_bool(0.25),
             priority: None,
+            priority_class: None,
+            hold: false,
             parent: None,
             containers: 1,
             scheduler_name: scheduler_name.to_owned(),
@@ -103,8 +112,9 @@ fn pod_object(ns: &str, gang: &GangSpec, i: usize) -> anyhow::Result<Pod> {
     } else {
         json!({phalanx_api::labels::POD_GROUP: gang.name, GANG_LABEL: gang.name})
     };
-    Ok(serde_json::from_value(json!({
-        "metadata": {"name": format!("{}-{i}", gang.name), "namespace": ns, "labels": labels},
+    let finalizers: Vec<&str> = if gang.hold { vec![HOLD_FINALIZER] } else { vec![] };
+    let mut pod = json!({
+        "metadata": {"name": format!("{}-{i}", gang.name), "namespace": ns, "labels": labels, "finalizers": finalizers},
         "spec": {
             "schedulerName": gang.scheduler_name,
             "restartPolicy": "Never",
@@ -112,7 +122,11 @@ fn pod_object(ns: &str, gang: &GangSpec, i: usize) -> anyhow::Result<Pod> {
             "automountServiceAccountToken": false,
             "containers": containers,
         }
-    }))?)
+    });
+    if let Some(c) = &gang.priority_class {
+        pod["spec"]["priorityClassName"] = json!(c);
+    }
+    Ok(serde_json::from_value(pod)?)
 }
 
 async fn timed<T>(
@@ -137,6 +151,9 @@ pub async fn create_gang(client: &Client, ns: &str, gang: &GangSpec) -> anyhow::
     }
     if let Some(p) = gang.priority {
         spec["priority"] = json!(p);
+    }
+    if let Some(c) = &gang.priority_class {
+        spec["priorityClassName"] = json!(c);
     }
     if let Some(parent) = &gang.parent {
         spec["parentCompositePodGroupName"] = json!(parent);
@@ -187,6 +204,43 @@ pub async fn delete_gang(client: &Client, ns: &str, name: &str) -> anyhow::Resul
     )
     .await?;
     Ok(())
+}
+
+/// Removes [`HOLD_FINALIZER`] from the pods of `ns` that carry it; with `terminating_only`, only from those
+/// already deleted (they then go at once). Returns the names released.
+///
+/// # Errors
+/// The pods cannot be listed; a pod that cannot be patched is skipped (the next call retries it).
+pub async fn release_holds(client: &Client, ns: &str, terminating_only: bool) -> anyhow::Result<Vec<String>> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let list = timed("listing pods", pods.list(&ListParams::default())).await?;
+    let mut released = Vec::new();
+    for p in list.items {
+        let held = p
+            .metadata
+            .finalizers
+            .as_ref()
+            .is_some_and(|f| f.iter().any(|f| f == HOLD_FINALIZER));
+        if !held || (terminating_only && p.metadata.deletion_timestamp.is_none()) {
+            continue;
+        }
+        let name = p.metadata.name.clone().unwrap_or_default();
+        let rest: Vec<String> = p
+            .metadata
+            .finalizers
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|f| f != HOLD_FINALIZER)
+            .collect();
+        // The resourceVersion makes the patch a compare-and-swap: another finalizer added meanwhile is not lost.
+        let patch = json!({"metadata": {"finalizers": rest, "resourceVersion": p.metadata.resource_version}});
+        let (pp, patch) = (PatchParams::default(), Patch::Merge(&patch));
+        match timed("releasing a held pod", pods.patch(&name, &pp, &patch)).await {
+            Ok(_) => released.push(name),
+            Err(e) => tracing::debug!(pod = %name, error = %format!("{e:#}"), "hold not released (retried)"),
+        }
+    }
+    Ok(released)
 }
 
 /// How the feeder loads a run.

@@ -1,6 +1,6 @@
 //! The chaos suite's short subset inside `cargo test` / `make test`: one run of every fault against the real
 //! `phalanx` binary, on a control plane this test starts itself (a few minutes on 2 cores). It fails on any
-//! violation of I1-I6 and on any harness failure; it never skips. `make chaos` runs the full suite.
+//! violation of I1-I7 and on any harness failure; it never skips. `make chaos` runs the full suite.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -75,7 +75,7 @@ fn chaos_smoke() {
         Profile::SMOKE_FAULTS.to_vec(),
         "one run of every smoke fault"
     );
-    assert_eq!(report.controls.len(), 6, "every invariant's control ran");
+    assert_eq!(report.controls.len(), 7, "every invariant's control ran");
     assert!(
         report.harness_errors().is_empty(),
         "harness errors: {:?}",
@@ -83,7 +83,7 @@ fn chaos_smoke() {
     );
     assert!(
         report.ok(),
-        "{} violation(s) of I1-I6; the report is above and in {}",
+        "{} violation(s) of I1-I7; the report is above and in {}",
         report.violations().len(),
         work_dir.join("violations.txt").display()
     );

@@ -1,0 +1,745 @@
+//! I7, one preemption per preemptor: no pod is evicted except for a higher-priority pod that waits with a
+//! nomination and is not bound yet, and no preemptor's victims are evicted twice. This module keeps the pod history
+//! I7 is decided from (fed by the checker's pod watch, [`crate::checker`]) and decides it over the pod deletions
+//! of the audit log.
+//!
+//! What is observed. The checker's pod watch is one stream over all pods, delivered in resourceVersion order, so
+//! the order in which it observes versions is the order in which they were written: a nomination written before
+//! a victim's deletion (the driver waits for the nomination's answer before it deletes, `crates/driver/src/preempt.rs`)
+//! is observed before it. The [`Ledger`] numbers every observation, notes when it was made, and keeps per pod
+//! UID: priority, PodGroup, node, when it was first seen bound, every change of `status.nominatedNodeName`, its
+//! first version with a `deletionTimestamp` (and whether that carried `DisruptionTarget=True/PreemptionByScheduler`)
+//! and when it went. The audit log says who deleted which pod and when: Phalanx deletes pods only to preempt
+//! (`crates/driver/src/evict.rs`), so every deletion request of a replica is an eviction.
+//!
+//! The rules, for every pod V a replica deleted (first seen deleting at observation d):
+//! - (a) marked: V's first deleting version carried `DisruptionTarget=True` with reason `PreemptionByScheduler`
+//!   (the victim is marked before it is deleted, upstream `prepareCandidate` in
+//!   `pkg/scheduler/framework/preemption/preemption.go`);
+//! - (b) for a waiting preemptor: at d some pod of higher priority than V had a nomination and was not bound;
+//! - (c) one plan at a time: V's preemptors are the waiting pods of (b) nominated to V's node (a PodGroup's pods
+//!   count as one preemptor). Two evictions for one preemptor belong to different plans when different replicas
+//!   sent them or a nomination of that preemptor changed between them (a plan writes all its nominations before
+//!   it deletes any victim). While a victim W of a plan is still terminating, no later plan of the same preemptor
+//!   may evict: neither another pod V (a second set of victims) nor W again (its victims evicted twice). Upstream
+//!   refuses a new preemption while a victim on the nominated node terminates (`PodEligibleToPreemptOthers`, the
+//!   same file).
+//!
+//! Limits: a pod deleted and gone while the checker's watch was down (an API server outage) has no deleting
+//! version and is skipped; victims of a `disruptionMode: all` unit on nodes where no preemptor is nominated satisfy
+//! (b) through any waiting preemptor and are not attributed for (c); a repeated deletion by the same replica counts
+//! as a new plan only when the nomination change was observed before the request arrived (else it passes).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
+
+use crate::audit::AuditEvent;
+use crate::invariants::{Invariant, Violation};
+
+/// The condition type and reason a preempting scheduler puts on its victims (upstream
+/// `pkg/apis/core/types.go` `DisruptionTarget`, `PodReasonPreemptionByScheduler`).
+const DISRUPTION_TARGET: &str = "DisruptionTarget";
+const PREEMPTION_BY_SCHEDULER: &str = "PreemptionByScheduler";
+
+/// The first version of a pod with a `deletionTimestamp`.
+#[derive(Debug, Clone, Copy)]
+struct Deleting {
+    /// Observation number.
+    at: u64,
+    /// It carried `DisruptionTarget=True/PreemptionByScheduler`.
+    marked: bool,
+}
+
+/// What the ledger knows of one pod UID.
+#[derive(Debug, Clone)]
+struct History {
+    namespace: String,
+    name: String,
+    priority: i32,
+    group: Option<String>,
+    node: Option<String>,
+    /// Observation at which it was first seen bound.
+    bound: Option<u64>,
+    /// Every change of `status.nominatedNodeName` (observation, new value; `None` = cleared).
+    nominations: Vec<(u64, Option<String>)>,
+    deleting: Option<Deleting>,
+    /// Observation at which it was seen gone.
+    gone: Option<u64>,
+}
+
+impl History {
+    /// The nomination in force just before observation `at`.
+    fn nominated_at(&self, at: u64) -> Option<&str> {
+        self.nominations
+            .iter()
+            .rev()
+            .find(|(seq, _)| *seq < at)
+            .and_then(|(_, n)| n.as_deref())
+    }
+
+    /// Pending at `at`: not bound before it, not gone before it.
+    fn waiting_at(&self, at: u64) -> bool {
+        self.bound.is_none_or(|b| b > at) && self.gone.is_none_or(|g| g > at)
+    }
+
+    /// The preemptor it belongs to: its PodGroup, or itself.
+    fn entity(&self) -> String {
+        match &self.group {
+            Some(g) => format!("PodGroup {}/{g}", self.namespace),
+            None => format!("pod {}/{}", self.namespace, self.name),
+        }
+    }
+}
+
+/// One eviction request: a deletion of a pod by a replica, as the audit log and the watch tell it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Eviction {
+    /// The pod's namespace.
+    pub namespace: String,
+    /// The pod's name.
+    pub name: String,
+    /// The replica that sent the request.
+    pub user: String,
+    /// When the request arrived (`requestReceivedTimestamp`).
+    pub at: Timestamp,
+    /// The node the pod was bound to.
+    pub node: Option<String>,
+    /// An earlier request had deleted the pod already (it was Terminating): the pod is evicted again.
+    pub repeat: bool,
+}
+
+/// A pod deleted by replicas: its history and the requests (in arrival order; the first one deleted it).
+struct Victim<'a> {
+    uid: &'a str,
+    history: &'a History,
+    deleting: Deleting,
+    requests: Vec<Eviction>,
+}
+
+/// The pod history I7 is decided from; see the module documentation.
+#[derive(Debug, Default)]
+pub struct Ledger {
+    seq: u64,
+    /// When each observation was made (index: observation number - 1).
+    times: Vec<Timestamp>,
+    pods: HashMap<String, History>,
+    /// UIDs listed by the relist in progress.
+    relist: Option<HashSet<String>>,
+}
+
+fn marked(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| {
+            cs.iter().any(|c| {
+                c.type_ == DISRUPTION_TARGET
+                    && c.status == "True"
+                    && c.reason.as_deref() == Some(PREEMPTION_BY_SCHEDULER)
+            })
+        })
+}
+
+impl Ledger {
+    /// A new observation number.
+    fn tick(&mut self) -> u64 {
+        self.seq += 1;
+        self.times.push(Timestamp::now());
+        self.seq
+    }
+
+    /// How many observations were made by `t` (the number of the last one, 0 for none).
+    fn seq_at(&self, t: Timestamp) -> u64 {
+        self.times.partition_point(|x| *x <= t) as u64
+    }
+
+    /// When observation `seq` was made.
+    fn time_of(&self, seq: u64) -> Option<Timestamp> {
+        self.times
+            .get(usize::try_from(seq).ok()?.checked_sub(1)?)
+            .copied()
+    }
+
+    /// Records one version of a pod (a watch event or a relisted object).
+    pub fn observe(&mut self, pod: &Pod) {
+        let Some(uid) = pod.metadata.uid.clone() else {
+            return;
+        };
+        let seq = self.tick();
+        if let Some(seen) = self.relist.as_mut() {
+            seen.insert(uid.clone());
+        }
+        let spec = pod.spec.as_ref();
+        let h = self.pods.entry(uid).or_insert_with(|| History {
+            namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+            name: pod.metadata.name.clone().unwrap_or_default(),
+            priority: 0,
+            group: None,
+            node: None,
+            bound: None,
+            nominations: Vec::new(),
+            deleting: None,
+            gone: None,
+        });
+        h.priority = spec.and_then(|s| s.priority).unwrap_or(0);
+        h.group = pod
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(phalanx_api::labels::POD_GROUP))
+            .cloned();
+        if let Some(n) = spec.and_then(|s| s.node_name.clone()).filter(|n| !n.is_empty()) {
+            h.bound.get_or_insert(seq);
+            h.node = Some(n);
+        }
+        let nominated = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.nominated_node_name.clone())
+            .filter(|n| !n.is_empty());
+        if h.nominations
+            .last()
+            .map_or(nominated.is_some(), |(_, n)| *n != nominated)
+        {
+            h.nominations.push((seq, nominated));
+        }
+        if pod.metadata.deletion_timestamp.is_some() && h.deleting.is_none() {
+            h.deleting = Some(Deleting {
+                at: seq,
+                marked: marked(pod),
+            });
+        }
+    }
+
+    /// Records that a pod is gone (its watch Delete event, which carries its last state).
+    pub fn gone(&mut self, pod: &Pod) {
+        self.observe(pod);
+        let seq = self.seq;
+        if let Some(h) = pod.metadata.uid.as_deref().and_then(|u| self.pods.get_mut(u)) {
+            // Deleted at once (no finalizer, grace period 0): the Delete event is its only deleting version.
+            h.deleting.get_or_insert(Deleting {
+                at: seq,
+                marked: marked(pod),
+            });
+            h.gone.get_or_insert(seq);
+        }
+    }
+
+    /// A relist starts: the pods it does not list are gone once it ends.
+    pub fn begin_relist(&mut self) {
+        self.relist = Some(HashSet::new());
+    }
+
+    /// The relist is complete.
+    pub fn end_relist(&mut self) {
+        let Some(seen) = self.relist.take() else { return };
+        let seq = self.tick();
+        for (uid, h) in &mut self.pods {
+            if !seen.contains(uid) {
+                h.gone.get_or_insert(seq);
+            }
+        }
+    }
+
+    /// The UID an audited deletion of `namespace/name` took effect on: the pod of that name seen deleting closest
+    /// to the request's arrival (names are unique within a run, so there is normally one).
+    fn resolve(&self, e: &AuditEvent) -> Option<(&str, &History, Deleting)> {
+        self.pods
+            .iter()
+            .filter(|(_, h)| h.namespace == e.namespace && h.name == e.name)
+            .filter_map(|(u, h)| Some((u.as_str(), h, h.deleting?)))
+            .min_by_key(|(_, _, d)| {
+                self.time_of(d.at)
+                    .map_or(i128::MAX, |t| t.duration_since(e.received).as_millis().abs())
+            })
+    }
+
+    /// The pods deleted by users for which `is_replica` holds, from `events` (audit events; a request refused
+    /// with a 4xx, or one the watch never saw take effect, evicted nothing), in the order the watch saw them go
+    /// Terminating.
+    fn victims<'a>(&'a self, events: &[AuditEvent], is_replica: impl Fn(&str) -> bool) -> Vec<Victim<'a>> {
+        let mut by_uid: BTreeMap<&str, Victim<'a>> = BTreeMap::new();
+        let mut deletes: Vec<&AuditEvent> = events
+            .iter()
+            .filter(|e| {
+                e.verb == "delete"
+                    && e.resource == "pods"
+                    && e.subresource.is_empty()
+                    && is_replica(&e.user)
+                    // A SIGKILLed client's request is audited with 504 even when it took effect.
+                    && (e.accepted() || e.code >= 500 || e.code == 0)
+            })
+            .collect();
+        deletes.sort_by_key(|e| e.received);
+        for e in deletes {
+            let Some((uid, history, deleting)) = self.resolve(e) else {
+                continue;
+            };
+            let v = by_uid.entry(uid).or_insert_with(|| Victim {
+                uid,
+                history,
+                deleting,
+                requests: Vec::new(),
+            });
+            let repeat = !v.requests.is_empty();
+            v.requests.push(Eviction {
+                namespace: history.namespace.clone(),
+                name: history.name.clone(),
+                user: e.user.clone(),
+                at: e.received,
+                node: history.node.clone(),
+                repeat,
+            });
+        }
+        let mut out: Vec<Victim<'a>> = by_uid.into_values().collect();
+        out.sort_by_key(|v| v.deleting.at);
+        out
+    }
+
+    /// Every eviction request in `events` by users for which `is_replica` holds (see [`Ledger::check`]), in
+    /// arrival order; a pod evicted again while Terminating appears once more, as a `repeat`.
+    pub fn evictions(&self, events: &[AuditEvent], is_replica: impl Fn(&str) -> bool) -> Vec<Eviction> {
+        let mut out: Vec<Eviction> = self
+            .victims(events, is_replica)
+            .into_iter()
+            .flat_map(|v| v.requests)
+            .collect();
+        out.sort_by_key(|e| e.at);
+        out
+    }
+
+    /// Every `status.nominatedNodeName` pod `namespace/name` was seen with, in order (`-`: cleared), for evidence.
+    pub fn nominations_of(&self, namespace: &str, name: &str) -> Vec<String> {
+        self.pods
+            .values()
+            .filter(|h| h.namespace == namespace && h.name == name)
+            .flat_map(|h| h.nominations.iter())
+            .map(|(_, n)| n.clone().unwrap_or_else(|| "-".into()))
+            .collect()
+    }
+
+    /// Whether a pod of preemptor `entity` had its nomination changed by an observation in `(from, to)`.
+    fn nomination_changed(&self, entity: &str, from: u64, to: u64) -> bool {
+        self.pods
+            .values()
+            .any(|p| p.entity() == entity && p.nominations.iter().any(|(seq, _)| *seq > from && *seq < to))
+    }
+
+    /// Whether some pod of preemptor `entity` still waited (unbound, not gone) at observation `at`.
+    fn entity_waiting(&self, entity: &str, at: u64) -> bool {
+        self.pods
+            .values()
+            .any(|p| p.entity() == entity && p.waiting_at(at))
+    }
+
+    /// The preemptors V was evicted for: the waiting higher-priority pods nominated to V's node at its deletion.
+    /// `None` when no higher-priority pod waited with a nomination anywhere (rule (b)).
+    fn preemptors_of(&self, v: &Victim<'_>) -> Option<BTreeSet<String>> {
+        let d = v.deleting.at;
+        let waiting: Vec<(&str, &History)> = self
+            .pods
+            .iter()
+            .filter(|(u, p)| *u != v.uid && p.priority > v.history.priority && p.waiting_at(d))
+            .filter_map(|(_, p)| Some((p.nominated_at(d)?, p)))
+            .collect();
+        if waiting.is_empty() {
+            return None;
+        }
+        Some(
+            waiting
+                .iter()
+                .filter(|(node, _)| v.history.node.as_deref() == Some(*node))
+                .map(|(_, p)| p.entity())
+                .collect(),
+        )
+    }
+
+    /// I7 over the pod deletions in `events` (audit events) by users for which `is_replica` holds: rules (a), (b)
+    /// and (c) of the module documentation, at most one violation per rule and request.
+    pub fn check(&self, events: &[AuditEvent], is_replica: impl Fn(&str) -> bool) -> Vec<Violation> {
+        let victims = self.victims(events, is_replica);
+        let mut out = Vec::new();
+        let mut push = |e: &Eviction, detail: String| {
+            out.push(Violation {
+                invariant: Invariant::SinglePreemption,
+                at: e.at,
+                object: Some((e.namespace.clone(), e.name.clone())),
+                detail,
+            });
+        };
+        let what = |v: &Victim<'_>, e: &Eviction| {
+            format!(
+                "pod {}/{} (priority {}, on {}) {} by {} at {}",
+                e.namespace,
+                e.name,
+                v.history.priority,
+                e.node.as_deref().unwrap_or("no node"),
+                if e.repeat { "deleted again" } else { "deleted" },
+                e.user,
+                e.at
+            )
+        };
+        // Per preemptor, the victims attributed to it so far (indexes into `victims`).
+        let mut by_preemptor: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+        for (i, v) in victims.iter().enumerate() {
+            let (d, first) = (v.deleting.at, &v.requests[0]);
+            if !v.deleting.marked {
+                push(
+                    first,
+                    format!(
+                        "{} without {DISRUPTION_TARGET}=True/{PREEMPTION_BY_SCHEDULER}",
+                        what(v, first)
+                    ),
+                );
+            }
+            let Some(preemptors) = self.preemptors_of(v) else {
+                push(
+                    first,
+                    format!(
+                        "{} while no pod of higher priority waited with a nomination",
+                        what(v, first)
+                    ),
+                );
+                continue;
+            };
+            // A second set of victims: V, of a later plan, while an earlier victim W of the preemptor terminates.
+            let mut second: Option<String> = None;
+            for p in &preemptors {
+                let earlier = by_preemptor.entry(p.clone()).or_default();
+                for &j in earlier.iter() {
+                    let w = &victims[j];
+                    let terminating = w.history.gone.is_none_or(|g| g > d);
+                    let other_plan =
+                        w.requests[0].user != first.user || self.nomination_changed(p, w.deleting.at, d);
+                    if terminating && other_plan && second.is_none() {
+                        second = Some(format!(
+                            "{} for {p} while {}/{}, evicted for it by an earlier plan ({} at {}), was still \
+                             terminating: a second set of victims for one preemptor",
+                            what(v, first),
+                            w.history.namespace,
+                            w.history.name,
+                            w.requests[0].user,
+                            w.requests[0].at
+                        ));
+                    }
+                }
+                earlier.push(i);
+            }
+            if let Some(detail) = second {
+                push(first, detail);
+            }
+            // The same victims again: V deleted once more by a later plan of a preemptor that still waits.
+            for r in &v.requests[1..] {
+                let at = self.seq_at(r.at);
+                let terminating = v.history.gone.is_none_or(|g| g > at);
+                let again = preemptors.iter().find(|p| {
+                    self.entity_waiting(p, at)
+                        && (r.user != first.user || self.nomination_changed(p, d, at + 1))
+                });
+                if let (true, Some(p)) = (terminating, again) {
+                    push(
+                        r,
+                        format!(
+                            "{} for {p}, which still waited, while it was still terminating from its eviction by {} \
+                             at {}: a plan's victims evicted twice",
+                            what(v, r),
+                            first.user,
+                            first.at
+                        ),
+                    );
+                }
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const HIGH: i32 = 1000;
+    const LOW: i32 = 10;
+
+    /// A pod version: `node` bound, `nominated`, `deleting`, `marked` (DisruptionTarget).
+    fn pod(name: &str, priority: i32, group: Option<&str>, node: Option<&str>) -> Pod {
+        let labels = group.map_or(json!({}), |g| json!({ phalanx_api::labels::POD_GROUP: g }));
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "ns", "uid": format!("uid-{name}"), "labels": labels},
+            "spec": {"priority": priority, "nodeName": node, "containers": [{"name": "c"}]},
+        }))
+        .unwrap()
+    }
+
+    fn nominated(mut p: Pod, node: Option<&str>) -> Pod {
+        p.status.get_or_insert_default().nominated_node_name = node.map(Into::into);
+        p
+    }
+
+    fn deleting(mut p: Pod, mark: bool) -> Pod {
+        if mark {
+            p.status.get_or_insert_default().conditions = Some(vec![
+                serde_json::from_value(json!({
+                    "type": DISRUPTION_TARGET, "status": "True", "reason": PREEMPTION_BY_SCHEDULER
+                }))
+                .unwrap(),
+            ]);
+        }
+        p.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            Timestamp::now(),
+        ));
+        p
+    }
+
+    fn delete(name: &str, user: &str, code: u16) -> AuditEvent {
+        AuditEvent {
+            user: user.into(),
+            verb: "delete".into(),
+            resource: "pods".into(),
+            subresource: String::new(),
+            namespace: "ns".into(),
+            name: name.into(),
+            code,
+            received: Timestamp::now(),
+            completed: Timestamp::now(),
+            bind_target: None,
+            lease_write: None,
+        }
+    }
+
+    fn replica(u: &str) -> bool {
+        u.starts_with("replica-")
+    }
+
+    /// Twelve low-priority fillers on six nodes (two each) and a high-priority gang of two pending.
+    fn filled() -> Ledger {
+        let mut l = Ledger::default();
+        for i in 0..12 {
+            l.observe(&pod(&format!("f{i}"), LOW, None, Some(&format!("n{}", i / 2))));
+        }
+        for p in ["p0", "p1"] {
+            l.observe(&pod(p, HIGH, Some("gang"), None));
+        }
+        l
+    }
+
+    /// The leader's plan: nominate p0 -> n0, p1 -> n1, then mark and delete f0 (n0) and f2 (n1), held Terminating.
+    fn first_plan(l: &mut Ledger) -> Vec<AuditEvent> {
+        l.observe(&nominated(pod("p0", HIGH, Some("gang"), None), Some("n0")));
+        l.observe(&nominated(pod("p1", HIGH, Some("gang"), None), Some("n1")));
+        l.observe(&deleting(pod("f0", LOW, None, Some("n0")), true));
+        l.observe(&deleting(pod("f2", LOW, None, Some("n1")), true));
+        vec![delete("f0", "replica-a-1", 200), delete("f2", "replica-a-1", 504)]
+    }
+
+    /// The gang binds where it was nominated once `victims` are gone.
+    fn victims_gone_and_bound(l: &mut Ledger, victims: &[(&str, &str)], binds: &[(&str, &str)]) {
+        for (v, n) in victims {
+            l.gone(&deleting(pod(v, LOW, None, Some(n)), true));
+        }
+        for (p, n) in binds {
+            l.observe(&nominated(pod(p, HIGH, Some("gang"), Some(n)), None));
+        }
+    }
+
+    #[test]
+    fn one_plan_across_a_failover_passes() {
+        let mut l = filled();
+        let mut events = first_plan(&mut l);
+        // The standby takes over and waits; the victims go, the gang binds.
+        victims_gone_and_bound(
+            &mut l,
+            &[("f0", "n0"), ("f2", "n1")],
+            &[("p0", "n0"), ("p1", "n1")],
+        );
+        // A delete refused by the UID precondition (409) and one by the admin are no evictions.
+        events.push(delete("f3", "replica-b-1", 409));
+        events.push(delete("f5", "admin", 200));
+        let v = l.check(&events, replica);
+        assert!(v.is_empty(), "{v:#?}");
+        assert_eq!(l.evictions(&events, replica).len(), 2);
+    }
+
+    #[test]
+    fn a_plan_cut_short_and_completed_after_its_victim_went_passes() {
+        // The leader was killed after its first delete: the standby waits for f0, then evicts one more for p1.
+        let mut l = filled();
+        l.observe(&nominated(pod("p0", HIGH, Some("gang"), None), Some("n0")));
+        l.observe(&nominated(pod("p1", HIGH, Some("gang"), None), Some("n1")));
+        l.observe(&deleting(pod("f0", LOW, None, Some("n0")), true));
+        l.gone(&deleting(pod("f0", LOW, None, Some("n0")), true));
+        l.observe(&deleting(pod("f2", LOW, None, Some("n1")), true));
+        victims_gone_and_bound(&mut l, &[("f2", "n1")], &[("p0", "n0"), ("p1", "n1")]);
+        let events = vec![delete("f0", "replica-a-1", 504), delete("f2", "replica-b-1", 200)];
+        let v = l.check(&events, replica);
+        assert!(v.is_empty(), "{v:#?}");
+    }
+
+    /// The sequence a `preempt-kill` run records when the new leader refuses to wait (it clears the nominations as
+    /// not eligible) and preempts again on its next attempt while the first victims are still held.
+    #[test]
+    fn a_second_plan_while_the_first_victims_terminate_is_caught() {
+        let mut l = filled();
+        let mut events = first_plan(&mut l);
+        l.observe(&nominated(pod("p0", HIGH, Some("gang"), None), None));
+        l.observe(&nominated(pod("p1", HIGH, Some("gang"), None), None));
+        l.observe(&nominated(pod("p0", HIGH, Some("gang"), None), Some("n2")));
+        l.observe(&nominated(pod("p1", HIGH, Some("gang"), None), Some("n3")));
+        l.observe(&deleting(pod("f4", LOW, None, Some("n2")), true));
+        l.observe(&deleting(pod("f6", LOW, None, Some("n3")), true));
+        events.extend([delete("f4", "replica-b-1", 200), delete("f6", "replica-b-1", 200)]);
+        victims_gone_and_bound(
+            &mut l,
+            &[("f0", "n0"), ("f2", "n1"), ("f4", "n2"), ("f6", "n3")],
+            &[("p0", "n2"), ("p1", "n3")],
+        );
+        let v = l.check(&events, replica);
+        let names: Vec<&str> = v
+            .iter()
+            .filter_map(|v| v.object.as_ref())
+            .map(|o| o.1.as_str())
+            .collect();
+        assert_eq!(names, vec!["f4", "f6"], "{v:#?}");
+        assert!(v.iter().all(|v| v.invariant == Invariant::SinglePreemption));
+        assert!(
+            v[0].detail.contains("second set of victims for one preemptor"),
+            "{}",
+            v[0].detail
+        );
+        assert!(v[0].detail.contains("PodGroup ns/gang"), "{}", v[0].detail);
+        assert!(v[0].detail.contains("ns/f0"), "{}", v[0].detail);
+    }
+
+    /// Fillers `low-<i>` as the `preempt-kill` fault creates them: two per node on `chaos-n0`..`chaos-n5`.
+    fn recorded_fillers() -> Ledger {
+        let mut l = Ledger::default();
+        for i in 0..12 {
+            l.observe(&pod(
+                &format!("low-{i}"),
+                LOW,
+                None,
+                Some(&format!("chaos-n{}", i % 6)),
+            ));
+        }
+        for p in ["preemptor-0", "preemptor-1"] {
+            l.observe(&pod(p, HIGH, Some("preemptor"), None));
+        }
+        l
+    }
+
+    fn gang_pod(name: &str, nominated_to: Option<&str>, bound: Option<&str>) -> Pod {
+        nominated(pod(name, HIGH, Some("preemptor"), bound), nominated_to)
+    }
+
+    /// The sequence a live `preempt-kill` run recorded (before the core waits for victims terminating on the
+    /// nominated node): replica-a-1 nominates and evicts `low-6` and `low-7` and is SIGKILLed; replica-b-1 takes
+    /// over, finds the nominated nodes still holding victims terminating by preemption, refuses and clears the
+    /// nominations, and on its next attempt plans again: the same nodes, and the same (still Terminating) victims,
+    /// deleted a second time. Nominations seen: `preemptor-0 chaos-n0 > - > chaos-n0 > -`, `preemptor-1 chaos-n1 >
+    /// - > chaos-n1 > -`.
+    #[test]
+    fn the_recorded_failover_that_evicted_the_same_victims_again_is_caught() {
+        let mut l = recorded_fillers();
+        l.observe(&gang_pod("preemptor-0", Some("chaos-n0"), None));
+        l.observe(&gang_pod("preemptor-1", Some("chaos-n1"), None));
+        l.observe(&deleting(pod("low-6", LOW, None, Some("chaos-n0")), true));
+        l.observe(&deleting(pod("low-7", LOW, None, Some("chaos-n1")), true));
+        let mut events = vec![
+            delete("low-6", "replica-a-1", 200),
+            delete("low-7", "replica-a-1", 200),
+        ];
+        l.observe(&gang_pod("preemptor-1", None, None));
+        l.observe(&gang_pod("preemptor-0", None, None));
+        l.observe(&gang_pod("preemptor-1", Some("chaos-n1"), None));
+        l.observe(&gang_pod("preemptor-0", Some("chaos-n0"), None));
+        events.extend([
+            delete("low-6", "replica-b-1", 200),
+            delete("low-7", "replica-b-1", 200),
+        ]);
+        l.gone(&deleting(pod("low-6", LOW, None, Some("chaos-n0")), true));
+        l.gone(&deleting(pod("low-7", LOW, None, Some("chaos-n1")), true));
+        l.observe(&gang_pod("preemptor-0", None, Some("chaos-n0")));
+        l.observe(&gang_pod("preemptor-1", None, Some("chaos-n1")));
+        let v = l.check(&events, replica);
+        let got: Vec<(&str, bool)> = v
+            .iter()
+            .map(|v| {
+                (
+                    v.object.as_ref().unwrap().1.as_str(),
+                    v.detail.contains("evicted twice"),
+                )
+            })
+            .collect();
+        assert_eq!(got, vec![("low-6", true), ("low-7", true)], "{v:#?}");
+        assert!(
+            v[0].detail.contains("deleted again by replica-b-1"),
+            "{}",
+            v[0].detail
+        );
+        assert!(v[0].detail.contains("PodGroup ns/preemptor"), "{}", v[0].detail);
+        let e = l.evictions(&events, replica);
+        assert_eq!(e.iter().filter(|e| e.repeat).count(), 2, "{e:#?}");
+    }
+
+    #[test]
+    fn a_repeated_request_of_the_same_plan_passes() {
+        // The same replica sends the delete again without a new nomination (a retried request): one plan.
+        let mut l = filled();
+        let mut events = first_plan(&mut l);
+        events.push(delete("f0", "replica-a-1", 200));
+        let v = l.check(&events, replica);
+        assert!(v.is_empty(), "{v:#?}");
+    }
+
+    #[test]
+    fn the_same_replica_replanning_under_new_nominations_is_caught() {
+        // No failover: one leader whose preemptor lost its nomination and preempted again while f0 terminates.
+        let mut l = filled();
+        let mut events = first_plan(&mut l);
+        l.observe(&nominated(pod("p0", HIGH, Some("gang"), None), Some("n4")));
+        l.observe(&deleting(pod("f8", LOW, None, Some("n4")), true));
+        events.push(delete("f8", "replica-a-1", 200));
+        let v = l.check(&events, replica);
+        assert_eq!(v.len(), 1, "{v:#?}");
+        assert_eq!(v[0].object.as_ref().unwrap().1, "f8");
+    }
+
+    #[test]
+    fn unmarked_evictions_and_evictions_without_a_waiting_preemptor_are_caught() {
+        let mut l = filled();
+        // f0 deleted without the mark while p0 waits nominated to n0.
+        l.observe(&nominated(pod("p0", HIGH, Some("gang"), None), Some("n0")));
+        l.observe(&deleting(pod("f0", LOW, None, Some("n0")), false));
+        // p0 and p1 bind; then f4 is deleted (marked) though no one waits any more.
+        l.observe(&nominated(pod("p0", HIGH, Some("gang"), Some("n0")), None));
+        l.observe(&pod("p1", HIGH, Some("gang"), Some("n1")));
+        l.gone(&deleting(pod("f4", LOW, None, Some("n2")), true));
+        let events = vec![delete("f0", "replica-a-1", 200), delete("f4", "replica-a-1", 200)];
+        let v = l.check(&events, replica);
+        assert_eq!(v.len(), 2, "{v:#?}");
+        assert!(
+            v[0].detail.contains("without DisruptionTarget"),
+            "{}",
+            v[0].detail
+        );
+        assert!(
+            v[1].detail.contains("no pod of higher priority waited"),
+            "{}",
+            v[1].detail
+        );
+    }
+
+    #[test]
+    fn a_relist_ends_what_it_does_not_list() {
+        let mut l = filled();
+        l.observe(&deleting(pod("f0", LOW, None, Some("n0")), true));
+        l.begin_relist();
+        l.observe(&pod("f1", LOW, None, Some("n0")));
+        l.end_relist();
+        assert!(l.pods["uid-f0"].gone.is_some());
+        assert!(l.pods["uid-f1"].gone.is_none());
+    }
+}
