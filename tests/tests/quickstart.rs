@@ -63,7 +63,12 @@ async fn quickstart_gang_binds_all_or_nothing_with_chart_rbac() -> anyhow::Resul
     phalanx_testenv::apply_crds(&admin, &phalanx_api::crds::to_yaml()).await?;
     // The Lease (named after the scheduler name) in the test's namespace rather than kube-system, so that test
     // binaries sharing a control plane never contend for it; the chart's Role for it follows the value.
-    let chart = helm_template(env, &ns, &ns, &["--set", &format!("leaderElection.namespace={ns}")])?;
+    let chart = helm_template(
+        env,
+        &ns,
+        &ns,
+        &["--set", &format!("leaderElection.namespace={ns}")],
+    )?;
     let kinds: BTreeSet<String> = chart
         .iter()
         .filter_map(|o| o.types.as_ref().map(|t| t.kind.clone()))

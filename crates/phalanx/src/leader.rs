@@ -200,11 +200,7 @@ pub async fn start(
         .with_field_manager(format!("phalanx-leader-{identity}"))
         .build()
         .await
-        .map_err(|e| {
-            anyhow::anyhow!(
-                "leader election: cannot use Lease {namespace}/{lease_name}: {e}"
-            )
-        })?;
+        .map_err(|e| anyhow::anyhow!("leader election: cannot use Lease {namespace}/{lease_name}: {e}"))?;
     tracing::info!(lease = %lease_name, %namespace, %identity, "leader election started; waiting for the Lease");
     let (mut rx, handle) = manager.watch().await;
     // After a loss the lease manager's view is stale: if it "released" the Lease it would clear the new holder's
@@ -438,14 +434,20 @@ mod tests {
             config.lease_for("phalanx-scheduler"),
             ("kube-system".to_owned(), "phalanx-scheduler".to_owned())
         );
-        assert_eq!(config.lease_for("gpu-gang"), ("kube-system".to_owned(), "gpu-gang".to_owned()));
+        assert_eq!(
+            config.lease_for("gpu-gang"),
+            ("kube-system".to_owned(), "gpu-gang".to_owned())
+        );
         // Explicit flags win (tests isolate their Leases per namespace).
         let explicit = LeaderConfig {
             lease_name: Some("l".into()),
             namespace: Some("ns".into()),
             ..LeaderConfig::default()
         };
-        assert_eq!(explicit.lease_for("phalanx-scheduler"), ("ns".to_owned(), "l".to_owned()));
+        assert_eq!(
+            explicit.lease_for("phalanx-scheduler"),
+            ("ns".to_owned(), "l".to_owned())
+        );
     }
 
     #[test]

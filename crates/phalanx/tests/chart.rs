@@ -248,11 +248,12 @@ fn lease_rbac(release: &str, ns: &str, extra: &[&str]) -> (Value, Value, Vec<Str
         "helm template failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let docs: Vec<Value> = serde_saphyr::from_multiple::<Value>(std::str::from_utf8(&out.stdout).expect("utf-8"))
-        .expect("YAML")
-        .into_iter()
-        .filter(|v| !v.is_null())
-        .collect();
+    let docs: Vec<Value> =
+        serde_saphyr::from_multiple::<Value>(std::str::from_utf8(&out.stdout).expect("utf-8"))
+            .expect("YAML")
+            .into_iter()
+            .filter(|v| !v.is_null())
+            .collect();
     let dep = one(&docs, "Deployment");
     let args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
         .as_array()
@@ -260,7 +261,11 @@ fn lease_rbac(release: &str, ns: &str, extra: &[&str]) -> (Value, Value, Vec<Str
         .iter()
         .filter_map(|a| a.as_str().map(str::to_owned))
         .collect();
-    (one(&docs, "Role").clone(), one(&docs, "RoleBinding").clone(), args)
+    (
+        one(&docs, "Role").clone(),
+        one(&docs, "RoleBinding").clone(),
+        args,
+    )
 }
 
 #[test]
@@ -296,8 +301,14 @@ fn releases_of_one_scheduler_name_share_one_lease() {
     let (role_a, _, args_a) = lease_rbac("team-a", "ns-a", &[]);
     let (role_b, _, args_b) = lease_rbac("team-b", "ns-b", &[]);
     for args in [&args_a, &args_b] {
-        assert!(args.contains(&"--scheduler-name=phalanx-scheduler".to_owned()), "{args:?}");
-        assert!(args.contains(&"--leader-elect-lease-namespace=kube-system".to_owned()), "{args:?}");
+        assert!(
+            args.contains(&"--scheduler-name=phalanx-scheduler".to_owned()),
+            "{args:?}"
+        );
+        assert!(
+            args.contains(&"--leader-elect-lease-namespace=kube-system".to_owned()),
+            "{args:?}"
+        );
         assert!(
             !args.iter().any(|a| a.starts_with("--leader-elect-lease-name=")),
             "the Lease name must follow the scheduler name: {args:?}"
@@ -324,7 +335,10 @@ fn releases_of_one_scheduler_name_share_one_lease() {
     // Another scheduler name is another Lease, and its Role grants that one.
     let (role_c, _, args_c) = lease_rbac("team-c", "ns-c", &["--set", "scheduler.name=gpu-gang"]);
     assert!(args_c.contains(&"--scheduler-name=gpu-gang".to_owned()));
-    assert_eq!(role_c["rules"][1]["resourceNames"], serde_json::json!(["gpu-gang"]));
+    assert_eq!(
+        role_c["rules"][1]["resourceNames"],
+        serde_json::json!(["gpu-gang"])
+    );
     // And a namespace of one's own for the Lease, when asked.
     let (role_d, _, args_d) = lease_rbac("team-d", "ns-d", &["--set", "leaderElection.namespace=ns-d"]);
     assert_eq!(role_d["metadata"]["namespace"], "ns-d");
