@@ -5,7 +5,7 @@ SHELL := bash
 CARGO ?= cargo
 TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
 
-.PHONY: help bins kueue test-kueue cluster-up cluster-down cluster-status test lint fmt-check clippy crds bench bench-e2e quickstart chaos chaos-smoke
+.PHONY: help bins kueue test-kueue cluster-up cluster-down cluster-status test lint fmt-check clippy crds bench bench-e2e quickstart chaos chaos-smoke image test-image image-reproducible
 
 help: ## Show this list
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -59,3 +59,12 @@ chaos-smoke: bins ## The chaos suite's subset that `make test` runs (one run per
 
 quickstart: bins ## Local cluster + Phalanx + a sample gang (hack/quickstart.sh)
 	hack/quickstart.sh
+
+image: ## Container image without an engine (hack/image.sh): target/image/phalanx-<version>-linux-<arch>.tar for docker/podman load, crane push
+	hack/image.sh
+
+test-image: ## The image test: builds it, unpacks it, runs the binary, checks config, name, layer, crane push, repackaging (in `make test` too)
+	$(CARGO) test -p phalanx --test image
+
+image-reproducible: ## Two builds of HEAD give one digest: `make image` here and a fresh clone built from scratch (slow: a cold release build)
+	hack/image-reproducible.sh

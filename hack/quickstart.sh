@@ -21,6 +21,10 @@ QS=$STATE/quickstart
 RELEASE=phalanx
 RELEASE_NS=phalanx-system
 SA=phalanx                       # the chart's ServiceAccount (release name "phalanx" => fullname "phalanx")
+# The chart's Lease: named after the scheduler name, in leaderElection.namespace (kube-system); `phalanx run` defaults
+# to the same, so the local process below and the chart's (never running) pods contend for one Lease.
+LEASE=phalanx-scheduler
+LEASE_NS=kube-system
 NS=${QUICKSTART_NAMESPACE:-default}
 TIMEOUT=${QUICKSTART_TIMEOUT:-120}
 METRICS_ADDR=127.0.0.1:${QUICKSTART_METRICS_PORT:-18080}
@@ -122,7 +126,7 @@ EOF
 umask 022
 echo "  $QS/phalanx-sa.kubeconfig (user system:serviceaccount:$RELEASE_NS:$SA)"
 
-# 7. phalanx run, locally, as that ServiceAccount, with leader election on the chart's Lease.
+# 7. phalanx run, locally, as that ServiceAccount, with leader election on the chart's Lease ($LEASE_NS/$LEASE).
 progress "phalanx run (as the ServiceAccount; log $QS/phalanx.log)"
 stop_phalanx
 metrics_port=${METRICS_ADDR##*:}
@@ -130,7 +134,7 @@ if phalanx::port_in_use "$metrics_port"; then
   phalanx::die "port $metrics_port is in use (another phalanx run?); free it or set QUICKSTART_METRICS_PORT"
 fi
 nohup "$PHALANX" run --kubeconfig "$QS/phalanx-sa.kubeconfig" --config config/phalanx.yaml \
-  --leader-elect=true --leader-elect-lease-namespace "$RELEASE_NS" --leader-elect-identity "quickstart-$(uname -n)" \
+  --leader-elect=true --leader-elect-identity "quickstart-$(uname -n)" \
   --metrics-addr "$METRICS_ADDR" --log-format text >"$QS/phalanx.log" 2>&1 &
 echo $! >"$QS/phalanx.pid"
 ready=0
@@ -143,7 +147,7 @@ done
 [ $ready = 1 ] || { tail -20 "$QS/phalanx.log" >&2; phalanx::die "phalanx did not become ready and leader within 60 s"; }
 sleep 1
 kill -0 "$(cat "$QS/phalanx.pid")" 2>/dev/null || { tail -20 "$QS/phalanx.log" >&2; phalanx::die "phalanx run exited"; }
-echo "  ready, holding Lease $RELEASE_NS/phalanx; metrics at http://$METRICS_ADDR/metrics"
+echo "  ready, holding Lease $LEASE_NS/$LEASE; metrics at http://$METRICS_ADDR/metrics"
 
 # 8. The samples.
 progress "applying config/samples to namespace $NS"
@@ -208,7 +212,7 @@ Explore (kubectl and helm are in $PHALANX_BIN_DIR):
   kubectl -n $NS describe pod too-big-0                # PodScheduled condition and FailedScheduling events
   $PHALANX explain ppg too-big -n $NS     # why it is pending (also: kubectl phalanx ..., README)
   kubectl -n $NS get events --sort-by=.lastTimestamp
-  kubectl -n $RELEASE_NS get lease phalanx -o jsonpath='{.spec.holderIdentity}'
+  kubectl -n $LEASE_NS get lease $LEASE -o jsonpath='{.spec.holderIdentity}'
   curl -s http://$METRICS_ADDR/metrics | grep ^phalanx_
   tail -f $QS/phalanx.log
 

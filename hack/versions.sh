@@ -11,3 +11,7 @@ PHALANX_BIN_DIR=${PHALANX_BIN_DIR:-$PHALANX_CACHE/bin/k8s-$K8S_VERSION-etcd-$ETC
 # Kueue (opt-in: `make test-kueue`, hack/build-kueue.sh); built from its Go module like the control plane.
 KUEUE_VERSION=${KUEUE_VERSION:-v0.17.0}
 KUEUE_BIN_DIR=${KUEUE_BIN_DIR:-$PHALANX_CACHE/bin/kueue-$KUEUE_VERSION}
+# crane (go-containerregistry): assembles nothing itself, but validates and pushes the image `make image` writes
+# (hack/image.sh), and serves a loopback registry for its test; built from its Go module (hack/build-crane.sh).
+CRANE_VERSION=${CRANE_VERSION:-v0.22.1}
+CRANE_BIN_DIR=${CRANE_BIN_DIR:-$PHALANX_CACHE/bin/crane-$CRANE_VERSION}

@@ -1,11 +1,11 @@
 //! End-to-end tests of Phalanx on a real control plane (see `tests/tests/`), and the helpers they share:
-//! rendering the Helm chart and applying it with kube, a client authenticated as the chart's ServiceAccount, the
-//! quick start's fake GPU nodes, and the samples.
+//! rendering the Helm chart and applying it with kube, helm against the cluster ([`helm`]), a client or a
+//! kubeconfig authenticated as the chart's ServiceAccount, the `phalanx` binary run the way the chart's Deployment
+//! runs it ([`process`]), the quick start's fake GPU nodes, and the samples.
 //!
 //! Everything here talks to the API server that `phalanx-testenv` starts; nothing is mocked.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail, ensure};
@@ -17,6 +17,9 @@ use kube::discovery::{self, Scope};
 use kube::{Api, Client, ResourceExt};
 use phalanx_testenv::{FakeNode, TestEnv};
 use serde_json::Value;
+
+pub mod helm;
+pub mod process;
 
 /// Field manager of everything the tests apply.
 pub const FIELD_MANAGER: &str = "phalanx-e2e";
@@ -42,23 +45,9 @@ pub fn helm_template(
     ns: &str,
     extra: &[&str],
 ) -> anyhow::Result<Vec<DynamicObject>> {
-    let helm = env.bin_dir().join("helm");
-    let tmp = std::env::temp_dir().join(format!("phalanx-e2e-helm-{}", std::process::id()));
-    let out = Command::new(&helm)
-        .args(["template", release, "charts/phalanx", "--namespace", ns])
-        .args(extra)
-        .current_dir(repo_root())
-        .env("HELM_CACHE_HOME", tmp.join("cache"))
-        .env("HELM_CONFIG_HOME", tmp.join("config"))
-        .env("HELM_DATA_HOME", tmp.join("data"))
-        .output()
-        .with_context(|| format!("running {}", helm.display()))?;
-    ensure!(
-        out.status.success(),
-        "helm template failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    parse_objects(std::str::from_utf8(&out.stdout)?)
+    let mut args = vec!["template", release, "charts/phalanx", "--namespace", ns];
+    args.extend_from_slice(extra);
+    parse_objects(&helm::Helm::new(env).run(&args)?)
 }
 
 /// Parses a multi-document YAML stream into objects; empty documents are skipped.
@@ -73,6 +62,30 @@ pub fn parse_objects(yaml: &str) -> anyhow::Result<Vec<DynamicObject>> {
         .collect()
 }
 
+/// The API of `obj`'s kind, resolved through discovery (so any installed kind works), in its namespace or, for a
+/// namespaced kind without one, in `default_ns`; with `obj` given that namespace.
+async fn dynamic_api(
+    client: &Client,
+    obj: &DynamicObject,
+    default_ns: &str,
+) -> anyhow::Result<(Api<DynamicObject>, DynamicObject)> {
+    let types = obj.types.as_ref().context("object without apiVersion/kind")?;
+    let gvk = GroupVersionKind::try_from(types).context("bad apiVersion")?;
+    let (ar, caps) = discovery::pinned_kind(client, &gvk)
+        .await
+        .with_context(|| format!("discovering {}/{}", types.api_version, types.kind))?;
+    let mut obj = obj.clone();
+    let api = match caps.scope {
+        Scope::Namespaced => {
+            let ns = obj.namespace().unwrap_or_else(|| default_ns.to_owned());
+            obj.metadata.namespace = Some(ns.clone());
+            Api::namespaced_with(client.clone(), &ns, &ar)
+        }
+        Scope::Cluster => Api::all_with(client.clone(), &ar),
+    };
+    Ok((api, obj))
+}
+
 /// Server-side applies `objects` (force, field manager [`FIELD_MANAGER`]); namespaced objects without a namespace
 /// go to `default_ns`. Each kind is resolved through discovery, so any installed kind works.
 ///
@@ -84,32 +97,36 @@ pub async fn apply_objects(
     default_ns: &str,
 ) -> anyhow::Result<()> {
     for obj in objects {
-        let types = obj.types.as_ref().context("object without apiVersion/kind")?;
-        let gvk = GroupVersionKind::try_from(types).context("bad apiVersion")?;
-        let (ar, caps) = discovery::pinned_kind(client, &gvk)
-            .await
-            .with_context(|| format!("discovering {}/{}", types.api_version, types.kind))?;
+        let (api, obj) = dynamic_api(client, obj, default_ns).await?;
         let name = obj.name_any();
-        let api: Api<DynamicObject> = match caps.scope {
-            Scope::Namespaced => {
-                let ns = obj.namespace().unwrap_or_else(|| default_ns.to_owned());
-                Api::namespaced_with(client.clone(), &ns, &ar)
-            }
-            Scope::Cluster => Api::all_with(client.clone(), &ar),
-        };
-        let mut obj = obj.clone();
-        if caps.scope == Scope::Namespaced && obj.metadata.namespace.is_none() {
-            obj.metadata.namespace = Some(default_ns.to_owned());
-        }
         api.patch(
             &name,
             &PatchParams::apply(FIELD_MANAGER).force(),
             &Patch::Apply(&obj),
         )
         .await
-        .with_context(|| format!("applying {} {name}", types.kind))?;
+        .with_context(|| {
+            format!(
+                "applying {} {name}",
+                obj.types.as_ref().map(|t| t.kind.as_str()).unwrap_or("?")
+            )
+        })?;
     }
     Ok(())
+}
+
+/// Reads `obj` (kind, namespace or `default_ns`, name) back from the API server: `Some` with the live object, `None`
+/// when it does not exist.
+///
+/// # Errors
+/// Discovery failed or the read failed otherwise than with 404.
+pub async fn get_object(
+    client: &Client,
+    obj: &DynamicObject,
+    default_ns: &str,
+) -> anyhow::Result<Option<DynamicObject>> {
+    let (api, obj) = dynamic_api(client, obj, default_ns).await?;
+    Ok(api.get_opt(&obj.name_any()).await?)
 }
 
 /// A client that authenticates as ServiceAccount `ns/sa` with a fresh bound token (TokenRequest API), against the
@@ -123,6 +140,21 @@ pub async fn service_account_client(
     ns: &str,
     sa: &str,
 ) -> anyhow::Result<Client> {
+    let token = service_account_token(admin, ns, sa).await?;
+    let mut config = env.config().await?;
+    config.auth_info = AuthInfo {
+        token: Some(token.into()),
+        ..AuthInfo::default()
+    };
+    config.default_namespace = ns.to_owned();
+    Ok(Client::try_from(config)?)
+}
+
+/// A fresh bound token (TokenRequest API, valid for an hour) of ServiceAccount `ns/sa`.
+///
+/// # Errors
+/// The token request failed or returned no token.
+pub async fn service_account_token(admin: &Client, ns: &str, sa: &str) -> anyhow::Result<String> {
     let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), ns);
     let request = TokenRequest {
         spec: Some(TokenRequestSpec {
@@ -136,14 +168,39 @@ pub async fn service_account_client(
         .await
         .with_context(|| format!("requesting a token for ServiceAccount {ns}/{sa}"))?;
     let token = issued.status.and_then(|s| s.token).filter(|t| !t.is_empty());
-    let token = token.with_context(|| format!("the TokenRequest for {ns}/{sa} returned no token"))?;
-    let mut config = env.config().await?;
-    config.auth_info = AuthInfo {
-        token: Some(token.into()),
-        ..AuthInfo::default()
-    };
-    config.default_namespace = ns.to_owned();
-    Ok(Client::try_from(config)?)
+    token.with_context(|| format!("the TokenRequest for {ns}/{sa} returned no token"))
+}
+
+/// Writes to `path` a kubeconfig for the test environment's API server that authenticates with a fresh token of
+/// ServiceAccount `ns/sa` (as `hack/quickstart.sh` does with `kubectl create token`), for a child process such as
+/// the `phalanx` binary.
+///
+/// # Errors
+/// The admin kubeconfig cannot be read, the token request failed, or the file cannot be written.
+pub async fn service_account_kubeconfig(
+    env: &TestEnv,
+    admin: &Client,
+    ns: &str,
+    sa: &str,
+    path: &Path,
+) -> anyhow::Result<()> {
+    let kc = kube::config::Kubeconfig::read_from(env.kubeconfig_path())?;
+    let cluster = kc
+        .clusters
+        .first()
+        .and_then(|c| c.cluster.clone())
+        .context("the test kubeconfig has no cluster")?;
+    let server = cluster.server.context("the test kubeconfig has no server")?;
+    let ca = cluster
+        .certificate_authority_data
+        .context("the test kubeconfig has no certificate-authority-data")?;
+    let token = service_account_token(admin, ns, sa).await?;
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster: {{server: \"{server}\", \
+         certificate-authority-data: \"{ca}\"}}\nusers:\n- name: {sa}\n  user: {{token: \"{token}\"}}\n\
+         contexts:\n- name: sa\n  context: {{cluster: test, user: {sa}, namespace: {ns}}}\ncurrent-context: sa\n"
+    );
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
 }
 
 /// The sample nodes of `config/samples/fake-gpu-nodes.yaml` (8 kwok GPU nodes in racks `rack-a`/`rack-b`), created

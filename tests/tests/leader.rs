@@ -38,7 +38,7 @@ async fn start(client: &Client, ns: &str, identity: &str) -> anyhow::Result<Repl
         node_selector: format!("{}={ns}", phalanx_testenv::TEST_NS_LABEL),
         leader: LeaderConfig {
             enabled: true,
-            lease_name: LEASE.into(),
+            lease_name: Some(LEASE.into()),
             namespace: Some(ns.to_owned()),
             identity: Some(identity.to_owned()),
             lease_duration_secs: DURATION_SECS,

@@ -61,7 +61,14 @@ async fn quickstart_gang_binds_all_or_nothing_with_chart_rbac() -> anyhow::Resul
     //    RBAC objects are unique). The Deployment is applied too: the API server validates it, and without a kubelet
     //    its pods never run, so they never compete for the Lease.
     phalanx_testenv::apply_crds(&admin, &phalanx_api::crds::to_yaml()).await?;
-    let chart = helm_template(env, &ns, &ns, &[])?;
+    // The Lease (named after the scheduler name) in the test's namespace rather than kube-system, so that test
+    // binaries sharing a control plane never contend for it; the chart's Role for it follows the value.
+    let chart = helm_template(
+        env,
+        &ns,
+        &ns,
+        &["--set", &format!("leaderElection.namespace={ns}")],
+    )?;
     let kinds: BTreeSet<String> = chart
         .iter()
         .filter_map(|o| o.types.as_ref().map(|t| t.kind.clone()))
@@ -141,7 +148,7 @@ async fn quickstart_gang_binds_all_or_nothing_with_chart_rbac() -> anyhow::Resul
     )
     .await?;
     let lease = Api::<Lease>::namespaced(admin.clone(), &ns)
-        .get("phalanx")
+        .get(phalanx_api::DEFAULT_SCHEDULER_NAME)
         .await?;
     ensure!(
         lease.spec.as_ref().and_then(|s| s.holder_identity.as_deref()) == Some("e2e-operator"),

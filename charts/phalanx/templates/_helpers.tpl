@@ -37,3 +37,42 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- default "default" .Values.serviceAccount.name }}
 {{- end }}
 {{- end }}
+
+{{/*
+The Lease "namespace/name" this release's scheduler contends for: named after scheduler.name in
+leaderElection.namespace, so that every release of one scheduler name elects one leader (crates/phalanx/src/leader.rs;
+kube-scheduler keys its Lease the same way). Empty with leader election off.
+*/}}
+{{- define "phalanx.lease" -}}
+{{- if .Values.leaderElection.enabled }}
+{{- printf "%s/%s" .Values.leaderElection.namespace .Values.scheduler.name }}
+{{- end }}
+{{- end }}
+
+{{/* Name of the leader-election Role and RoleBinding: they live in the Lease namespace, which releases share. */}}
+{{- define "phalanx.leaseRoleName" -}}
+{{- printf "%s-%s-leader-election" (include "phalanx.fullname" .) .Release.Namespace }}
+{{- end }}
+
+{{/*
+What a live Deployment (the argument) schedules, from its phalanx container's arguments, as
+"<scheduler name>|<lease namespace/name, or empty without leader election>", with the binary's defaults for flags it
+does not pass (lease name = scheduler name, namespace kube-system; `phalanx run --help`). Empty for a Deployment that
+runs no phalanx scheduler. Read by NOTES.txt and the Deployment's update strategy.
+*/}}
+{{- define "phalanx.deploymentScheduler" -}}
+{{- $sched := "" }}{{- $elect := false }}{{- $ns := "kube-system" }}{{- $name := "" }}
+{{- range .spec.template.spec.containers }}
+{{- if has "run" (.args | default list) }}
+{{- range .args }}
+{{- if hasPrefix "--scheduler-name=" . }}{{- $sched = trimPrefix "--scheduler-name=" . }}{{- end }}
+{{- if eq . "--leader-elect=true" "--leader-elect" }}{{- $elect = true }}{{- end }}
+{{- if hasPrefix "--leader-elect-lease-namespace=" . }}{{- $ns = trimPrefix "--leader-elect-lease-namespace=" . }}{{- end }}
+{{- if hasPrefix "--leader-elect-lease-name=" . }}{{- $name = trimPrefix "--leader-elect-lease-name=" . }}{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if $sched }}
+{{- printf "%s|%s" $sched (ternary (printf "%s/%s" $ns (default $sched $name)) "" $elect) }}
+{{- end }}
+{{- end }}

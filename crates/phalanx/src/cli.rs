@@ -209,15 +209,12 @@ pub struct LeaderArgs {
     #[arg(long = "leader-elect", env = "PHALANX_LEADER_ELECT", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub enabled: bool,
 
-    /// Name of the coordination.k8s.io Lease.
-    #[arg(
-        long = "leader-elect-lease-name",
-        env = "PHALANX_LEASE_NAME",
-        default_value = "phalanx"
-    )]
-    pub lease_name: String,
+    /// Name of the coordination.k8s.io Lease (default: the scheduler name, so that every replica and every
+    /// installation of one scheduler name elects one leader).
+    #[arg(long = "leader-elect-lease-name", env = "PHALANX_LEASE_NAME")]
+    pub lease_name: Option<String>,
 
-    /// Namespace of the Lease (default: the pod's namespace from the ServiceAccount mount, else `default`).
+    /// Namespace of the Lease (default: kube-system, shared by every installation, as kube-scheduler's Lease).
     #[arg(long = "leader-elect-lease-namespace", env = "PHALANX_LEASE_NAMESPACE")]
     pub lease_namespace: Option<String>,
 

@@ -1,5 +1,12 @@
 //! Leader election on a `coordination.k8s.io/v1` Lease (kube-lease-manager), fail-stop.
 //!
+//! One scheduler name, one leader: the Lease is named after the scheduler name (`--scheduler-name`) and lives in one
+//! namespace shared by every installation ([`DEFAULT_LEASE_NAMESPACE`], `kube-system`), as kube-scheduler keys its
+//! own (`leaderElection.resourceName`/`resourceNamespace` of `KubeSchedulerConfiguration`, default `kube-scheduler`
+//! in `kube-system`, `pkg/scheduler/apis/config/v1/defaults.go`). Two Helm releases of one scheduler name therefore
+//! contend for one Lease, whatever their release names and namespaces; were the Lease keyed by the release, each
+//! would elect its own leader and both would bind the same pods.
+//!
 //! Every replica runs its watches and caches (warm standby); only the Lease holder schedules and writes. The
 //! components receive a `watch::Receiver<bool>` that reads `true` only while this replica holds the Lease. When a
 //! holder loses the Lease it does not try to drain: the receiver flips to `false` at once and the process exits
@@ -24,14 +31,19 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+/// Namespace of the Lease unless `--leader-elect-lease-namespace` says otherwise: one namespace that every
+/// installation of a scheduler name shares, the one kube-scheduler keeps its Lease in.
+pub const DEFAULT_LEASE_NAMESPACE: &str = "kube-system";
+
 /// Leader election settings (from `phalanx run --leader-elect*`).
 #[derive(Debug, Clone)]
 pub struct LeaderConfig {
     /// Off: this process is always the leader (single replica, or the quick start).
     pub enabled: bool,
-    /// Lease name.
-    pub lease_name: String,
-    /// Lease namespace; `None` = the client's default namespace (the pod's own namespace in-cluster).
+    /// Lease name; `None` = the scheduler name, so that every replica and every installation of one scheduler name
+    /// elects one leader (see [`LeaderConfig::lease_for`]).
+    pub lease_name: Option<String>,
+    /// Lease namespace; `None` = [`DEFAULT_LEASE_NAMESPACE`].
     pub namespace: Option<String>,
     /// Holder identity; `None` = `$POD_NAME`, else host name and process id.
     pub identity: Option<String>,
@@ -45,12 +57,28 @@ impl Default for LeaderConfig {
     fn default() -> Self {
         Self {
             enabled: false,
-            lease_name: "phalanx".into(),
+            lease_name: None,
             namespace: None,
             identity: None,
             lease_duration_secs: 15,
             grace_secs: 5,
         }
+    }
+}
+
+impl LeaderConfig {
+    /// The Lease this replica of scheduler `scheduler_name` contends for: (namespace, name). The name is
+    /// `lease_name` when set, else the scheduler name (a DNS subdomain, as pod `spec.schedulerName` must be, so a
+    /// valid object name); the namespace is `namespace` when set, else [`DEFAULT_LEASE_NAMESPACE`].
+    pub fn lease_for(&self, scheduler_name: &str) -> (String, String) {
+        (
+            self.namespace
+                .clone()
+                .unwrap_or_else(|| DEFAULT_LEASE_NAMESPACE.to_owned()),
+            self.lease_name
+                .clone()
+                .unwrap_or_else(|| scheduler_name.to_owned()),
+        )
     }
 }
 
@@ -117,14 +145,16 @@ fn default_identity() -> String {
     format!("{host}-{}", std::process::id())
 }
 
-/// Starts leader election (or a constant `true` channel when disabled) and a monitor that applies `on_lost` when a
-/// held Lease is lost. `gauge` is set to 1 while leading.
+/// Starts leader election for scheduler `scheduler_name` on the Lease [`LeaderConfig::lease_for`] names (or a
+/// constant `true` channel when disabled) and a monitor that applies `on_lost` when a held Lease is lost. `gauge`
+/// is set to 1 while leading.
 ///
 /// # Errors
 /// The Lease could not be read or created (RBAC: `leases` get/create/patch in the Lease namespace).
 pub async fn start(
     client: Client,
     config: &LeaderConfig,
+    scheduler_name: &str,
     shutdown: CancellationToken,
     on_lost: OnLeaseLost,
     gauge: Gauge,
@@ -144,10 +174,7 @@ pub async fn start(
         });
     }
 
-    let namespace = config
-        .namespace
-        .clone()
-        .unwrap_or_else(|| client.default_namespace().to_owned());
+    let (namespace, lease_name) = config.lease_for(scheduler_name);
     let identity = config.identity.clone().unwrap_or_else(default_identity);
     if config.grace_secs >= config.lease_duration_secs {
         anyhow::bail!(
@@ -161,11 +188,11 @@ pub async fn start(
     let lease_client = crate::lease_precondition::client(
         client.clone(),
         &namespace,
-        &config.lease_name,
+        &lease_name,
         &identity,
         Duration::from_millis(config.grace_secs * 500),
     );
-    let manager = LeaseManagerBuilder::new(lease_client, &config.lease_name)
+    let manager = LeaseManagerBuilder::new(lease_client, &lease_name)
         .with_namespace(&namespace)
         .with_identity(&identity)
         .with_duration(config.lease_duration_secs)
@@ -173,13 +200,8 @@ pub async fn start(
         .with_field_manager(format!("phalanx-leader-{identity}"))
         .build()
         .await
-        .map_err(|e| {
-            anyhow::anyhow!(
-                "leader election: cannot use Lease {namespace}/{}: {e}",
-                config.lease_name
-            )
-        })?;
-    tracing::info!(lease = %config.lease_name, %namespace, %identity, "leader election started; waiting for the Lease");
+        .map_err(|e| anyhow::anyhow!("leader election: cannot use Lease {namespace}/{lease_name}: {e}"))?;
+    tracing::info!(lease = %lease_name, %namespace, %identity, "leader election started; waiting for the Lease");
     let (mut rx, handle) = manager.watch().await;
     // After a loss the lease manager's view is stale: if it "released" the Lease it would clear the new holder's
     // record. So on loss it is aborted, never allowed to release.
@@ -205,7 +227,7 @@ pub async fn start(
     let keep_sender = tx.clone();
     let guard = LeaseGuard {
         leases: Api::namespaced(client, &namespace),
-        name: config.lease_name.clone(),
+        name: lease_name,
         identity,
         // kube-scheduler's renewDeadline plays this role (10 s with a 15 s lease): past it, another replica may
         // already have taken over, so this one must not write any more.
@@ -402,6 +424,30 @@ mod tests {
         assert!(expired.contains("expired 5s ago"), "{expired}");
         assert!(held_by(&lease(None, 990, 15), "me", now).is_err());
         assert!(held_by(&Lease::default(), "me", now).is_err());
+    }
+
+    #[test]
+    fn lease_is_keyed_by_the_scheduler_name_not_by_the_installation() {
+        // Two installations (any release, any namespace) of one scheduler name: one Lease.
+        let config = LeaderConfig::default();
+        assert_eq!(
+            config.lease_for("phalanx-scheduler"),
+            ("kube-system".to_owned(), "phalanx-scheduler".to_owned())
+        );
+        assert_eq!(
+            config.lease_for("gpu-gang"),
+            ("kube-system".to_owned(), "gpu-gang".to_owned())
+        );
+        // Explicit flags win (tests isolate their Leases per namespace).
+        let explicit = LeaderConfig {
+            lease_name: Some("l".into()),
+            namespace: Some("ns".into()),
+            ..LeaderConfig::default()
+        };
+        assert_eq!(
+            explicit.lease_for("phalanx-scheduler"),
+            ("ns".to_owned(), "l".to_owned())
+        );
     }
 
     #[test]

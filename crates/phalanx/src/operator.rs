@@ -124,6 +124,7 @@ pub async fn run(client: Client, mut opts: RunOptions, shutdown: CancellationTok
     let leadership = leader::start(
         opts.lease_client.clone().unwrap_or_else(|| client.clone()),
         &opts.leader,
+        &opts.scheduler_name,
         shutdown.clone(),
         opts.on_lease_lost,
         leader_gauge,

@@ -1,5 +1,7 @@
 //! The Helm chart (`charts/phalanx`): `helm lint` passes and `helm template` renders least-privilege RBAC, the
-//! hardened Deployment and the same CRDs as `crds/phalanx.yaml`.
+//! hardened Deployment, one Lease per scheduler name whatever the release, and the same CRDs as `crds/phalanx.yaml`.
+//! What the chart does in a cluster (install, upgrade, uninstall, a gang scheduled with its RBAC) is
+//! `tests/chart_cluster.rs`.
 //!
 //! helm comes from `$PHALANX_BIN_DIR` (hack/versions.sh); when it is missing this test builds it with
 //! hack/build-bins.sh rather than skipping.
@@ -236,29 +238,125 @@ fn cluster_role_is_exactly_least_privilege() {
     assert_eq!(binding["subjects"][0]["name"], sa["metadata"]["name"]);
 }
 
-#[test]
-fn leases_only_in_release_namespace() {
-    let docs = template(&[]);
-    let role = one(&docs, "Role");
-    assert_eq!(role["metadata"]["namespace"], "phalanx-system");
-    assert_eq!(
-        rule_set(&role["rules"]),
-        BTreeSet::from([expect(
-            "coordination.k8s.io",
-            "leases",
-            &["get", "create", "patch"]
-        )])
+/// The leader-election Role of release `release` in `ns`, rendered with `extra`: (Role, RoleBinding, Deployment args).
+fn lease_rbac(release: &str, ns: &str, extra: &[&str]) -> (Value, Value, Vec<String>) {
+    let mut args = vec!["template", release, "charts/phalanx", "--namespace", ns];
+    args.extend_from_slice(extra);
+    let out = run_helm(&args);
+    assert!(
+        out.status.success(),
+        "helm template failed: {}",
+        String::from_utf8_lossy(&out.stderr)
     );
-    let rb = one(&docs, "RoleBinding");
+    let docs: Vec<Value> =
+        serde_saphyr::from_multiple::<Value>(std::str::from_utf8(&out.stdout).expect("utf-8"))
+            .expect("YAML")
+            .into_iter()
+            .filter(|v| !v.is_null())
+            .collect();
+    let dep = one(&docs, "Deployment");
+    let args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .filter_map(|a| a.as_str().map(str::to_owned))
+        .collect();
+    (
+        one(&docs, "Role").clone(),
+        one(&docs, "RoleBinding").clone(),
+        args,
+    )
+}
+
+#[test]
+fn lease_role_grants_the_one_lease_in_the_lease_namespace() {
+    let (role, rb, _) = lease_rbac("phalanx", "phalanx-system", &[]);
+    assert_eq!(role["metadata"]["namespace"], "kube-system");
+    assert_eq!(
+        role["rules"],
+        serde_json::json!([
+            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+             "resourceNames": ["phalanx-scheduler"], "verbs": ["get", "patch"]},
+        ])
+    );
+    assert_eq!(rb["metadata"]["namespace"], "kube-system");
     assert_eq!(rb["roleRef"]["kind"], "Role");
     assert_eq!(rb["roleRef"]["name"], role["metadata"]["name"]);
+    assert_eq!(rb["subjects"][0]["namespace"], "phalanx-system");
     // No cluster-wide Lease access anywhere.
-    for cr in find(&docs, "ClusterRole") {
+    for cr in find(&template(&[]), "ClusterRole") {
         assert!(
             !cr.to_string().contains("leases"),
             "ClusterRole must not grant leases"
         );
     }
+}
+
+/// Two releases of one scheduler name, in two namespaces, contend for one Lease (kube-system/<scheduler name>):
+/// their Deployments pass the same Lease namespace and no Lease name (the binary names it after --scheduler-name),
+/// and their Roles in that namespace do not collide. Chart 0.1.0 put each release's Lease in its own namespace.
+#[test]
+fn releases_of_one_scheduler_name_share_one_lease() {
+    let (role_a, _, args_a) = lease_rbac("team-a", "ns-a", &[]);
+    let (role_b, _, args_b) = lease_rbac("team-b", "ns-b", &[]);
+    for args in [&args_a, &args_b] {
+        assert!(
+            args.contains(&"--scheduler-name=phalanx-scheduler".to_owned()),
+            "{args:?}"
+        );
+        assert!(
+            args.contains(&"--leader-elect-lease-namespace=kube-system".to_owned()),
+            "{args:?}"
+        );
+        assert!(
+            !args.iter().any(|a| a.starts_with("--leader-elect-lease-name=")),
+            "the Lease name must follow the scheduler name: {args:?}"
+        );
+        let argv = std::iter::once("phalanx").chain(args.iter().map(String::as_str));
+        let cli = <phalanx::cli::Cli as clap::Parser>::try_parse_from(argv).expect("chart args parse");
+        let phalanx::cli::Command::Run(run) = cli.command else {
+            panic!("the chart runs `phalanx run`")
+        };
+        let leader = phalanx::leader::LeaderConfig {
+            lease_name: run.leader.lease_name.clone(),
+            namespace: run.leader.lease_namespace.clone(),
+            ..phalanx::leader::LeaderConfig::default()
+        };
+        assert_eq!(
+            leader.lease_for(&run.scheduler_name),
+            ("kube-system".to_owned(), "phalanx-scheduler".to_owned())
+        );
+    }
+    assert_ne!(
+        role_a["metadata"]["name"], role_b["metadata"]["name"],
+        "both releases' Roles live in kube-system"
+    );
+    // Another scheduler name is another Lease, and its Role grants that one.
+    let (role_c, _, args_c) = lease_rbac("team-c", "ns-c", &["--set", "scheduler.name=gpu-gang"]);
+    assert!(args_c.contains(&"--scheduler-name=gpu-gang".to_owned()));
+    assert_eq!(
+        role_c["rules"][1]["resourceNames"],
+        serde_json::json!(["gpu-gang"])
+    );
+    // And a namespace of one's own for the Lease, when asked.
+    let (role_d, _, args_d) = lease_rbac("team-d", "ns-d", &["--set", "leaderElection.namespace=ns-d"]);
+    assert_eq!(role_d["metadata"]["namespace"], "ns-d");
+    assert!(args_d.contains(&"--leader-elect-lease-namespace=ns-d".to_owned()));
+}
+
+#[test]
+fn the_removed_lease_name_value_is_refused() {
+    let out = run_helm(&[
+        "template",
+        "phalanx",
+        "charts/phalanx",
+        "--set",
+        "leaderElection.leaseName=phalanx",
+    ]);
+    assert!(!out.status.success(), "rendering must fail");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("leaderElection.leaseName was removed"), "{err}");
 }
 
 #[test]
@@ -301,13 +399,18 @@ fn deployment_is_hardened_and_leader_elected() {
     assert_eq!(args.first(), Some(&"run"));
     for want in [
         "--leader-elect=true",
-        "--leader-elect-lease-namespace=phalanx-system",
+        "--leader-elect-lease-namespace=kube-system",
         "--scheduler-name=phalanx-scheduler",
         "--config=/etc/phalanx/phalanx.yaml",
         "--log-format=json",
     ] {
         assert!(args.contains(&want), "missing {want} in {args:?}");
     }
+    // Without a live Deployment (helm template, first install) a rollout keeps a warm standby.
+    assert_eq!(
+        dep["spec"]["strategy"],
+        serde_json::json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}})
+    );
     assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
     assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
     // The binary accepts exactly these flags.
