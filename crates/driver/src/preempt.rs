@@ -223,7 +223,9 @@ impl Driver {
         if result == EvictResult::Deleted
             && let Some(g) = r.all_group
         {
-            let message = format!("preempted by {}", self.opts.scheduler_name);
+            // The victim pods' own words (upstream's `DisruptionTarget` message), naming no preemptor: the
+            // preemptor may live in another namespace.
+            let message = crate::evict::disruption_message(&self.opts.scheduler_name);
             self.spawn_group_condition(
                 g,
                 DISRUPTION_TARGET,
