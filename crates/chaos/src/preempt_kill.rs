@@ -110,7 +110,8 @@ async fn until(timeout: Duration, mut probe: impl FnMut() -> bool) -> bool {
     }
 }
 
-/// The first pod of `ns` seen with a `deletionTimestamp`, by a watch started before the call returns.
+/// The first pod of `ns` seen with a `deletionTimestamp`, by a watch in a task of its own (its initial list also
+/// shows a pod that went Terminating before the watch started).
 fn first_terminating(
     client: &kube::Client,
     ns: &str,
@@ -135,7 +136,9 @@ async fn tick_nodes(ctx: &Ctx, hold: Duration) -> usize {
     let deadline = tokio::time::Instant::now() + hold;
     let mut n = 0;
     while tokio::time::Instant::now() < deadline {
-        let patch = json!({"metadata": {"labels": {TICK_LABEL: n.to_string()}}});
+        // A value no earlier run used, so that every patch is a change.
+        let value = Timestamp::now().as_millisecond().to_string();
+        let patch = json!({"metadata": {"labels": {TICK_LABEL: value}}});
         if nodes
             .patch("chaos-n0", &PatchParams::default(), &Patch::Merge(&patch))
             .await
