@@ -160,17 +160,19 @@ pub async fn reconcile(cpg: Arc<CompositePodGroup>, ctx: Ctx) -> Result<Action> 
     if decision == WriteDecision::Write {
         status::apply_status(&ctx, CONTROLLER, cpg.as_ref(), &desired).await?;
     }
-    report_validity(
-        &ctx,
-        CONTROLLER,
-        &decision,
-        &uid,
-        &reference,
-        "CompositePodGroup",
-        &current,
-        problem.as_ref(),
-    )
-    .await;
+    // The verdict's event goes out with the status write it announces (see `report_validity`).
+    if !matches!(decision, WriteDecision::Later(_)) {
+        report_validity(
+            &ctx,
+            CONTROLLER,
+            &uid,
+            &reference,
+            "CompositePodGroup",
+            &current,
+            problem.as_ref(),
+        )
+        .await;
+    }
     ctx.note_success(&uid);
     Ok(status::after(&decision, ctx.opts.resync))
 }

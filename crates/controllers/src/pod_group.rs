@@ -165,17 +165,19 @@ pub async fn reconcile(pg: Arc<PodGroup>, ctx: Ctx) -> Result<Action> {
     if decision == WriteDecision::Write {
         status::apply_status(&ctx, CONTROLLER, pg.as_ref(), &desired).await?;
     }
-    report_validity(
-        &ctx,
-        CONTROLLER,
-        &decision,
-        &uid,
-        &reference,
-        "PodGroup",
-        &current,
-        problem.as_ref(),
-    )
-    .await;
+    // The verdict's event goes out with the status write it announces (see `report_validity`).
+    if !matches!(decision, WriteDecision::Later(_)) {
+        report_validity(
+            &ctx,
+            CONTROLLER,
+            &uid,
+            &reference,
+            "PodGroup",
+            &current,
+            problem.as_ref(),
+        )
+        .await;
+    }
     ctx.note_success(&uid);
     Ok(status::after(&decision, ctx.opts.resync))
 }

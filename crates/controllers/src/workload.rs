@@ -113,17 +113,19 @@ pub async fn reconcile(wl: Arc<Workload>, ctx: Ctx) -> Result<Action> {
     if decision == WriteDecision::Write {
         status::apply_status(&ctx, CONTROLLER, wl.as_ref(), &desired).await?;
     }
-    report_validity(
-        &ctx,
-        CONTROLLER,
-        &decision,
-        &uid,
-        &wl.object_ref(&()),
-        "Workload",
-        &current,
-        problem.as_ref(),
-    )
-    .await;
+    // The verdict's event goes out with the status write it announces (see `report_validity`).
+    if !matches!(decision, WriteDecision::Later(_)) {
+        report_validity(
+            &ctx,
+            CONTROLLER,
+            &uid,
+            &wl.object_ref(&()),
+            "Workload",
+            &current,
+            problem.as_ref(),
+        )
+        .await;
+    }
     ctx.note_success(&uid);
     Ok(status::after(&decision, ctx.opts.resync))
 }
@@ -131,23 +133,19 @@ pub async fn reconcile(wl: Arc<Workload>, ctx: Ctx) -> Result<Action> {
 /// Publishes an event when the verdict of an object changes (once per change, also across restarts: the
 /// current condition seeds the memory). No event for an object that is valid from the start.
 ///
-/// The event goes out with the status write it announces, never while that write is throttled (`decision` is
-/// `Later`): the event Recorder folds repeats of one reason into a series that keeps the first note, so a verdict
-/// whose message grows within the batching interval (pods named one by one as they are created) is announced once,
-/// with the message the condition shows.
+/// Callers publish it with the status write it announces, never while that write is throttled
+/// ([`WriteDecision::Later`]): the event Recorder folds repeats of one reason into a series that keeps the first
+/// note, so a verdict whose message grows within the batching interval (pods named one by one as they are created)
+/// is announced once, with the message the condition shows.
 pub async fn report_validity(
     ctx: &crate::context::Context,
     controller: &str,
-    decision: &WriteDecision,
     uid: &str,
     reference: &k8s_openapi::api::core::v1::ObjectReference,
     kind: &str,
     current_status: &Value,
     problem: Option<&Problem>,
 ) {
-    if matches!(decision, WriteDecision::Later(_)) {
-        return;
-    }
     let previous = status::find_condition(current_status, VALID).map(|c| {
         if c.status == "True" {
             "True".to_string()

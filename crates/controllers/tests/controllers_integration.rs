@@ -3,7 +3,8 @@
 //!
 //! One controller instance (with its phalanx-store) runs for the whole test binary on a background runtime,
 //! like the operator does; every test works in its own namespace. A global tracing layer counts ERROR lines,
-//! which the burst test asserts to be zero. No scheduler runs: tests bind pods themselves through
+//! which the burst test asserts to be zero. No scheduler runs, except in the preemption-policy test, which starts
+//! its own (`phalanx-<namespace>`, over its own nodes); the other tests bind pods themselves through
 //! `pods/binding` to kwok nodes.
 //!
 //! Run: `cargo test -p phalanx-controllers --test controllers_integration`
@@ -110,6 +111,8 @@ fn harness() -> &'static Harness {
                         store.clone(),
                         ControllerOptions {
                             instance: Some("integration-test".into()),
+                            // `phalanx-scheduler`, and the preemption-policy test's `phalanx-<namespace>`.
+                            scheduler_names: vec!["phalanx-*".into()],
                             ..Default::default()
                         },
                         leader_rx,
@@ -723,7 +726,12 @@ async fn priority_class_resolution() -> Result<()> {
     ensure!(p == 1000 && format!("{pp:?}") == "Never", "named: {p} {pp:?}");
     wait_event(&client, &ns, "named", "PriorityResolved").await?;
     let (p, _) = resolved("explicit").await?;
-    ensure!(p == 42, "an explicit priority is kept, got {p}");
+    ensure!(p == 42, "an explicit priority is kept (set-once), got {p}");
+    // ... and refused as upstream admission refuses it: the scheduler uses the computed value, not 42.
+    let msg = wait_valid(&client, &ns, "PodGroup", "explicit", "False", "PriorityIgnored").await?;
+    ensure!(msg.contains("spec.priority: 42 must not be set by hand"), "{msg}");
+    // What the controller filled itself is not reported.
+    wait_valid(&client, &ns, "PodGroup", "named", "True", "Valid").await?;
     let msg = wait_valid(
         &client,
         &ns,
@@ -791,6 +799,272 @@ async fn priority_class_resolution() -> Result<()> {
         pcs.delete(n, &DeleteParams::default()).await?;
     }
     Ok(())
+}
+
+/// Creates the PriorityClass `name` (cluster-scoped; the caller deletes it).
+async fn priority_class(client: &Client, name: &str, value: i32, policy: &str) -> Result<()> {
+    Api::<PriorityClass>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                "metadata": { "name": name }, "value": value, "preemptionPolicy": policy
+            }))?,
+        )
+        .await
+        .with_context(|| format!("creating PriorityClass {name}"))?;
+    Ok(())
+}
+
+/// What upstream's Priority admission refuses on a pod, said on the object (`Valid=False` naming the field): a
+/// hand-written `priority` other than the one computed from the class (with the computed value), and a written
+/// `PreemptLowerPriority` under a class that says `Never` (an escalation). A written `Never` under a class that may
+/// preempt restricts the group and is fine. The same for a CompositePodGroup and for a Workload's templates; values
+/// the controller filled itself are never reported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn priority_fields_the_class_does_not_give_are_refused() -> Result<()> {
+    let (client, ns) = setup("ctl-prio-written").await?;
+    let never = format!("{ns}-never");
+    let may = format!("{ns}-may");
+    priority_class(&client, &never, 10, "Never").await?;
+    priority_class(&client, &may, 100, "PreemptLowerPriority").await?;
+    tokio::time::sleep(Duration::from_secs(1)).await; // let the store see the classes first
+    let result = async {
+        let pgs: Api<PodGroup> = Api::namespaced(client.clone(), &ns);
+        let groups = [
+            ("escalate", json!({ "priorityClassName": never, "preemptionPolicy": "PreemptLowerPriority" })),
+            ("restrict", json!({ "priorityClassName": may, "preemptionPolicy": "Never" })),
+            ("jump", json!({ "priorityClassName": may, "priority": 1_000_000_000 })),
+            ("jump-alone", json!({ "priority": 1_000_000_000 })),
+            ("filled", json!({ "priorityClassName": may })),
+        ];
+        for (name, extra) in groups {
+            pgs.create(&PostParams::default(), &pg(name, None, None, extra)?)
+                .await?;
+        }
+        let msg = wait_valid(&client, &ns, "PodGroup", "escalate", "False", "PreemptionPolicyIgnored").await?;
+        ensure!(
+            msg.contains(&format!(
+                "spec.preemptionPolicy: PreemptLowerPriority must not be set by hand: PriorityClass {never:?} has \
+                 preemptionPolicy Never"
+            )),
+            "{msg}"
+        );
+        let msg = wait_valid(&client, &ns, "PodGroup", "jump", "False", "PriorityIgnored").await?;
+        ensure!(
+            msg.contains(&format!(
+                "spec.priority: 1000000000 must not be set by hand: priority admission computed 100 from \
+                 PriorityClass {may:?}, and the scheduler uses 100"
+            )),
+            "{msg}"
+        );
+        // No class: the value is kept (kubectl get shows it) and reported with what was computed instead.
+        let msg = wait_valid(&client, &ns, "PodGroup", "jump-alone", "False", "PriorityIgnored").await?;
+        ensure!(
+            msg.contains("spec.priority: 1000000000 must not be set by hand: priority admission computed "),
+            "{msg}"
+        );
+        ensure!(pgs.get("jump-alone").await?.spec.priority == Some(1_000_000_000));
+        let note = wait_event(&client, &ns, "jump-alone", "PriorityIgnored").await?;
+        ensure!(note.contains("spec.priority: 1000000000"), "{note}");
+        wait_valid(&client, &ns, "PodGroup", "restrict", "True", "Valid").await?;
+        let restrict = pgs.get("restrict").await?;
+        ensure!(
+            format!("{:?}", restrict.spec.preemption_policy) == "Some(Never)"
+                && restrict.spec.priority == Some(100),
+            "restrict keeps Never and gets the class's priority: {:?}",
+            restrict.spec
+        );
+        // Filled by the controller (priority 100, PreemptLowerPriority): valid.
+        wait_valid(&client, &ns, "PodGroup", "filled", "True", "Valid").await?;
+        ensure!(pgs.get("filled").await?.spec.priority == Some(100));
+
+        // A CompositePodGroup, and a Workload whose template writes a priority its class does not give.
+        let wl: Api<Workload> = Api::namespaced(client.clone(), &ns);
+        wl.create(&PostParams::default(), &workload("w")?).await?;
+        let cpgs: Api<CompositePodGroup> = Api::namespaced(client.clone(), &ns);
+        cpgs.create(
+            &PostParams::default(),
+            &cpg(
+                "c-escalate",
+                "w",
+                "gang-t",
+                None,
+                json!({ "priorityClassName": never, "preemptionPolicy": "PreemptLowerPriority" }),
+            )?,
+        )
+        .await?;
+        let msg = wait_valid(
+            &client,
+            &ns,
+            "CompositePodGroup",
+            "c-escalate",
+            "False",
+            "PreemptionPolicyIgnored",
+        )
+        .await?;
+        ensure!(msg.contains("spec.preemptionPolicy"), "{msg}");
+        let templated: Workload = serde_json::from_value(json!({
+            "apiVersion": "scheduling.phalanx.dev/v1beta1", "kind": "Workload",
+            "metadata": { "name": "t" },
+            "spec": { "podGroupTemplates": [{
+                "name": "a", "schedulingPolicy": { "gang": { "minCount": 1 } },
+                "priorityClassName": may, "priority": 5,
+            }]}
+        }))?;
+        wl.create(&PostParams::default(), &templated).await?;
+        let msg = wait_valid(&client, &ns, "Workload", "t", "False", "PriorityIgnored").await?;
+        ensure!(
+            msg.contains("spec.podGroupTemplates[0].priority: 5 must not be set by hand")
+                && msg.contains("computed 100"),
+            "{msg}"
+        );
+        Ok(())
+    }
+    .await;
+    for n in [&never, &may] {
+        Api::<PriorityClass>::all(client.clone())
+            .delete(n, &DeleteParams::default())
+            .await?;
+    }
+    result
+}
+
+/// The `PodGroupInitiallyScheduled` condition of a PodGroup as (status, reason, message).
+async fn scheduled_condition(pgs: &Api<PodGroup>, name: &str) -> Result<Option<(String, String, String)>> {
+    let g = pgs.get(name).await?;
+    Ok(g.status.as_ref().and_then(|s| {
+        phalanx_api::conditions::find_condition(
+            &s.conditions,
+            phalanx_api::conditions::POD_GROUP_INITIALLY_SCHEDULED,
+        )
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+    }))
+}
+
+/// A tenant's `preemptionPolicy: Never` is honoured by the scheduler under a class that may preempt: such a gang
+/// never evicts the low-priority pod that fills the node. With pods of a `Never` class it is tried and found
+/// Unschedulable; with pods of the preempting class its members disagree with it (upstream's `validatePodGroup`
+/// rule, the scheduler says so) and it still evicts nothing. The same gang without the field evicts the pod, so the
+/// setup does preempt. Before, the scheduler read the policy from the class only: the object said Never while pods
+/// were evicted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_written_preemption_policy_never_is_honoured() -> Result<()> {
+    let (client, ns) = setup("ctl-never").await?;
+    let node = format!("{ns}-n1");
+    FakeNode::new(&node)
+        .cpu("1")
+        .memory("8Gi")
+        .pods(110)
+        .test_namespace(&ns)
+        .create(&client)
+        .await?;
+    let low = format!("{ns}-low");
+    let high = format!("{ns}-high");
+    let high_never = format!("{ns}-high-never");
+    priority_class(&client, &low, 10, "PreemptLowerPriority").await?;
+    priority_class(&client, &high, 100, "PreemptLowerPriority").await?;
+    priority_class(&client, &high_never, 100, "Never").await?;
+    let shutdown = CancellationToken::new();
+    let result = async {
+        let sched = format!("phalanx-{ns}");
+        let pod = |name: &str, class: &str, group: Option<&str>, node: Option<&str>| -> Result<Pod> {
+            let mut labels = BTreeMap::new();
+            if let Some(g) = group {
+                labels.insert("scheduling.phalanx.dev/pod-group", g);
+            }
+            Ok(serde_json::from_value(json!({
+                "metadata": { "name": name, "labels": labels },
+                "spec": {
+                    "schedulerName": sched, "priorityClassName": class, "nodeName": node,
+                    "terminationGracePeriodSeconds": 0,
+                    "containers": [{ "name": "c", "image": "busybox", "resources": { "requests": { "cpu": "1" } } }],
+                }
+            }))?)
+        };
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        phalanx_testenv::create_pod(&client, &ns, &pod("victim", &low, None, Some(&node))?).await?;
+        let store = Store::start(client.clone(), StoreConfig::default());
+        let (leader_tx, leader_rx) = watch::channel(true);
+        let mut registry = Registry::default();
+        let fut = phalanx_driver::run(
+            client.clone(),
+            store,
+            phalanx_driver::SchedulerOptions {
+                scheduler_name: sched.clone(),
+                node_selector: Some(format!("{}={ns}", phalanx_testenv::TEST_NS_LABEL)),
+                ..Default::default()
+            },
+            leader_rx,
+            shutdown.clone(),
+            &mut registry,
+        );
+        tokio::spawn(async move {
+            let _keep = (leader_tx, registry);
+            if let Err(e) = fut.await {
+                tracing::error!(error = %e, "scheduler ended with an error");
+            }
+        });
+        let pgs: Api<PodGroup> = Api::namespaced(client.clone(), &ns);
+        let never = json!({ "priorityClassName": high, "preemptionPolicy": "Never" });
+        pgs.create(&PostParams::default(), &pg("g-never", None, None, never.clone())?)
+            .await?;
+        pgs.create(&PostParams::default(), &pg("g-never-pods", None, None, never)?)
+            .await?;
+        // Members of the preempting class: they disagree with their group's Never.
+        phalanx_testenv::create_pod(&client, &ns, &pod("hi-0", &high, Some("g-never"), None)?).await?;
+        // Members of a Never class: the group is tried, and preemption is not allowed.
+        phalanx_testenv::create_pod(&client, &ns, &pod("hi-1", &high_never, Some("g-never-pods"), None)?).await?;
+        let seen = Mutex::new(Vec::new());
+        wait_for("both Never groups tried", Duration::from_secs(60), || async {
+            let a = scheduled_condition(&pgs, "g-never").await?;
+            let b = scheduled_condition(&pgs, "g-never-pods").await?;
+            if let Ok(mut l) = seen.lock() {
+                *l = vec![a.clone(), b.clone()];
+            }
+            let a_ok = a.is_some_and(|(s, r, m)| {
+                s == "False" && r == "SchedulerError" && m.contains("preemption policy") && m.contains("Never")
+            });
+            let b_ok = b.is_some_and(|(s, r, _)| s == "False" && r == "Unschedulable");
+            Ok((a_ok && b_ok).then_some(()))
+        })
+        .await
+        .with_context(|| format!("last conditions: {:?}", seen.lock().map(|l| l.clone()).unwrap_or_default()))?;
+        let until = tokio::time::Instant::now() + Duration::from_secs(5);
+        while tokio::time::Instant::now() < until {
+            let v = pods.get_opt("victim").await?;
+            ensure!(
+                v.as_ref().is_some_and(|v| v.metadata.deletion_timestamp.is_none()),
+                "the victim was evicted by a group whose spec says preemptionPolicy: Never"
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        for p in ["hi-0", "hi-1"] {
+            ensure!(pods.get(p).await?.spec.and_then(|s| s.node_name).is_none(), "{p} stays pending");
+        }
+        wait_valid(&client, &ns, "PodGroup", "g-never", "True", "Valid").await?;
+        // The control: the same gang without the field preempts the victim.
+        pgs.create(
+            &PostParams::default(),
+            &pg("g-may", None, None, json!({ "priorityClassName": high }))?,
+        )
+        .await?;
+        phalanx_testenv::create_pod(&client, &ns, &pod("hi-2", &high, Some("g-may"), None)?).await?;
+        wait_for("the victim evicted by g-may", Duration::from_secs(60), || async {
+            let v = pods.get_opt("victim").await?;
+            Ok(v.is_none_or(|v| v.metadata.deletion_timestamp.is_some()).then_some(()))
+        })
+        .await?;
+        Ok(())
+    }
+    .await;
+    shutdown.cancel();
+    for n in [&low, &high, &high_never] {
+        Api::<PriorityClass>::all(client.clone())
+            .delete(n, &DeleteParams::default())
+            .await?;
+    }
+    result
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

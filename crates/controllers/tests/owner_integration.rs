@@ -679,6 +679,45 @@ async fn annotated_deployment_is_one_group_across_a_rollout() -> Result<()> {
         Ok((g.status.and_then(|s| s.pods) == Some(i32::try_from(n)?) && n >= 3).then_some(()))
     })
     .await?;
+    // A group an earlier version made for a ReplicaSet (the same objects the integration builds) is deleted at the
+    // ReplicaSet's next change; its pods never joined it.
+    let rs = replica_sets
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .next()
+        .context("a ReplicaSet")?;
+    let facts = phalanx_controllers::integrations::build::OwnerFacts::from_json(&serde_json::to_value(&rs)?);
+    let stale = format!("{}-replicaset", rs.name_any());
+    let pp = PatchParams::apply(phalanx_api::field_managers::INTEGRATION).force();
+    c.workloads()
+        .patch(
+            &stale,
+            &pp,
+            &Patch::Apply(phalanx_controllers::integrations::build::workload(&facts, 3)),
+        )
+        .await?;
+    c.groups()
+        .patch(
+            &stale,
+            &pp,
+            &Patch::Apply(phalanx_controllers::integrations::build::pod_group(&facts, 3)),
+        )
+        .await?;
+    replica_sets
+        .patch(
+            &rs.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "metadata": { "annotations": { "touched": "1" } } })),
+        )
+        .await?;
+    wait_for(
+        "the ReplicaSet's stale Workload and PodGroup deleted",
+        WAIT,
+        || async { Ok((group_and_workload_names(&c).await? == one).then_some(())) },
+    )
+    .await?;
     Ok(())
 }
 

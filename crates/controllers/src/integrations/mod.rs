@@ -107,8 +107,8 @@ pub async fn run(ctx: Ctx, shutdown: CancellationToken) {
                         let now = tokio::time::Instant::now();
                         recent.retain(|_, t| now.duration_since(*t) < POD_TRIGGER_INTERVAL);
                         let key = (o.namespace.clone(), o.uid.clone());
-                        if !recent.contains_key(&key) {
-                            recent.insert(key, now);
+                        if let std::collections::hash_map::Entry::Vacant(e) = recent.entry(key) {
+                            e.insert(now);
                             enqueue(o);
                         }
                     }
