@@ -1011,7 +1011,7 @@ async fn a_written_preemption_policy_never_is_honoured() -> Result<()> {
             .await?;
         pgs.create(&PostParams::default(), &pg("g-never-pods", None, None, never)?)
             .await?;
-        // Members of the preempting class: they disagree with their group's Never.
+        // Members of the preempting class: their group's Never decides (tried, never by eviction).
         phalanx_testenv::create_pod(&client, &ns, &pod("hi-0", &high, Some("g-never"), None)?).await?;
         // Members of a Never class: the group is tried, and preemption is not allowed.
         phalanx_testenv::create_pod(&client, &ns, &pod("hi-1", &high_never, Some("g-never-pods"), None)?).await?;
@@ -1022,9 +1022,7 @@ async fn a_written_preemption_policy_never_is_honoured() -> Result<()> {
             if let Ok(mut l) = seen.lock() {
                 *l = vec![a.clone(), b.clone()];
             }
-            let a_ok = a.is_some_and(|(s, r, m)| {
-                s == "False" && r == "SchedulerError" && m.contains("preemption policy") && m.contains("Never")
-            });
+            let a_ok = a.is_some_and(|(s, r, m)| s == "False" && r == "Unschedulable" && m.contains("preemptionPolicy=Never"));
             let b_ok = b.is_some_and(|(s, r, _)| s == "False" && r == "Unschedulable");
             Ok((a_ok && b_ok).then_some(()))
         })

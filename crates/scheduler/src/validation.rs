@@ -217,6 +217,11 @@ fn validate_members(
     }
     for p in all {
         match preemption_policy {
+            // A group that restricts itself (`Never`) over pods whose class may preempt: the group preempts as a
+            // whole and its own policy decides, so the pods' policy cannot widen it. Upstream's check would refuse
+            // it, but pod admission never gives such pods `Never` under a preempting class, so the tenant could not
+            // restrict a gang at all.
+            Some(crate::model::PreemptionPolicy::Never) => {}
             Some(gp) if p.preemption_policy != gp => {
                 return Err(ValidationError::PreemptionPolicyMismatch {
                     group_policy: gp.to_string(),

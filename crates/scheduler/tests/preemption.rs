@@ -643,6 +643,40 @@ fn preemption_policy_never_never_evicts() {
     assert!(reports.contains(&"preemption: not eligible due to preemptionPolicy=Never.".to_string()));
 }
 
+/// A group that restricts itself (`preemptionPolicy: Never`) over pods whose class may preempt (pod admission gives
+/// them `PreemptLowerPriority`): the group's own policy decides. It is tried (no SchedulerError for the mismatch),
+/// binds where there is room, and never evicts.
+#[test]
+fn a_never_group_over_preempting_pods_is_tried_and_never_evicts() {
+    let mut h = H::new(vec![host("node1", 1), host("node2", 1)]);
+    h.running("low", 1000, "node1", 1, None);
+    let mut g = Sim::gang("pg1", 2);
+    g.preemption_policy = Some(PreemptionPolicy::Never);
+    h.s.add_group(g);
+    for name in ["high-1", "high-2"] {
+        h.pending(Sim::make_pod(name, 1000, Some("pg1"), 100));
+    }
+    h.run();
+    assert!(h.evicted.is_empty());
+    let d = h.s.decisions.last().unwrap();
+    assert_eq!(d.outcome, phalanx_scheduler::Outcome::Unschedulable);
+    let r = d.preemption.as_ref().unwrap();
+    assert_eq!(
+        r.message,
+        "pod group preemption: not eligible due to preemptionPolicy=Never."
+    );
+    // With room for both it binds.
+    let mut h = H::new(vec![host("node1", 1), host("node2", 1)]);
+    let mut g = Sim::gang("pg1", 2);
+    g.preemption_policy = Some(PreemptionPolicy::Never);
+    h.s.add_group(g);
+    for name in ["high-1", "high-2"] {
+        h.pending(Sim::make_pod(name, 1000, Some("pg1"), 100));
+    }
+    h.run();
+    assert!(!h.s.unbound(&["high-1"]) && !h.s.unbound(&["high-2"]));
+}
+
 #[test]
 fn pdb_protected_pod_is_spared_when_another_victim_suffices() {
     let run = |pdb: bool| {
