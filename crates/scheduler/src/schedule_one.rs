@@ -277,7 +277,7 @@ impl PodScheduler {
     /// there, counting the other nominated pods, takes it without searching or scoring other
     /// nodes (and without moving the rotating start index). PreFilter must have run for `pod`.
     fn nominated_fit(
-        &mut self,
+        &self,
         snapshot: &Snapshot,
         pod: &PodInfo,
         nodes: Option<&[usize]>,

@@ -12,8 +12,8 @@
 //! `pickOneNodeForPreemption`'s order counted in pods: fewest PDB violations, lowest highest
 //! victim priority, lowest priority sum, fewest pods, latest start; ties keep upstream's
 //! choice):
-//! - **Steered node choice** ([`node_cost`]): each run sees, per node, the cost of the
-//!   candidates it evicted there, and the per-pod pass prefers cheaper nodes before the plugin
+//! - **Steered node choice** ([`node_cost`]): each run sees, per node, the cost of its
+//!   lowest-priority candidates, and the per-pod pass prefers cheaper nodes before the plugin
 //!   score; upstream's run scores nodes as if empty, so victims never influence which node is
 //!   taken.
 //! - **Candidate placements** (upstream 1.37 takes the single best placement; scoring the top

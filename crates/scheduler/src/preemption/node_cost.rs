@@ -2,49 +2,73 @@
 //! upstream: `podgrouppreemption.go` re-runs the group algorithm with every candidate evicted,
 //! so the nodes look empty and victims never influence which node a pod takes).
 //!
-//! Before each simulated run the evaluator records, for every node, the [`Cost`] of the
-//! candidate units it evicted that have a pod there (a whole `disruptionMode: all` unit counts
-//! with all its pods, wherever they run: taking the node evicts all of them). While that is set,
-//! the per-pod pass (`schedule_one.rs`) prefers, among the feasible nodes, the one with the
-//! lowest cost, and only then the plugin score; the reprieve afterwards gives back whatever the
-//! chosen nodes do not need. The cost is an upper bound per node (every candidate there is
-//! counted, not only those the pod needs gone), which is what keeps it cheap: one pass over the
-//! candidates per run.
+//! Before each simulated run the evaluator records, for every node, a [`Cost`] of the candidate
+//! units it evicted there; while that is set, the per-pod pass (`schedule_one.rs`) prefers,
+//! among the feasible nodes, the one with the lowest cost, and only then the plugin score. The
+//! reprieve afterwards decides the real victims, and the priority tiers, the PDB tier and the
+//! candidate placements compare those.
+//!
+//! A node's cost counts its candidates of the lowest priority among them (a whole
+//! `disruptionMode: all` unit with all its pods, wherever they run): the reprieve gives back the
+//! most important candidates first, so those are the ones a pod taking part of the node usually
+//! needs gone. Counting every candidate of the node instead would make a node holding
+//! priority-5 and priority-10 pods look dearer than one holding fewer priority-10 pods, where
+//! the pod would cost a priority-10 victim; counting only what one pod needs (replaying the
+//! reprieve) would ignore that later pods of the group take the same node. It is a cheap
+//! estimate, one pass over the candidates per run: when the lowest level does not make enough
+//! room, the victims come from higher levels and the priority tiers correct the choice.
 
 use crate::preemption::pdb::Budgets;
 use crate::preemption::reprieve::Cost;
 use crate::preemption::units::VictimUnit;
 use crate::snapshot::Snapshot;
 
-/// The cost per node (indexed like the snapshot) of the units `removed` (indices into `units`)
-/// that have a pod on it. With PDBs, each node's units consume the budgets on their own, in the
-/// order of `removed` (the units a PDB selects come most important first:
-/// `units::sort_for_budgets`), as the reprieve of a preemptor using only that node would.
+/// The cost per node (indexed like the snapshot) of its lowest-priority candidates among the
+/// units `removed` (indices into `units`). With PDBs, each node's counted units consume the
+/// budgets on their own, in the order of `removed` (the units a PDB selects come most important
+/// first: `units::sort_for_budgets`), as the reprieve of a preemptor using only that node would.
 pub(crate) fn per_node(snapshot: &Snapshot, units: &[VictimUnit], removed: &[usize]) -> Vec<Cost> {
     let n = snapshot.len();
     let mut costs = vec![Cost::NONE; n];
+    // Per node: the lowest candidate priority seen so far, and the last unit counted there (a
+    // unit with several pods on one node counts once).
+    let mut lowest = vec![i32::MAX; n];
+    let mut last = vec![usize::MAX; n];
     let pdbs = snapshot.preemption.pdbs();
     if pdbs.is_empty() {
-        // The last unit added per node: a unit with several pods on one node counts once.
-        let mut last = vec![usize::MAX; n];
         for &ui in removed {
             let u = &units[ui];
             for node in u.members().filter_map(|m| m.node) {
-                if node < n && last[node] != ui {
-                    last[node] = ui;
-                    costs[node].add(u, 0);
+                if node >= n || last[node] == ui || u.priority > lowest[node] {
+                    continue;
                 }
+                if u.priority < lowest[node] {
+                    lowest[node] = u.priority;
+                    costs[node] = Cost::NONE;
+                }
+                last[node] = ui;
+                costs[node].add(u, 0);
             }
         }
         return costs;
     }
-    // The units per node, in `removed` order, as one flat list (`start[node]..start[node + 1]`).
-    let mut stamp = vec![usize::MAX; n];
+    for &ui in removed {
+        for node in units[ui].members().filter_map(|m| m.node) {
+            if node < n {
+                lowest[node] = lowest[node].min(units[ui].priority);
+            }
+        }
+    }
+    // The counted units per node, in `removed` order, as one flat list
+    // (`start[node]..start[node + 1]`).
+    let counted = |ui: usize, node: usize, last: &[usize]| {
+        node < n && last[node] != ui && units[ui].priority == lowest[node]
+    };
     let mut start = vec![0usize; n + 1];
     for &ui in removed {
         for node in units[ui].members().filter_map(|m| m.node) {
-            if node < n && stamp[node] != ui {
-                stamp[node] = ui;
+            if counted(ui, node, &last) {
+                last[node] = ui;
                 start[node + 1] += 1;
             }
         }
@@ -54,11 +78,11 @@ pub(crate) fn per_node(snapshot: &Snapshot, units: &[VictimUnit], removed: &[usi
     }
     let mut fill = start.clone();
     let mut flat = vec![0usize; start[n]];
-    stamp.fill(usize::MAX);
+    last.fill(usize::MAX);
     for &ui in removed {
         for node in units[ui].members().filter_map(|m| m.node) {
-            if node < n && stamp[node] != ui {
-                stamp[node] = ui;
+            if counted(ui, node, &last) {
+                last[node] = ui;
                 flat[fill[node]] = ui;
                 fill[node] += 1;
             }
@@ -115,6 +139,33 @@ mod tests {
         let lone: Vec<usize> = (0..u.len()).filter(|&i| u[i].len() == 1).collect();
         let c = per_node(&s, &u, &lone);
         assert_eq!((c[0], c[2].pods), (Cost::NONE, 2));
+    }
+
+    #[test]
+    fn a_node_costs_its_lowest_priority_candidates() {
+        // n1: four priority-5 and four priority-10 pods; n2: four priority-10 pods. A pod taking
+        // part of n1 needs only priority-5 pods gone there, any pod on n2 a priority-10 one.
+        let mut s =
+            Snapshot::new(["n1", "n2"].map(|n| Arc::new(NodeStatic::simple(n, 32_000, 1 << 30, &[]))));
+        for i in 0..8 {
+            let mut p = PodInfo::simple("ns", &format!("a{i}"), 4000);
+            p.node_name = Some("n1".into());
+            p.priority = if i % 2 == 0 { 5 } else { 10 };
+            s.add_pod(Arc::new(p));
+        }
+        for i in 0..4 {
+            let mut p = PodInfo::simple("ns", &format!("b{i}"), 4000);
+            p.node_name = Some("n2".into());
+            p.priority = 10;
+            s.add_pod(Arc::new(p));
+        }
+        let mut u = units::collect(&s, 100);
+        units::sort_by_priority(&mut u);
+        let all: Vec<usize> = (0..u.len()).collect();
+        let c = per_node(&s, &u, &all);
+        assert_eq!((c[0].highest, c[0].pods), (5, 4));
+        assert_eq!((c[1].highest, c[1].pods), (10, 4));
+        assert!(c[0] < c[1]);
     }
 
     #[test]

@@ -100,8 +100,8 @@ pub struct Snapshot {
     /// Inputs of preemption (group objects, nominated pods, PDBs, ...), see
     /// [`crate::preemption::PreemptionState`]; never touched by assume/revert.
     pub(crate) preemption: PreemptionState,
-    /// Per node (by index), the cost of the preemption candidates evicted from it, set only
-    /// while group preemption simulates a run (`preemption::node_cost`): the per-pod pass then
+    /// Per node (by index), the estimated cost of the preemption victims there, set only while
+    /// group preemption simulates a run (`preemption::node_cost`): the per-pod pass then
     /// prefers cheaper nodes. Not cluster state: ignored by `PartialEq`.
     pub(crate) victim_costs: Option<Vec<Cost>>,
 }
