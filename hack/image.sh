@@ -36,7 +36,9 @@ toml_value() { sed -n "/^\[$1\]/,/^\[/s/^$2 = \"\(.*\)\"/\1/p" "$3" | head -1; }
 VERSION=$(toml_value workspace.package version Cargo.toml)
 SOURCE_URL=$(toml_value workspace.package repository Cargo.toml)
 LICENSE=$(toml_value workspace.package license Cargo.toml)
-[ -n "$VERSION" ] && [ -n "$SOURCE_URL" ] && [ -n "$LICENSE" ] || phalanx::die "version, repository or license missing in Cargo.toml [workspace.package]"
+if [ -z "$VERSION" ] || [ -z "$SOURCE_URL" ] || [ -z "$LICENSE" ]; then
+  phalanx::die "version, repository or license missing in Cargo.toml [workspace.package]"
+fi
 chart_repo=$(sed -n 's/^  repository: *//p' charts/phalanx/values.yaml | head -1)
 REPOSITORY=${IMAGE_REPOSITORY:-$chart_repo}
 TAG=${IMAGE_TAG:-$VERSION}
@@ -88,7 +90,11 @@ else
   export RUSTFLAGS="--remap-path-prefix=$PHALANX_ROOT=/phalanx --remap-path-prefix=$TARGET_DIR=/target --remap-path-prefix=$cargo_home=/cargo -C strip=symbols"
   # Incremental compilation may lay code out differently from one build to the next.
   export CARGO_INCREMENTAL=0
-  if ! cargo build --release --locked -p phalanx --bin phalanx --target "$RUST_TARGET" 2>&1 | sed -u 's/^/  /'; then
+  # cc (ring's C code) passes SOURCE_DATE_EPOCH to the compiler and rebuilds when it changes: the compile gets the
+  # time of the last change of the dependencies (Cargo.lock), so a new commit does not rebuild them.
+  deps_epoch=$(git log -1 --format=%ct -- Cargo.lock)
+  if ! SOURCE_DATE_EPOCH=$deps_epoch cargo build --release --locked -p phalanx --bin phalanx --target "$RUST_TARGET" 2>&1 |
+      sed -u 's/^/  /'; then
     phalanx::die "cargo build for $RUST_TARGET failed (output above)"
   fi
 fi

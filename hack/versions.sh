@@ -1,8 +1,13 @@
 # shellcheck shell=bash
 # Versions of the control-plane binaries that tests and the quick start use.
 # Sourced by the hack/ scripts; the cache directory is keyed by these.
+# Kubernetes 1.34-1.37 build (a wrapper module per minor version in hack/k8s-bins/, see hack/gen-k8s-mod.sh); the
+# staging modules' version follows: v1.M.P -> v0.M.P.
 K8S_VERSION=${K8S_VERSION:-v1.37.2}
-K8S_STAGING_VERSION=${K8S_STAGING_VERSION:-v0.37.2}
+K8S_STAGING_VERSION=${K8S_STAGING_VERSION:-v0.${K8S_VERSION#v1.}}
+# The commands built from k8s.io/kubernetes (used by the scripts that source this file).
+# shellcheck disable=SC2034
+PHALANX_K8S_BINS=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
 ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
 KWOK_VERSION=${KWOK_VERSION:-v0.8.0}
 HELM_VERSION=${HELM_VERSION:-v3.22.0}
