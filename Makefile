@@ -5,7 +5,7 @@ SHELL := bash
 CARGO ?= cargo
 TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
 
-.PHONY: help bins kueue test-kueue cluster-up cluster-down cluster-status test lint fmt-check clippy crds bench bench-e2e quickstart chaos chaos-smoke image test-image image-reproducible
+.PHONY: help bins kueue test-kueue cluster-up cluster-down cluster-status test lint fmt-check clippy crds bench bench-e2e quickstart chaos chaos-smoke image test-image image-reproducible test-compat test-compat-all
 
 help: ## Show this list
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -35,6 +35,12 @@ lint: fmt-check clippy ## rustfmt check + clippy -D warnings
 
 test: bins lint ## bins, fmt check, clippy, then all unit and integration tests (real control plane per test binary)
 	$(CARGO) test --workspace
+
+test-compat: ## Compatibility suite on one version: K8S_VERSION=v1.34.4 make test-compat (hack/test-compat.sh --list)
+	hack/test-compat.sh
+
+test-compat-all: ## Compatibility suite on v1.34.4, v1.35.4, v1.36.3 and v1.37.2 (builds each control plane once, ~20 min each cold)
+	hack/test-compat.sh --all
 
 test-kueue: bins kueue ## Phalanx under Kueue: Kueue admits by quota, Phalanx gang-schedules (not in `make test`: cold Kueue build)
 	$(CARGO) test -p phalanx-controllers --features kueue-test --test kueue

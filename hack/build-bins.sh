@@ -63,6 +63,17 @@ sync_back() {
 # gobuild OUT PKG [LDFLAGS]: build into OUT.tmp and rename, so an interrupted build never leaves a broken binary.
 gobuild() { go build -trimpath -ldflags "${3:--s -w}" -o "$1.tmp" "$2" && mv "$1.tmp" "$1"; }
 
+# etcd, kwok and helm do not depend on the Kubernetes version: another version's cache directory built with the
+# same etcd, kwok and helm versions (hack/versions.sh names the directory after all four) lends its copies.
+for sibling in "$PHALANX_CACHE"/bin/k8s-*-etcd-"$ETCD_VERSION"-kwok-"$KWOK_VERSION"-helm-"$HELM_VERSION"; do
+  [ -d "$sibling" ] && [ "$sibling" != "$out" ] || continue
+  for b in etcd kwok helm; do
+    if [ ! -x "$out/$b" ] && [ -x "$sibling/$b" ]; then cp "$sibling/$b" "$out/$b.tmp" && mv "$out/$b.tmp" "$out/$b"
+      echo "[build-bins] $b taken from $sibling"; fi
+  done
+  if ! have_stages && [ -d "$sibling/kwok-stages" ]; then mkdir -p "$out/kwok-stages"; cp "$sibling"/kwok-stages/*.yaml "$out/kwok-stages/"; fi
+done
+
 # 1. etcd: its own wrapper module so etcd's grpc/otel pins cannot move the apiserver's.
 if have etcd; then progress "etcd $ETCD_VERSION cached"; else
   progress "etcd $ETCD_VERSION: building (1-4 min cold)"; t=$SECONDS

@@ -50,6 +50,38 @@ pub fn phalanx_binary() -> anyhow::Result<PathBuf> {
     Ok(bin)
 }
 
+/// The `phalanx` binary the container image holds, unpacked from the image's layer by `hack/image-binary.sh` (which
+/// runs `make image`'s hack/image.sh first: a cold release build for the musl target the first time, a repackaging
+/// of seconds after that). The chart's end-to-end test runs this file, so what it proves holds for the image.
+///
+/// # Errors
+/// The image could not be built or holds no binary (the script's output is in the error).
+pub fn image_binary() -> anyhow::Result<PathBuf> {
+    let (dir, _) = profile_dir()?;
+    let target = dir.parent().context("target dir")?;
+    let out = Command::new("bash")
+        .arg("hack/image-binary.sh")
+        .current_dir(phalanx_testenv::TestEnv::repo_root())
+        .env("CARGO_TARGET_DIR", target)
+        .stderr(Stdio::piped())
+        .output()
+        .context("running hack/image-binary.sh")?;
+    let tail = |b: &[u8]| {
+        let text = String::from_utf8_lossy(b);
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(20)..].join("\n")
+    };
+    ensure!(
+        out.status.success(),
+        "hack/image-binary.sh failed ({}):\n{}",
+        out.status,
+        tail(&out.stderr)
+    );
+    let bin = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    ensure!(bin.is_file(), "hack/image-binary.sh named no file: {}", bin.display());
+    Ok(bin)
+}
+
 /// A running `phalanx run`; SIGKILLed on drop if still running.
 pub struct Phalanx {
     child: Child,

@@ -1,8 +1,8 @@
 //! The Helm chart as published, in a real cluster (the control plane of `phalanx-testenv`, helm and kubectl from
 //! hack/build-bins.sh): `helm template` passes the API server's own validation (`kubectl apply --dry-run=server`),
-//! `helm install` creates every object of the release, the real `phalanx` binary, run out of the cluster with the
-//! chart's ServiceAccount token and the Deployment's own arguments, takes the Lease and schedules a gang (so the
-//! chart's RBAC is enough), `helm upgrade` from the previous chart version keeps the CRDs and the Lease, and
+//! `helm install` creates every object of the release, the container image's own `phalanx` binary (unpacked from the
+//! layer of `make image`'s archive), run out of the cluster with the chart's ServiceAccount token and the
+//! Deployment's own arguments, takes the Lease and schedules a gang (so the image and the chart's RBAC are enough), `helm upgrade` from the previous chart version keeps the CRDs and the Lease, and
 //! `helm uninstall` leaves the CRDs (and says so in NOTES.txt). Two releases of one scheduler name elect one leader,
 //! and the second one's NOTES.txt warns about the first.
 //!
@@ -23,7 +23,7 @@ use phalanx_api::conditions::{POD_GROUP_INITIALLY_SCHEDULED, reasons};
 use phalanx_api::labels::POD_GROUP;
 use phalanx_api::v1beta1::PodGroup;
 use phalanx_e2e::helm::{Helm, chart_version, previous_chart};
-use phalanx_e2e::process::{Phalanx, phalanx_binary};
+use phalanx_e2e::process::{Phalanx, image_binary, phalanx_binary};
 use phalanx_e2e::{apply_objects, get_object, parse_objects, service_account_kubeconfig};
 use phalanx_testenv::{FakeNode, TEST_NS_LABEL, TestEnv, create_namespace, wait_for};
 
@@ -199,7 +199,8 @@ async fn chart_installs_schedules_a_gang_with_its_rbac_and_uninstall_keeps_the_c
     let env = TestEnv::shared();
     let admin = env.client().await?;
     let helm = Helm::new(env);
-    let bin = phalanx_binary()?;
+    // The image's own binary: this test is what proves that the published image, with the chart's RBAC, schedules.
+    let bin = image_binary()?;
     let work = work_dir("install");
     let ns = create_namespace(&admin, "chart").await?;
     let release = format!("phalanx-{}", &ns[ns.len() - 8..]);

@@ -120,6 +120,7 @@ pub async fn run(client: Client, mut opts: RunOptions, shutdown: CancellationTok
 
     // Bind first: a port conflict must fail before this process touches the Lease.
     let listener = server::bind(opts.metrics_addr).await?;
+    log_server_features(&client, &mut registry).await;
     let store = wiring::start_store(&client);
     let leadership = leader::start(
         opts.lease_client.clone().unwrap_or_else(|| client.clone()),
@@ -260,6 +261,43 @@ async fn wait_signal() {
     #[cfg(not(unix))]
     {
         let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// How long the start-up probe of the server's features may take before it is given up (it is advisory).
+const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Probes what the server serves ([`phalanx_store::server`]) and logs each gap once, at its severity, with the
+/// degradation it implies; registers `phalanx_server_info{version}`. A probe that fails or times out is logged and
+/// ignored: the watches meet the same failure, report it and retry.
+async fn log_server_features(client: &Client, registry: &mut Registry) {
+    use phalanx_store::server::{ServerFeatures, Severity};
+    let features = match tokio::time::timeout(PROBE_TIMEOUT, ServerFeatures::probe(client)).await {
+        Ok(Ok(f)) => f,
+        Ok(Err(e)) => {
+            return tracing::warn!(error = %e, "could not probe the server's version and APIs; continuing");
+        }
+        Err(_) => {
+            return tracing::warn!("probing the server's version and APIs timed out after 10 s; continuing");
+        }
+    };
+    let version = features
+        .version
+        .as_ref()
+        .map_or_else(|| "unknown".to_owned(), |v| v.git_version.clone());
+    tracing::info!(server_version = %version, dra = features.serves_dra(), "API server probed");
+    registry.register(
+        "server",
+        "Version of the API server this replica talks to, as probed at start",
+        Info::new(vec![("version", version)]),
+    );
+    for gap in features.gaps() {
+        let (feature, message) = (gap.feature, gap.message.as_str());
+        match gap.severity {
+            Severity::Info => tracing::info!(feature, "{message}"),
+            Severity::Warn => tracing::warn!(feature, "{message}"),
+            Severity::Error => tracing::error!(feature, "{message}"),
+        }
     }
 }
 

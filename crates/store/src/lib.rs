@@ -18,6 +18,7 @@ pub mod owners;
 pub mod priority;
 mod reflectors;
 pub mod retry;
+pub mod server;
 pub mod slim;
 
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};

@@ -273,3 +273,46 @@ async fn a_custom_kind_whose_discovery_fails_once_is_resolved_after_the_retry() 
     crds.delete(&crd_name, &DeleteParams::default()).await?;
     Ok(())
 }
+
+/// The start-up probe reads the version the control plane's own binary reports, sees the CRDs once applied and DRA
+/// (GA and on by default from 1.34), and says what happens to `spec.schedulingGroup` on this version. Runs against
+/// whichever version `K8S_VERSION` built (`make test-compat`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_probe_matches_the_control_plane() -> anyhow::Result<()> {
+    use phalanx_store::server::{ServerFeatures, Severity};
+    let env = TestEnv::shared();
+    let client = env.client().await?;
+    phalanx_testenv::apply_crds(&client, &phalanx_api::crds::to_yaml()).await?;
+    // `kube-apiserver --version` prints `Kubernetes v1.37.2`.
+    let out = std::process::Command::new(env.bin_dir().join("kube-apiserver"))
+        .arg("--version")
+        .output()?;
+    let built = String::from_utf8(out.stdout)?;
+    let built = built.trim().trim_start_matches("Kubernetes ").to_owned();
+
+    let features = ServerFeatures::probe(&client).await?;
+    let version = features.version.clone().expect("a parsable /version");
+    assert_eq!(version.git_version, built);
+    assert_eq!(format!("v1.{}", version.minor), built.rsplit_once('.').unwrap().0);
+    assert!(
+        features.missing_crds().is_empty(),
+        "{:?}",
+        features.missing_crds()
+    );
+    assert!(features.serves_dra(), "resource.k8s.io/v1 not served on {built}");
+    assert!(features.serves("policy/v1") && features.serves("coordination.k8s.io/v1"));
+
+    let gaps = features.gaps();
+    assert!(gaps.iter().all(|g| g.severity < Severity::Error), "{gaps:?}");
+    let note = gaps
+        .iter()
+        .find(|g| g.feature == "pod-scheduling-group")
+        .expect("the spec.schedulingGroup note");
+    assert_eq!(
+        note.message.contains("does not serve"),
+        version.minor < 36,
+        "{}",
+        note.message
+    );
+    Ok(())
+}
