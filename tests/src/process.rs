@@ -78,7 +78,11 @@ pub fn image_binary() -> anyhow::Result<PathBuf> {
         tail(&out.stderr)
     );
     let bin = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-    ensure!(bin.is_file(), "hack/image-binary.sh named no file: {}", bin.display());
+    ensure!(
+        bin.is_file(),
+        "hack/image-binary.sh named no file: {}",
+        bin.display()
+    );
     Ok(bin)
 }
 

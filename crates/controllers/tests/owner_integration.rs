@@ -837,3 +837,56 @@ async fn cluster_scoped_custom_owner_gets_a_group() -> Result<()> {
     fleets.delete(&name, &DeleteParams::background()).await?;
     Ok(())
 }
+
+/// k/k#142330: an annotated Job with `parallelism: 3, completions: 4` (minCount 3). Once two members are marked
+/// Succeeded, the Job controller creates the last pod, and that pod binds: the finished members still count toward
+/// the quorum, although only one member is running beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_gang_finishes_its_tail_because_succeeded_members_count() -> Result<()> {
+    let c = setup("oi-tail", 1, "4").await?;
+    let job: Job = serde_json::from_value(json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": { "name": "tail", "annotations": { GANG: "true" } },
+        "spec": {
+            "parallelism": 3,
+            "completions": 4,
+            "completionMode": "Indexed",
+            "template": pod_template(&c.sched, "1", "Never"),
+        }
+    }))?;
+    c.jobs().create(&PostParams::default(), &job).await?;
+    c.wait_bound("tail", 3).await?;
+    ensure!(c.min_count("tail-job").await? == Some(3));
+    let pods: Api<Pod> = Api::namespaced(c.client.clone(), &c.ns);
+    let mut names: Vec<String> = pods
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .map(|p| p.name_any())
+        .collect();
+    names.sort();
+    for n in names.iter().take(2) {
+        pods.patch_status(
+            n,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "status": { "phase": "Succeeded" } })),
+        )
+        .await
+        .with_context(|| format!("marking {n} Succeeded"))?;
+    }
+    // 2 Succeeded + 1 running + the new pod: the new pod binds although only 2 of the 3 are not finished.
+    c.wait_bound("tail", 4).await?;
+    let list = pods.list(&ListParams::default()).await?;
+    let phases: Vec<(String, Option<String>)> = list
+        .items
+        .iter()
+        .map(|p| (p.name_any(), p.status.as_ref().and_then(|s| s.phase.clone())))
+        .collect();
+    let succeeded = phases
+        .iter()
+        .filter(|(_, ph)| ph.as_deref() == Some("Succeeded"))
+        .count();
+    ensure!(succeeded == 2, "phases: {phases:?}");
+    Ok(())
+}

@@ -8,7 +8,9 @@
 use std::time::Instant;
 
 use phalanx_api::conditions::reasons;
-use phalanx_scheduler::{Decision, GroupKey, Outcome, PodKey, QueuedEntity, Snapshot, is_terminal};
+use phalanx_scheduler::{
+    Decision, GroupKey, Outcome, PodKey, QueuedEntity, Snapshot, is_succeeded, is_terminal,
+};
 use phalanx_store::pod_node;
 
 use crate::{
@@ -32,15 +34,20 @@ impl Driver {
             groups.extend(t.leaves_under(&t.root().key).iter().cloned());
         }
         let mut extras = Vec::new();
+        let mut completed = std::collections::HashMap::new();
         for g in &groups {
             for p in self.store.group_members(g) {
                 let Some(key) = PodKey::of(&p) else { continue };
-                if pod_node(&p).is_some() && !is_terminal(&p) && !snap.contains_pod(&key) {
+                if is_succeeded(&p) {
+                    // Finished members count toward the quorum without holding a node (k/k#142330).
+                    *completed.entry(g.clone()).or_insert(0) += 1;
+                } else if pod_node(&p).is_some() && !is_terminal(&p) && !snap.contains_pod(&key) {
                     snap.add_pod(self.cache.pod(&p, Some(g.clone())));
                     extras.push(key);
                 }
             }
         }
+        snap.set_completed(completed);
         snap.clear_preemption_inputs();
         self.preemption_inputs(&mut snap);
         (snap, extras)

@@ -14,7 +14,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use phalanx_api::{v1alpha3::CompositePodGroup, v1beta1::PodGroup};
 use phalanx_scheduler::{
-    ClusterEvent, EntityKey, GroupKey, GroupKind, NodeStatic, PodInfo, PodKey, is_terminal,
+    ClusterEvent, EntityKey, GroupKey, GroupKind, NodeStatic, PodInfo, PodKey, is_succeeded, is_terminal,
 };
 use phalanx_store::{StoreEvent, pod_node};
 
@@ -88,10 +88,16 @@ impl Driver {
                     None => self.queue.on_event(ClusterEvent::AssignedPodUpdated, now),
                 }
             }
+            Some(ref p) if is_succeeded(p) && self.ours(p) && group.is_some() => {
+                // A member that finished: it frees its node but keeps counting toward its gang's quorum, so the
+                // last pods of a Job with `completions > parallelism` can still bind (k/k#142330).
+                self.foreign_bound.remove(&key);
+                self.complete(key, p, now);
+            }
             other => {
                 let terminal = other.as_ref().is_some_and(|p| is_terminal(p));
                 self.foreign_bound.remove(&key);
-                if let Some(old) = self.known.remove(&key) {
+                if let Some(old) = self.known.remove(&key).or_else(|| self.completed.remove(&key)) {
                     self.queue.delete_pod(&old, now);
                 } else if (other.is_none() || terminal)
                     && let Some(n) = node.as_deref()
@@ -111,6 +117,19 @@ impl Driver {
                 }
             }
         }
+    }
+
+    /// Records a Succeeded member of one of our groups with the queue, once ([`Driver::completed`]).
+    pub(crate) fn complete(&mut self, key: PodKey, p: &Pod, now: Instant) {
+        if self.completed.contains_key(&key) {
+            return;
+        }
+        let info = self
+            .known
+            .remove(&key)
+            .unwrap_or_else(|| self.cache.pod(p, self.store.group_of_pod(p)));
+        self.queue.complete_pod(&info, now);
+        self.completed.insert(key, info);
     }
 
     /// The pod as the queue should see it: an assumed pod counts as assigned to its assumed node (upstream counts
@@ -266,6 +285,12 @@ impl Driver {
             )
         });
         for p in &pods {
+            if is_succeeded(p) && self.ours(p) && self.store.group_of_pod(p).is_some() {
+                let Some(key) = PodKey::of(p) else { continue };
+                seen.insert(key.clone());
+                self.complete(key, p, now);
+                continue;
+            }
             if is_terminal(p) || !self.ours(p) {
                 continue;
             }
@@ -286,6 +311,17 @@ impl Driver {
             .collect();
         for k in gone {
             if let Some(old) = self.known.remove(&k) {
+                self.queue.delete_pod(&old, now);
+            }
+        }
+        let gone: Vec<PodKey> = self
+            .completed
+            .keys()
+            .filter(|k| !seen.contains(*k))
+            .cloned()
+            .collect();
+        for k in gone {
+            if let Some(old) = self.completed.remove(&k) {
                 self.queue.delete_pod(&old, now);
             }
         }

@@ -75,6 +75,9 @@ pub(crate) struct Driver {
     pub(crate) cache: ModelCache,
     /// Our pods fed to the queue, as last converted (needed to delete them from the queue).
     pub(crate) known: HashMap<PodKey, Arc<PodInfo>>,
+    /// Our group members that Succeeded, as last converted: they count toward their group's quorum until their
+    /// object is deleted ([`phalanx_scheduler::SchedulingQueue::complete_pod`]).
+    pub(crate) completed: HashMap<PodKey, Arc<PodInfo>>,
     /// Each considered node as ingest last saw it, to tell a real change from a repeat (see `on_node`).
     pub(crate) nodes_seen: HashMap<String, Arc<phalanx_scheduler::NodeStatic>>,
     /// Bound pods of other schedulers seen on considered nodes (to report each arrival once).
@@ -160,6 +163,7 @@ impl Driver {
             metrics,
             cache: ModelCache::default(),
             known: HashMap::new(),
+            completed: HashMap::new(),
             nodes_seen: HashMap::new(),
             foreign_bound: HashSet::new(),
             known_groups: HashSet::new(),

@@ -45,7 +45,7 @@ pub mod validation;
 pub mod workload_forest;
 
 pub use config::SchedulerConfig;
-pub use convert::{ConvertError, is_terminal};
+pub use convert::{ConvertError, is_succeeded, is_terminal};
 pub use cycle::Scheduler;
 pub use decision::{
     Binding, ConditionReason, ConditionType, Decision, FailureReason, GroupCondition, Nomination, Outcome,

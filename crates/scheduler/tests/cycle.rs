@@ -153,3 +153,37 @@ fn single_pod_decision_shape() {
         Some(RequeueMode::Unschedulable)
     );
 }
+
+/// k/k#142330: the last pod of a Job gang (minCount 3) with one member running and two Succeeded binds, because
+/// the Succeeded members count as scheduled ([`Snapshot::set_completed`]); without them it is the gang's quorum
+/// that fails, with GangScheduling's message.
+#[test]
+fn succeeded_members_count_as_scheduled_for_the_gang() {
+    let g = GroupInfo::new("ns", "g", GroupPolicy::Gang { min_count: 3 });
+    let with = |completed: usize| {
+        let mut s = snap();
+        let mut running = member("running", "g");
+        running.node_name = Some("n".into());
+        s.add_pod(Arc::new(running));
+        s.set_completed(
+            [(GroupKey::pod_group("ns", "g"), completed)]
+                .into_iter()
+                .collect(),
+        );
+        Scheduler::new(SchedulerConfig::default())
+            .schedule(&mut s, &entity(g.clone(), vec![member("last", "g")]))
+    };
+    let d = with(2);
+    assert_eq!(d.outcome, Outcome::Scheduled);
+    assert_eq!(d.bindings.len(), 1);
+    let d = with(0);
+    assert_eq!(d.outcome, Outcome::Unschedulable);
+    assert!(d.bindings.is_empty());
+    assert!(
+        d.failures.iter().all(|f| f
+            .message
+            .contains("minCount (3) cannot be satisfied: 1 scheduled, 1 remaining")),
+        "{:?}",
+        d.failures
+    );
+}

@@ -412,3 +412,48 @@ fn parent_cycle_is_an_invalid_hierarchy_not_a_wait() {
     assert!(gate.message.contains("cycle"), "{}", gate.message);
     assert!(q.pop(t).is_none());
 }
+
+/// k/k#142330: a Job gang with `parallelism: 3, completions: 4`. Two members Succeed and the Job creates the last
+/// pod; the finished members still count toward the quorum, so the last pod passes the gate. A Failed member does
+/// not count, and deleting a Succeeded pod object takes it out of the count.
+#[test]
+fn succeeded_members_count_toward_the_quorum_and_failed_ones_do_not() {
+    let mut q = SchedulingQueue::new(&SchedulerConfig::default());
+    let t = Instant::now();
+    q.add_group(gang("g", 3), t);
+    let bound = |name: &str| {
+        let mut p = (*pod(name, Some("g"), 0)).clone();
+        p.node_name = Some("n1".into());
+        Arc::new(p)
+    };
+    for n in ["a", "b", "c"] {
+        q.add_pod(bound(n), t);
+    }
+    assert_eq!(q.group_member_count(&GroupKey::pod_group("ns", "g")), 3);
+    q.complete_pod(&bound("a"), t);
+    q.complete_pod(&bound("b"), t);
+    assert_eq!(
+        q.group_member_count(&GroupKey::pod_group("ns", "g")),
+        3,
+        "completed members still count"
+    );
+    q.add_pod(pod("d", Some("g"), 0), t);
+    assert!(
+        q.gate(&gkey("g")).is_none(),
+        "2 succeeded + 1 running + 1 pending meets minCount 3"
+    );
+    assert_eq!(q.pop(t).map(|e| e.key), Some(gkey("g")));
+
+    // The same without the completions: the Failed member leaves the count and the last pod waits.
+    let mut q = SchedulingQueue::new(&SchedulerConfig::default());
+    q.add_group(gang("g", 3), t);
+    for n in ["a", "b", "c"] {
+        q.add_pod(bound(n), t);
+    }
+    q.complete_pod(&bound("a"), t);
+    q.delete_pod(&bound("b"), t); // Failed: the driver deletes it from the queue
+    q.delete_pod(&bound("a"), t); // the Succeeded pod object is deleted (TTL, pod GC)
+    q.add_pod(pod("d", Some("g"), 0), t);
+    let gate = q.gate(&gkey("g")).expect("below quorum");
+    assert_eq!(gate.message, "2 of 3 pods present (minCount 3)");
+}

@@ -7,7 +7,7 @@
 mod node;
 mod pod;
 
-pub use pod::is_terminal;
+pub use pod::{is_succeeded, is_terminal};
 
 /// Why an API object could not be converted: a bad quantity, label selector, taint effect or
 /// enum value. The message names the part of the object (`container "app": ...`,

@@ -23,6 +23,12 @@ pub fn is_terminal(pod: &core::Pod) -> bool {
     )
 }
 
+/// True for a pod in phase Succeeded: a gang member that finished its work. It counts toward its group's quorum
+/// (k/k#142330), unlike a Failed one.
+pub fn is_succeeded(pod: &core::Pod) -> bool {
+    pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded")
+}
+
 impl PodKey {
     /// Key of an API pod; `None` when it has no name (never true for objects read from the API).
     /// A pod without a namespace is keyed in `default`, as the API server defaults it.

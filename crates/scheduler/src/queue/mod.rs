@@ -313,6 +313,25 @@ impl SchedulingQueue {
         self.cleanup(&key);
     }
 
+    /// A member pod Succeeded: it leaves the pending set but keeps counting toward its group's quorum (kept with the
+    /// assigned members until the pod object is deleted, [`SchedulingQueue::delete_pod`]), and its capacity is free,
+    /// so unschedulable entities wake as for a deletion. A pod without a group is simply deleted. Failed pods are
+    /// deleted, not completed: they do not count (k/k#142330 asks for completions, not failures, to count).
+    pub fn complete_pod(&mut self, pod: &PodInfo, now: Instant) {
+        let Some(g) = pod.group_key() else {
+            self.delete_pod(pod, now);
+            return;
+        };
+        self.sent.remove(&pod.key);
+        let key = self.forest.home_of(&g);
+        let e = self.entry_mut(&key, now);
+        e.pods.remove(&pod.key);
+        e.assigned.insert(pod.key.clone(), Some(g));
+        self.reevaluate(&key, now);
+        self.cleanup(&key);
+        self.wake_all(now);
+    }
+
     /// Applies a cluster event (queueing hints): node and pod-deletion events wake every
     /// unschedulable entity; an assigned member pod counts toward quorum and wakes its group.
     pub fn on_event(&mut self, event: ClusterEvent, now: Instant) {

@@ -104,6 +104,10 @@ pub struct Snapshot {
     /// group preemption simulates a run (`preemption::node_cost`): the per-pod pass then
     /// prefers cheaper nodes. Not cluster state: ignored by `PartialEq`.
     pub(crate) victim_costs: Option<Vec<Cost>>,
+    /// Per group, the members that have Succeeded: they count toward the quorum (a finished member of a Job with
+    /// `completions > parallelism` is not a lost one, k/k#142330) but hold no capacity, so they are on no node.
+    /// A per-cycle input set by the runtime ([`Snapshot::set_completed`]), never touched by assume/revert.
+    completed: HashMap<GroupKey, usize>,
 }
 
 impl PartialEq for Snapshot {
@@ -114,6 +118,7 @@ impl PartialEq for Snapshot {
             && self.groups == other.groups
             && self.affinity_pods == other.affinity_pods
             && self.preemption == other.preemption
+            && self.completed == other.completed
     }
 }
 
@@ -132,6 +137,7 @@ impl Clone for Snapshot {
             domains: self.domains.clone(),
             preemption: self.preemption.clone(),
             victim_costs: self.victim_costs.clone(),
+            completed: self.completed.clone(),
         }
     }
 }
@@ -158,6 +164,7 @@ impl Snapshot {
             domains: DomainCache::default(),
             preemption: PreemptionState::default(),
             victim_costs: None,
+            completed: HashMap::new(),
         };
         for n in nodes {
             s.upsert_node(n);
@@ -372,9 +379,21 @@ impl Snapshot {
         self.groups.get(g)
     }
 
-    /// Number of scheduled members of a group (upstream `ScheduledPodsCount`).
+    /// Number of scheduled members of a group (upstream `ScheduledPodsCount`), the Succeeded ones included
+    /// ([`Snapshot::set_completed`]): the quorum counts work done, not only work running.
     pub fn scheduled_count(&self, g: &GroupKey) -> usize {
-        self.groups.get(g).map_or(0, |s| s.scheduled.len())
+        self.groups.get(g).map_or(0, |s| s.scheduled.len()) + self.completed_count(g)
+    }
+
+    /// Number of members of a group that have Succeeded, as last set by [`Snapshot::set_completed`].
+    pub fn completed_count(&self, g: &GroupKey) -> usize {
+        self.completed.get(g).copied().unwrap_or(0)
+    }
+
+    /// Replaces the per-group counts of Succeeded members (pods in phase Succeeded, which the snapshot's nodes do
+    /// not hold). The runtime sets them for the groups of each cycle's entity; groups left out count 0.
+    pub fn set_completed(&mut self, completed: HashMap<GroupKey, usize>) {
+        self.completed = completed;
     }
 
     /// Position in the undo log, for [`Snapshot::revert_to`].
