@@ -7,12 +7,16 @@ mod common;
 
 use std::collections::{BTreeSet, HashMap};
 
-use anyhow::ensure;
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::PostParams;
+use std::time::Duration;
+
+use anyhow::{Context as _, ensure};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::Api;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use phalanx_testenv::wait_for;
 use serde_json::json;
 
-use common::cluster::{Ctx, setup};
+use common::cluster::{Ctx, SETTLE, setup};
 
 /// The values of node label `key` on the nodes that `pods` are bound to.
 fn domains(
@@ -222,5 +226,142 @@ async fn composite_whose_first_child_would_strand_the_second_is_placed_whole() -
         "b in r1"
     );
     ctx.wait_cpg("root", "True", "Scheduled").await?;
+    sched.stop().await
+}
+
+/// A bare pod `name`, a member of `group` when given, requesting `cpu`, bound to `node` by hand when given (a filler).
+async fn bare_pod(
+    ctx: &Ctx,
+    group: Option<&str>,
+    name: &str,
+    cpu: &str,
+    node: Option<&str>,
+) -> anyhow::Result<()> {
+    let mut labels = serde_json::Map::new();
+    if let Some(g) = group {
+        labels.insert(phalanx_api::labels::POD_GROUP.into(), g.into());
+    }
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": { "name": name, "labels": labels },
+        "spec": {
+            "schedulerName": ctx.sched,
+            "nodeName": node,
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{ "name": "c", "image": "busybox", "resources": { "requests": { "cpu": cpu } } }],
+        }
+    }))?;
+    ctx.pods().create(&PostParams::default(), &pod).await?;
+    Ok(())
+}
+
+/// Deletes pod `name` and waits until it is gone.
+async fn delete_pod(ctx: &Ctx, name: &str) -> anyhow::Result<()> {
+    ctx.pods().delete(name, &DeleteParams::default()).await?;
+    wait_for(&format!("pod {name} gone"), SETTLE, || async {
+        Ok(ctx.pods().get_opt(name).await?.is_none().then_some(()))
+    })
+    .await
+}
+
+/// Sets (or, with `None`, clears) the node lifecycle controller's `unreachable` NoSchedule taint on `node`.
+async fn unreachable(ctx: &Ctx, node: &str, on: bool) -> anyhow::Result<()> {
+    let taints = on.then(|| json!([{ "key": "node.kubernetes.io/unreachable", "effect": "NoSchedule" }]));
+    Api::<Node>::all(ctx.client.clone())
+        .patch(
+            node,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": { "taints": taints } })),
+        )
+        .await?;
+    Ok(())
+}
+
+/// A running gang's replacement member goes back to the gang's domain (kueue#14092, grove#277): the members still
+/// running pin it, for a required key and for a preferred level alike, and within the domain it avoids a node the
+/// node lifecycle controller tainted. When the domain is full the replacement stays pending, although the other rack
+/// is empty, and the pod's message names the domain; once room returns in the domain, it binds there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replacement_member_returns_to_its_gangs_rack() -> anyhow::Result<()> {
+    let ctx = setup("topo-replace").await?;
+    // Two racks of three 4-CPU nodes; default scoring (LeastAllocated) would send a lone pod to the emptier rack.
+    let spec: &[NodeSpec<'_>] = &[
+        ("r1-a", "4", &[("rack", "r1")]),
+        ("r1-b", "4", &[("rack", "r1")]),
+        ("r1-c", "4", &[("rack", "r1")]),
+        ("r2-a", "4", &[("rack", "r2")]),
+        ("r2-b", "4", &[("rack", "r2")]),
+        ("r2-c", "4", &[("rack", "r2")]),
+    ];
+    let rack = nodes(&ctx, spec, "rack").await?;
+    let sched = ctx.start();
+    for (group, constraints) in [
+        ("req", json!({ "topology": [{ "key": "rack" }] })),
+        ("pref", json!({ "preferredTopology": [{ "key": "rack" }] })),
+    ] {
+        // 3 x 3 CPU: one rack (a pod per node); the other rack stays empty.
+        ctx.pod_group_with(group, 3, None, constraints).await?;
+        let members = ctx.pods_of(group, 3, "3").await?;
+        let b = ctx.wait_bound(&members).await?;
+        let home = domains(&b, &rack, &members);
+        ensure!(home.len() == 1, "{group}: one rack, got {home:?}");
+        // A member is lost; its replacement lands in the same rack, although the other rack is emptier.
+        delete_pod(&ctx, &members[0]).await?;
+        let replacement = format!("{group}-new");
+        bare_pod(&ctx, Some(group), &replacement, "3", None).await?;
+        let b = ctx.wait_bound(std::slice::from_ref(&replacement)).await?;
+        let now = domains(&b, &rack, std::slice::from_ref(&replacement));
+        ensure!(
+            now == home,
+            "{group}: the replacement went to {now:?}, the gang runs in {home:?}"
+        );
+        // The racks are shared with the next case.
+        for p in members.iter().skip(1).chain([&replacement]) {
+            delete_pod(&ctx, p).await?;
+        }
+        ctx.pod_groups().delete(group, &DeleteParams::default()).await?;
+    }
+
+    // 2 x 4 CPU with the rack required: two nodes of one rack, its third node empty.
+    ctx.pod_group_with("full", 2, None, json!({ "topology": [{ "key": "rack" }] }))
+        .await?;
+    let members = ctx.pods_of("full", 2, "4").await?;
+    let b = ctx.wait_bound(&members).await?;
+    let home = domains(&b, &rack, &members);
+    ensure!(home.len() == 1, "full: one rack, got {home:?}");
+    let home_rack = home.into_iter().next().unwrap_or_default();
+    let lost = b[&members[0]].clone();
+    let spare = rack
+        .iter()
+        .find(|(n, r)| **r == home_rack && !b.values().any(|bn| bn == *n))
+        .map(|(n, _)| n.clone())
+        .context("the home rack's empty node")?;
+    // The lost member's node is then unreachable: the replacement takes the rack's other free node.
+    unreachable(&ctx, &lost, true).await?;
+    delete_pod(&ctx, &members[0]).await?;
+    bare_pod(&ctx, Some("full"), "full-new", "4", None).await?;
+    let b = ctx.wait_bound(&["full-new"]).await?;
+    ensure!(
+        b["full-new"] == spare,
+        "the replacement went to {}, want {spare} ({lost} is tainted)",
+        b["full-new"]
+    );
+    // The rack is now full (the tainted node aside): a second replacement stays pending, with the rack named,
+    // although the other rack is empty.
+    delete_pod(&ctx, "full-new").await?;
+    bare_pod(&ctx, None, "filler", "4", Some(&spare)).await?;
+    bare_pod(&ctx, Some("full"), "full-newer", "4", None).await?;
+    // PodGroupInitiallyScheduled stays True (it is terminal, as upstream's): the pod's condition tells.
+    let msg = ctx.wait_pod_unschedulable("full-newer").await?;
+    let want = format!("the group's scheduled members hold it to domain rack={home_rack}, which is full");
+    ensure!(msg.contains(&want), "the message names the rack: {msg}");
+    ctx.stays_unbound(&["full-newer"], Duration::from_secs(2)).await?;
+    // The taint lifts: the replacement binds in its rack.
+    unreachable(&ctx, &lost, false).await?;
+    let b = ctx.wait_bound(&["full-newer"]).await?;
+    ensure!(
+        b["full-newer"] == lost,
+        "the replacement went to {}, want {lost}",
+        b["full-newer"]
+    );
     sched.stop().await
 }

@@ -247,7 +247,7 @@ fn evaluate_placements(
     let mut successes = match simulate_placements(
         snapshot,
         placements,
-        Some((key, pods.len())),
+        Some((key, pods.len(), pinned(snapshot, group))),
         limit,
         |snapshot, p| default_algorithm(ctx, snapshot, group, pods, Some(&p.nodes)),
     ) {
@@ -324,6 +324,8 @@ pub(crate) trait PlacementResult {
     fn placed(&self) -> Option<usize> {
         None
     }
+    /// Appends `note` to every per-pod failure message (a leaf group's pods; a subtree has none of its own).
+    fn annotate_pods(&mut self, _note: &str) {}
 }
 
 impl PlacementResult for GroupResult {
@@ -340,12 +342,29 @@ impl PlacementResult for GroupResult {
         // Assignments are cleared on failure; every pod tried either fit or has a failure entry.
         Some(self.tried.saturating_sub(self.pod_failures.len()))
     }
+    fn annotate_pods(&mut self, note: &str) {
+        // The fit error ends a sentence (`... 2 Insufficient cpu.`): the note follows as the next one.
+        let note = note.trim_start_matches("; ");
+        for (_, m) in self.pod_failures.values_mut() {
+            m.push(' ');
+            m.push_str(note);
+        }
+    }
 }
 
 /// The end of a failed topology group's message: the key and the domain that came closest, so the reader knows
 /// where to add room (`; topology key "rack": closest domain rack=r2 (2 of 3 pods fit)`). `placed` holds the pods
-/// placed per placement, in placement order; the first of the most wins. Empty when nothing is known.
-pub(crate) fn closest_domain(key: &str, placements: &[Placement], placed: &[usize], pods: usize) -> String {
+/// placed per placement, in placement order; the first of the most wins. Empty when nothing is known. When the
+/// group's scheduled members `pinned` it to its one domain (a replacement for a lost member of a running gang), the
+/// message says so: `; topology key "rack": the group's scheduled members hold it to domain rack=r1, which is full
+/// (0 of 1 pods fit)`.
+pub(crate) fn closest_domain(
+    key: &str,
+    placements: &[Placement],
+    placed: &[usize],
+    pods: usize,
+    pinned: bool,
+) -> String {
     let mut best: Option<(usize, usize)> = None;
     for (i, &n) in placed.iter().enumerate() {
         if best.is_none_or(|(_, b)| n > b) {
@@ -353,12 +372,24 @@ pub(crate) fn closest_domain(key: &str, placements: &[Placement], placed: &[usiz
         }
     }
     match best {
+        Some((i, n)) if pinned && placements.len() == 1 && i == 0 => format!(
+            "; topology key {key:?}: the group's scheduled members hold it to domain {key}={}, which is full ({n} of {pods} pods fit)",
+            placements[0].name
+        ),
         Some((i, n)) if i < placements.len() => format!(
             "; topology key {key:?}: closest domain {key}={} ({n} of {pods} pods fit)",
             placements[i].name
         ),
         _ => String::new(),
     }
+}
+
+/// Whether the group has scheduled members on nodes, which pin its topology domain ([`crate::plugins`]'s
+/// TopologyPlacement generates only their domain then).
+fn pinned(snapshot: &Snapshot, group: &GroupInfo) -> bool {
+    snapshot
+        .group_state(&group.key)
+        .is_some_and(|s| !s.scheduled.is_empty())
 }
 
 /// Upstream `podGroupSchedulingPlacementAlgorithm` steps 3–4 (also used for composite groups): runs
@@ -368,11 +399,11 @@ pub(crate) fn closest_domain(key: &str, placements: &[Placement], placed: &[usiz
 /// Returns the feasible results with their placement index (in placement order), or the result to report:
 /// the first `Error` at once, or, when no placement is feasible, the first failure re-worded
 /// `0/<placements> placements are available: <its message>` (upstream's wording), followed for a leaf group with
-/// `topology` = (key, pods) by the closest domain ([`closest_domain`]).
+/// `topology` = (key, pods, pinned) by the closest domain ([`closest_domain`]).
 pub(crate) fn simulate_placements<R: PlacementResult>(
     snapshot: &mut Snapshot,
     placements: &[Placement],
-    topology: Option<(&str, usize)>,
+    topology: Option<(&str, usize, bool)>,
     limit: usize,
     mut run: impl FnMut(&mut Snapshot, &Placement) -> R,
 ) -> Result<Vec<(usize, R)>, R> {
@@ -399,7 +430,14 @@ pub(crate) fn simulate_placements<R: PlacementResult>(
     if successes.is_empty() {
         let mut r = first.unwrap_or_else(R::unschedulable);
         let closest = match (topology, placed.iter().copied().collect::<Option<Vec<usize>>>()) {
-            (Some((key, pods)), Some(placed)) => closest_domain(key, placements, &placed, pods),
+            (Some((key, pods, pinned)), Some(placed)) => {
+                let note = closest_domain(key, placements, &placed, pods, pinned);
+                if pinned {
+                    // A replacement's own fit error names only nodes: say which domain they are, and why.
+                    r.annotate_pods(&note);
+                }
+                note
+            }
             _ => String::new(),
         };
         let message = format!(
@@ -484,13 +522,17 @@ fn placement_by_counts(
             return None;
         }
         let mut r = r;
+        let pinned = pinned(snapshot, group);
+        let note = closest_domain(key, placements, &placed_per, pods.len(), pinned);
+        if pinned {
+            r.annotate_pods(&note);
+        }
         r.status = Status::new(
             Code::Unschedulable,
             format!(
-                "0/{} placements are available: {}{}",
+                "0/{} placements are available: {}{note}",
                 placements.len(),
-                r.status.message,
-                closest_domain(key, placements, &placed_per, pods.len())
+                r.status.message
             ),
         );
         return Some(r);

@@ -544,10 +544,11 @@ fn s23_late_joiners_locked_to_domain() {
     s.add_group_pod("p5", 1000, "pg1");
     s.run();
     assert!(s.unbound(&["p5"]), "p5 may not leave rack-2");
-    // Only rack-2's two nodes are considered.
+    // Only rack-2's two nodes are considered (upstream's message); Phalanx adds why, naming the domain.
     assert_eq!(
         s.failures["p5"].message,
-        "0/2 nodes are available: 2 Insufficient cpu."
+        "0/2 nodes are available: 2 Insufficient cpu. topology key \"rack\": the group's scheduled members hold it \
+         to domain rack=rack-2, which is full (0 of 1 pods fit)"
     );
 }
 
