@@ -10,7 +10,8 @@
 //! or gone), the Priority admission plugin, and the scheduler's runtime hierarchy validation (KEP-6012).
 //!
 //! Counters: `pods` = non-terminal member pods, `scheduledPods` = those bound to a node, `runningPods` = those
-//! in phase Running. A status write happens at most once per `min_status_interval` per group (default
+//! in phase Running, `readyPods` = those with `Ready=True`; `succeededPods` and `failedPods` count the terminal
+//! members by phase. A status write happens at most once per `min_status_interval` per group (default
 //! 1 s), the first one too, so a 1,000-pod group being bound costs a handful of writes, not 1,000.
 
 use std::sync::Arc;
@@ -48,16 +49,35 @@ pub struct Counts {
     pub scheduled: i32,
     /// Member pods in phase Running.
     pub running: i32,
+    /// Non-terminal member pods whose `Ready` condition is True.
+    pub ready: i32,
+    /// Member pods in phase Succeeded (they count toward the quorum; not in `pods`).
+    pub succeeded: i32,
+    /// Member pods in phase Failed.
+    pub failed: i32,
 }
 
 /// Pure: counts member pods.
 pub fn count<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> Counts {
     let mut c = Counts::default();
     for p in pods {
+        match p.status.as_ref().and_then(|s| s.phase.as_deref()) {
+            Some("Succeeded") => c.succeeded += 1,
+            Some("Failed") => c.failed += 1,
+            _ => {}
+        }
         if is_terminal(p) {
             continue;
         }
         c.pods += 1;
+        let ready = p
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+        if ready {
+            c.ready += 1;
+        }
         if p.spec
             .as_ref()
             .and_then(|s| s.node_name.as_deref())
@@ -89,6 +109,9 @@ pub fn desired_status(
         "pods": counts.pods,
         "scheduledPods": counts.scheduled,
         "runningPods": counts.running,
+        "readyPods": counts.ready,
+        "succeededPods": counts.succeeded,
+        "failedPods": counts.failed,
     });
     if let Some(kind) = pg.spec.scheduling_policy.kind() {
         st["policy"] = json!(kind.as_str());
@@ -193,6 +216,14 @@ mod tests {
     use k8s_openapi::api::core::v1::{PodSpec, PodStatus};
 
     fn pod(node: Option<&str>, phase: &str) -> Pod {
+        // A Running pod is Ready here, as kwok's pod-ready stage makes it.
+        let ready = (phase == "Running").then(|| {
+            vec![k8s_openapi::api::core::v1::PodCondition {
+                type_: "Ready".into(),
+                status: "True".into(),
+                ..Default::default()
+            }]
+        });
         Pod {
             spec: Some(PodSpec {
                 node_name: node.map(str::to_string),
@@ -200,6 +231,7 @@ mod tests {
             }),
             status: Some(PodStatus {
                 phase: Some(phase.into()),
+                conditions: ready,
                 ..Default::default()
             }),
             ..Default::default()
@@ -220,7 +252,10 @@ mod tests {
             Counts {
                 pods: 3,
                 scheduled: 2,
-                running: 1
+                running: 1,
+                ready: 1,
+                succeeded: 1,
+                failed: 1,
             }
         );
         assert_eq!(count([].iter()), Counts::default());
@@ -247,11 +282,17 @@ mod tests {
                 pods: 3,
                 scheduled: 2,
                 running: 1,
+                ready: 1,
+                succeeded: 4,
+                failed: 5,
             },
         );
         assert_eq!(st["pods"], 3);
         assert_eq!(st["scheduledPods"], 2);
         assert_eq!(st["runningPods"], 1);
+        assert_eq!(st["readyPods"], 1);
+        assert_eq!(st["succeededPods"], 4);
+        assert_eq!(st["failedPods"], 5);
         assert_eq!(st["policy"], "Gang");
         assert_eq!(st["conditions"][0]["type"], "Valid");
         assert_eq!(st["conditions"][0]["status"], "False");

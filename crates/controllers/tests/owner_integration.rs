@@ -888,5 +888,11 @@ async fn a_job_gang_finishes_its_tail_because_succeeded_members_count() -> Resul
         .filter(|(_, ph)| ph.as_deref() == Some("Succeeded"))
         .count();
     ensure!(succeeded == 2, "phases: {phases:?}");
+    // The group's status counts them apart from the pods still to finish.
+    wait_for("status.succeededPods 2, pods 2", WAIT, || async {
+        let st = c.groups().get("tail-job").await?.status.unwrap_or_default();
+        Ok((st.succeeded_pods == Some(2) && st.pods == Some(2) && st.failed_pods == Some(0)).then_some(()))
+    })
+    .await?;
     Ok(())
 }

@@ -66,6 +66,27 @@ use crate::schema::{
         priority = 1
     ),
     printcolumn(
+        name = "Ready",
+        type_ = "integer",
+        json_path = ".status.readyPods",
+        description = "Pods whose Ready condition is True",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Succeeded",
+        type_ = "integer",
+        json_path = ".status.succeededPods",
+        description = "Pods in phase Succeeded (they count toward minCount)",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Failed",
+        type_ = "integer",
+        json_path = ".status.failedPods",
+        description = "Pods in phase Failed",
+        priority = 1
+    ),
+    printcolumn(
         name = "Status",
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"PodGroupInitiallyScheduled\")].reason",
@@ -175,6 +196,19 @@ pub struct PodGroupStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub running_pods: Option<i32>,
+    /// Phalanx addition (not in upstream): number of non-terminal member pods whose `Ready` condition is True.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub ready_pods: Option<i32>,
+    /// Phalanx addition (not in upstream): number of member pods in phase Succeeded. They still count toward the
+    /// gang's `minCount` (k/k#142330) and are not in `pods`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub succeeded_pods: Option<i32>,
+    /// Phalanx addition (not in upstream): number of member pods in phase Failed (not counted anywhere else).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub failed_pods: Option<i32>,
 }
 
 impl PodGroupSpec {
