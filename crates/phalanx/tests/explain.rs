@@ -299,6 +299,53 @@ async fn explain_quorum() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A PodGroup being deleted while its protection finalizer (set here as the controller sets it) waits for its
+/// member pods: `explain` says so, with the finalizer and the pods it waits for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_a_group_being_deleted() -> anyhow::Result<()> {
+    let cx = setup("ex-deleting").await?;
+    cx.node("n1", "8", &[]).await?;
+    cx.group("half", 3, None).await?;
+    let groups: Api<PodGroup> = Api::namespaced(cx.client.clone(), &cx.ns);
+    groups
+        .patch(
+            "half",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(
+                json!({ "metadata": { "finalizers": [phalanx_api::finalizers::POD_GROUP_PROTECTION] } }),
+            ),
+        )
+        .await?;
+    cx.pod("half-0", "1", Some("half")).await?;
+    let (text, j) = cx.explain("ppg", "half")?;
+    assert!(
+        j.get("deletion").is_some_and(Value::is_null),
+        "not being deleted yet: {j}"
+    );
+    assert!(!text.contains("Being deleted"), "{text}");
+    groups.delete("half", &kube::api::DeleteParams::default()).await?;
+    let (text, j) = cx.explain("ppg", "half")?;
+    assert_eq!(
+        j.pointer("/deletion/finalizers"),
+        Some(&json!([phalanx_api::finalizers::POD_GROUP_PROTECTION])),
+        "{j}"
+    );
+    assert_eq!(j.pointer("/deletion/waitingFor"), Some(&json!(["half-0"])), "{j}");
+    assert!(
+        text.contains("(finalizers: scheduling.phalanx.dev/podgroup-protection); it waits for 1: half-0"),
+        "{text}"
+    );
+    // Let the namespace go: the controller is not running here, so the test takes the finalizer off itself.
+    groups
+        .patch(
+            "half",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({ "metadata": { "finalizers": null } })),
+        )
+        .await?;
+    Ok(())
+}
+
 /// A CompositePodGroup tree with one of its two child groups: the root and the leaf both wait for the tree's
 /// quorum, and say so with the tree's count.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,7 +11,10 @@ use phalanx_api::conditions::{self, reasons};
 use phalanx_scheduler::{EntityKey, GateReason, GroupKey, GroupKind, Outcome, PodKey, is_terminal};
 use phalanx_store::{ClusterState, MAX_TREE_DEPTH, Store, pod_node};
 
-use super::{ConditionFacts, EventFacts, Explanation, MemberFacts, PreemptionFacts, Quorum, Standing, facts};
+use super::{
+    ConditionFacts, DeletionFacts, EventFacts, Explanation, MemberFacts, PreemptionFacts, Quorum, Standing,
+    facts,
+};
 use crate::tools;
 
 /// What to explain.
@@ -278,6 +281,10 @@ pub async fn explain(
         &preemption,
         &member_facts,
     );
+    let deletion = group
+        .as_ref()
+        .filter(|_| target != Target::Pod)
+        .and_then(|g| deletion(&store, g, &members));
     let events = events(client, namespace, kind, name, &group, &members).await?;
     Ok(Explanation {
         kind: kind.into(),
@@ -300,6 +307,7 @@ pub async fn explain(
         preemption,
         placement,
         events,
+        deletion,
     })
 }
 
@@ -328,6 +336,38 @@ fn condition_facts(c: &Condition) -> ConditionFacts {
         message: c.message.clone(),
         since: Some(c.last_transition_time.0.to_string()),
     }
+}
+
+/// What a group being deleted waits for: its non-terminal member pods (a PodGroup) or its child groups (a
+/// CompositePodGroup). `None` when the group is not being deleted.
+fn deletion(store: &Store, g: &GroupKey, members: &[Arc<Pod>]) -> Option<DeletionFacts> {
+    let (meta, waiting_for) = match g.kind {
+        GroupKind::PodGroup => {
+            let pg = store.pod_group(&g.namespace, &g.name)?;
+            let pods = members
+                .iter()
+                .filter(|p| !is_terminal(p))
+                .map(|p| p.name_any())
+                .collect();
+            (pg.metadata.clone(), pods)
+        }
+        GroupKind::CompositePodGroup => {
+            let cpg = store.composite_pod_group(&g.namespace, &g.name)?;
+            let kids = store
+                .hierarchy()
+                .children(g)
+                .into_iter()
+                .map(|k| format!("{:?} {}", k.kind, k.name))
+                .collect();
+            (cpg.metadata.clone(), kids)
+        }
+    };
+    let since = meta.deletion_timestamp?;
+    Some(DeletionFacts {
+        since: since.0.to_string(),
+        finalizers: meta.finalizers.unwrap_or_default(),
+        waiting_for,
+    })
 }
 
 fn group_condition(store: &Store, g: &GroupKey) -> Option<ConditionFacts> {

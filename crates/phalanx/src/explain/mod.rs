@@ -127,6 +127,19 @@ pub struct Placed {
 }
 
 /// The whole answer of `phalanx explain` (the JSON of `-o json`).
+/// A group being deleted: since when, and what its protection finalizer still waits for (upstream's
+/// podgroup-protection controller removes it once every member pod is terminal or gone).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeletionFacts {
+    /// `metadata.deletionTimestamp`, RFC 3339.
+    pub since: String,
+    /// The finalizers still on the object, e.g. `scheduling.phalanx.dev/podgroup-protection`.
+    pub finalizers: Vec<String>,
+    /// The non-terminal member pods (for a CompositePodGroup: its child groups) the deletion waits for.
+    pub waiting_for: Vec<String>,
+}
+
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Explanation {
@@ -165,4 +178,6 @@ pub struct Explanation {
     pub placement: Vec<Placed>,
     /// Last events, newest last.
     pub events: Vec<EventFacts>,
+    /// Set when the group is being deleted.
+    pub deletion: Option<DeletionFacts>,
 }

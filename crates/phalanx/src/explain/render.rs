@@ -25,6 +25,27 @@ pub fn text(e: &Explanation) -> String {
             let _ = writeln!(s, "    {}", c.message);
         }
     }
+    if let Some(d) = &e.deletion {
+        let waits = if d.waiting_for.is_empty() {
+            "nothing left to wait for".to_string()
+        } else {
+            format!(
+                "it waits for {}: {}",
+                d.waiting_for.len(),
+                d.waiting_for.join(", ")
+            )
+        };
+        let _ = writeln!(
+            s,
+            "  Being deleted since {} (finalizers: {}); {waits}",
+            d.since,
+            if d.finalizers.is_empty() {
+                "none".to_string()
+            } else {
+                d.finalizers.join(", ")
+            }
+        );
+    }
     if let Some(q) = &e.quorum {
         let _ = writeln!(
             s,
