@@ -303,27 +303,15 @@ impl Driver {
                 self.queue.add_pod(info, now);
             }
         }
-        let gone: Vec<PodKey> = self
+        // Pods gone from the cluster leave the queue, pending and Succeeded ones alike.
+        let gone: Vec<Arc<PodInfo>> = self
             .known
-            .keys()
-            .filter(|k| !seen.contains(*k))
-            .cloned()
+            .extract_if(|k, _| !seen.contains(k))
+            .chain(self.completed.extract_if(|k, _| !seen.contains(k)))
+            .map(|(_, old)| old)
             .collect();
-        for k in gone {
-            if let Some(old) = self.known.remove(&k) {
-                self.queue.delete_pod(&old, now);
-            }
-        }
-        let gone: Vec<PodKey> = self
-            .completed
-            .keys()
-            .filter(|k| !seen.contains(*k))
-            .cloned()
-            .collect();
-        for k in gone {
-            if let Some(old) = self.completed.remove(&k) {
-                self.queue.delete_pod(&old, now);
-            }
+        for old in gone {
+            self.queue.delete_pod(&old, now);
         }
         // Preemption state comes back from what the cluster shows (nominations, victims terminating by
         // preemption): after a restart or a failover this is all the new leader knows of plans it did not make.
