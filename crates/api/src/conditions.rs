@@ -15,6 +15,22 @@ pub const POD_GROUP_INITIALLY_SCHEDULED: &str = "PodGroupInitiallyScheduled";
 /// once True.
 pub const COMPOSITE_POD_GROUP_INITIALLY_SCHEDULED: &str = "CompositePodGroupInitiallyScheduled";
 
+/// PodGroup condition, live (KEP-6413's name; Phalanx's own until upstream defines it): True while at least
+/// `minCount` members (1 for a basic group) are bound and not going away, or have Succeeded; False with
+/// reason `MembersLost`, `MembersDisrupted` or `Completed` otherwise. Written only once
+/// `PodGroupInitiallyScheduled` is True, so a gang that is still gathering is never taken for a loss.
+pub const POD_GROUP_SATISFIED: &str = "PodGroupSatisfied";
+
+/// PodGroup condition, terminal once True (Phalanx's own): the group's `spec.recoveryPolicy` gave up on it:
+/// action `Fail` on a loss, or a loss after `maxRestarts` restarts. Reason: the loss (`MembersLost`,
+/// `MembersDisrupted`) or `MaxRestartsReached`.
+pub const POD_GROUP_FAILED: &str = "PodGroupFailed";
+
+/// PodGroup condition (Phalanx's own): the group is being deleted and its protection finalizer waits for member
+/// pods (reason `WaitingForPods`, the message names them), so that `kubectl get ppg -o yaml` shows why a deleted
+/// group stays.
+pub const TERMINATING: &str = "Terminating";
+
 /// PodGroup and CompositePodGroup condition: the group is about to be terminated due to a disruption such
 /// as preemption.
 pub const DISRUPTION_TARGET: &str = "DisruptionTarget";
@@ -48,6 +64,26 @@ pub mod reasons {
     pub const INVALID_GANG_ANNOTATION: &str = "InvalidGangAnnotation";
     /// Normal event on an owner: Phalanx created or updated its Workload and PodGroup. Phalanx's own reason.
     pub const GANG_GROUP_APPLIED: &str = "GangGroupApplied";
+    /// `PodGroupSatisfied` True: enough members are bound or have Succeeded.
+    pub const SATISFIED: &str = "Satisfied";
+    /// `PodGroupSatisfied` False: fewer than `minCount` members are bound or Succeeded because members failed,
+    /// were deleted or have not been replaced yet.
+    pub const MEMBERS_LOST: &str = "MembersLost";
+    /// `PodGroupSatisfied` False: as `MembersLost`, and at least one member (or the group) carries
+    /// `DisruptionTarget=True` (preemption, eviction, a taint).
+    pub const MEMBERS_DISRUPTED: &str = "MembersDisrupted";
+    /// `PodGroupSatisfied` False: no member is left running and at least `minCount` have Succeeded.
+    pub const COMPLETED: &str = "Completed";
+    /// `Terminating` True, and the Normal event on a group being deleted: its finalizer waits for member pods.
+    pub const WAITING_FOR_PODS: &str = "WaitingForPods";
+    /// `PodGroupFailed` True: a loss after `recoveryPolicy.maxRestarts` restarts.
+    pub const MAX_RESTARTS_REACHED: &str = "MaxRestartsReached";
+    /// Pod `DisruptionTarget` True: `recoveryPolicy` `RestartGroup` deletes the pod with the rest of its gang's
+    /// bound members (Phalanx's own reason, beside core's `PreemptionByScheduler` and `EvictionByEvictionAPI`).
+    pub const RESTARTED_BY_RECOVERY_POLICY: &str = "RestartedByRecoveryPolicy";
+    /// Warning event on a PodGroup: `recoveryPolicy` `RestartGroup` deleted the gang's bound members so that
+    /// their owner recreates them and the gang is placed again whole.
+    pub const GROUP_RESTARTED: &str = "GroupRestarted";
 }
 
 /// Condition status values.

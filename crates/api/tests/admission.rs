@@ -215,6 +215,97 @@ async fn rejects_priority_above_one_billion() -> anyhow::Result<()> {
 }
 
 #[tokio::test]
+async fn rejects_max_restarts_without_restart_group() -> anyhow::Result<()> {
+    let obj = pod_group(
+        "rp-max",
+        json!({"schedulingPolicy": {"gang": {"minCount": 2}},
+               "recoveryPolicy": {"action": "Fail", "maxRestarts": 3}}),
+    )?;
+    rejects_create(
+        "rp-max",
+        pod_groups,
+        obj,
+        "spec.recoveryPolicy.maxRestarts",
+        "maxRestarts applies only to RestartGroup",
+    )
+    .await
+}
+
+#[tokio::test]
+async fn rejects_recovery_grace_period_above_a_day() -> anyhow::Result<()> {
+    let obj = pod_group(
+        "rp-grace",
+        json!({"schedulingPolicy": {"gang": {"minCount": 2}},
+               "recoveryPolicy": {"action": "RestartGroup", "gracePeriodSeconds": 86_401}}),
+    )?;
+    rejects_create(
+        "rp-grace",
+        pod_groups,
+        obj,
+        "spec.recoveryPolicy.gracePeriodSeconds",
+        "less than or equal to 86400",
+    )
+    .await
+}
+
+#[tokio::test]
+async fn rejects_unknown_recovery_action() -> anyhow::Result<()> {
+    let obj = pod_group(
+        "rp-action",
+        json!({"schedulingPolicy": {"gang": {"minCount": 2}},
+               "recoveryPolicy": {"onDisruption": "Retry"}}),
+    )?;
+    rejects_create(
+        "rp-action",
+        pod_groups,
+        obj,
+        "spec.recoveryPolicy.onDisruption",
+        "Unsupported value: \"Retry\"",
+    )
+    .await
+}
+
+/// A whole recovery policy is accepted on a PodGroup and in a Workload template, and it stays mutable.
+#[tokio::test]
+async fn recovery_policy_is_accepted_and_mutable() -> anyhow::Result<()> {
+    let (client, ns) = setup("rp-ok").await?;
+    let policy = json!({"action": "None", "onDisruption": "RestartGroup", "onFailure": "Fail",
+                        "gracePeriodSeconds": 30, "maxRestarts": 2});
+    let api = pod_groups(&client, &ns);
+    let pg = pod_group(
+        "rp",
+        json!({"schedulingPolicy": {"gang": {"minCount": 2}}, "recoveryPolicy": policy}),
+    )?;
+    let created = api.create(&PostParams::default(), &pg).await?;
+    ensure!(
+        created.data["spec"]["recoveryPolicy"] == policy,
+        "stored {:?}",
+        created.data["spec"]
+    );
+    let updated = merge(
+        &api,
+        "rp",
+        json!({"spec": {"recoveryPolicy": {"action": "Fail", "onDisruption": null,
+                                                                       "maxRestarts": null}}}),
+    )
+    .await?;
+    ensure!(
+        updated.data["spec"]["recoveryPolicy"]["action"] == "Fail",
+        "recoveryPolicy was not updated: {:?}",
+        updated.data["spec"]
+    );
+    let wl = workload(
+        "rp",
+        json!({"podGroupTemplates": [{"name": "workers", "schedulingPolicy": {"gang": {"minCount": 2}},
+                                      "recoveryPolicy": {"action": "RestartGroup"}}]}),
+    )?;
+    workloads(&client, &ns)
+        .create(&PostParams::default(), &wl)
+        .await?;
+    Ok(())
+}
+
+#[tokio::test]
 async fn rejects_parent_without_workload_ref() -> anyhow::Result<()> {
     let obj = pod_group(
         "orphan",
@@ -796,7 +887,17 @@ async fn kubectl_shows_printer_columns_short_names_and_category() -> anyhow::Res
     let mut lines = pg.lines();
     let header: Vec<&str> = lines.next().unwrap_or_default().split_whitespace().collect();
     ensure!(
-        header == ["NAME", "POLICY", "MIN", "PODS", "SCHEDULED", "STATUS", "AGE"],
+        header
+            == [
+                "NAME",
+                "POLICY",
+                "MIN",
+                "PODS",
+                "SCHEDULED",
+                "STATUS",
+                "SATISFIED",
+                "AGE"
+            ],
         "header: {pg}"
     );
     let row: Vec<&str> = lines.next().unwrap_or_default().split_whitespace().collect();

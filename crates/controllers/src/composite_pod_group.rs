@@ -24,7 +24,7 @@ use crate::context::Ctx;
 use crate::error::{Error, Result};
 use crate::group::{self, PrioritySpec};
 use crate::status::Problem;
-use crate::status::{self, WriteDecision};
+use crate::status::{self, VALID, WriteDecision};
 use crate::workload::report_validity;
 
 /// Controller name in metrics and logs.
@@ -154,7 +154,7 @@ pub async fn reconcile(cpg: Arc<CompositePodGroup>, ctx: Ctx) -> Result<Action> 
     let problem = checks::combine(&problems);
 
     let current = status::status_json(cpg.status.as_ref());
-    let existing = status::existing_valid(&ctx, &uid, &current);
+    let existing = status::existing_condition(&ctx, &uid, &current, VALID);
     let desired = desired_status(&cpg, existing.as_ref(), problem.as_ref(), counts);
     let decision = status::decide(&ctx, &uid, &desired, &current);
     if decision == WriteDecision::Write {

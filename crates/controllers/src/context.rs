@@ -1,4 +1,4 @@
-//! Shared state of the three reconcilers: client, store, the one event Recorder, metrics, leader flag and the
+//! Shared state of the three reconcilers: client, store, the event recorders (one per note), metrics, leader flag and the
 //! bookkeeping that keeps status writes rare (last written status per object, write throttle, error backoff).
 
 use std::collections::HashMap;
@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{Event, EventType, Reporter};
+use phalanx_store::NoteRecorders;
 use phalanx_store::Store;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -115,8 +116,9 @@ pub struct Context {
     pub client: Client,
     /// Shared caches.
     pub store: Store,
-    /// The one Recorder of the process (its series cache aggregates repeated events).
-    pub recorder: Recorder,
+    /// Event recorders keyed by note (a repeated note aggregates into a series; a new note is a new event, as
+    /// client-go's recorder does).
+    pub recorders: NoteRecorders,
     /// Metrics handles.
     pub metrics: Metrics,
     /// True while this replica holds the Lease.
@@ -139,11 +141,11 @@ impl Context {
             controller: FIELD_MANAGER.into(),
             instance: opts.instance.clone(),
         };
-        let recorder = Recorder::new(client.clone(), reporter);
+        let recorders = NoteRecorders::new(client.clone(), reporter);
         Self {
             client,
             store,
-            recorder,
+            recorders,
             metrics,
             leader,
             opts,
@@ -235,7 +237,7 @@ impl Context {
         }
     }
 
-    /// Publishes an event through the shared Recorder. A failure is logged at warn level and otherwise
+    /// Publishes an event through the recorder of its note. A failure is logged at warn level and otherwise
     /// ignored: an event is never worth failing a reconcile for.
     pub async fn publish(
         &self,
@@ -262,7 +264,8 @@ impl Context {
             .events
             .get_or_create(&labels(&[("controller", controller), ("reason", reason)]))
             .inc();
-        if let Err(e) = self.recorder.publish(&ev, reference).await {
+        let recorder = self.recorders.for_note(ev.note.as_deref().unwrap_or_default());
+        if let Err(e) = recorder.publish(&ev, reference).await {
             tracing::warn!(reason, object = ?reference.name, error = %e, "publishing event failed");
         }
     }

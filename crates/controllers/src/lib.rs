@@ -17,6 +17,8 @@ pub mod error;
 pub mod group;
 pub mod integrations;
 pub mod pod_group;
+pub mod recovery;
+pub mod satisfied;
 pub mod status;
 pub mod template_tree;
 pub mod triggers;

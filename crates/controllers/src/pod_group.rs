@@ -18,10 +18,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::PodCondition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
+use phalanx_api::conditions::reasons::WAITING_FOR_PODS;
+use phalanx_api::conditions::reasons::{GROUP_RESTARTED, RESTARTED_BY_RECOVERY_POLICY};
+use phalanx_api::conditions::{DISRUPTION_TARGET, POD_GROUP_FAILED, POD_GROUP_SATISFIED, TERMINATING};
 use phalanx_api::finalizers::POD_GROUP_PROTECTION;
 use phalanx_api::v1beta1::PodGroup;
 use phalanx_store::{GroupKey, GroupKind};
@@ -33,8 +40,10 @@ use crate::checks;
 use crate::context::Ctx;
 use crate::error::{Error, Result};
 use crate::group::{self, PrioritySpec};
-use crate::status::Problem;
+use crate::recovery;
+use crate::satisfied;
 use crate::status::{self, WriteDecision};
+use crate::status::{Problem, VALID};
 use crate::workload::report_validity;
 
 /// Controller name in metrics and logs.
@@ -55,6 +64,12 @@ pub struct Counts {
     pub succeeded: i32,
     /// Member pods in phase Failed.
     pub failed: i32,
+    /// Non-terminal member pods bound to a node, neither being deleted nor `DisruptionTarget=True`:
+    /// the ones that hold the quorum of `PodGroupSatisfied` (with `succeeded`). Not written itself.
+    pub healthy: i32,
+    /// Non-terminal member pods with `DisruptionTarget=True` (preemption, eviction, a taint). Not
+    /// written itself.
+    pub disrupted: i32,
 }
 
 /// Pure: counts member pods.
@@ -70,13 +85,18 @@ pub fn count<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> Counts {
             continue;
         }
         c.pods += 1;
-        let ready = p
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-        if ready {
+        let is = |type_: &str| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|cs| cs.iter().any(|c| c.type_ == type_ && c.status == "True"))
+        };
+        if is("Ready") {
             c.ready += 1;
+        }
+        let disrupted = is(DISRUPTION_TARGET);
+        if disrupted {
+            c.disrupted += 1;
         }
         if p.spec
             .as_ref()
@@ -84,6 +104,9 @@ pub fn count<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> Counts {
             .is_some_and(|n| !n.is_empty())
         {
             c.scheduled += 1;
+            if !disrupted && p.metadata.deletion_timestamp.is_none() {
+                c.healthy += 1;
+            }
         }
         if p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running") {
             c.running += 1;
@@ -92,20 +115,78 @@ pub fn count<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> Counts {
     c
 }
 
-/// Pure: the owned status subset.
+/// The owned part of the status about a gang after its first schedule.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LiveStatus {
+    /// `PodGroupSatisfied` ([`satisfied::condition`]) once armed.
+    pub satisfied: Option<Condition>,
+    /// `PodGroupFailed` ([`recovery::failed_condition`]) once set.
+    pub failed: Option<Condition>,
+    /// `status.restarts`.
+    pub restarts: Option<i32>,
+    /// `status.lastRestartTime`.
+    pub last_restart: Option<Time>,
+    /// `Terminating` ([`terminating_condition`]) while a deletion waits for member pods.
+    pub terminating: Option<Condition>,
+}
+
+/// Most pod names a `Terminating` message lists.
+const TERMINATING_NAMES: usize = 10;
+
+/// Pure: the `Terminating=True/WaitingForPods` condition of a group being deleted while it has
+/// non-terminal members (`None` otherwise); the transition time is the deletion's.
+pub fn terminating_condition(pg: &PodGroup, members: &[Arc<Pod>]) -> Option<Condition> {
+    let since = pg.metadata.deletion_timestamp.clone()?;
+    let mut names: Vec<String> = members
+        .iter()
+        .filter(|p| !is_terminal(p))
+        .map(|p| p.name_any())
+        .collect();
+    if names.is_empty() {
+        return None;
+    }
+    names.sort();
+    let n = names.len();
+    let mut list = names
+        .into_iter()
+        .take(TERMINATING_NAMES)
+        .collect::<Vec<_>>()
+        .join(", ");
+    if n > TERMINATING_NAMES {
+        list.push_str(&format!(", and {} more", n - TERMINATING_NAMES));
+    }
+    Some(Condition {
+        type_: TERMINATING.to_string(),
+        status: "True".to_string(),
+        reason: WAITING_FOR_PODS.to_string(),
+        message: format!(
+            "deletion waits for {n} member pod(s) to finish or be deleted (finalizer {POD_GROUP_PROTECTION}): {list}"
+        ),
+        observed_generation: pg.metadata.generation,
+        last_transition_time: since,
+    })
+}
+
+/// Pure: the owned status subset. `existing` is the `Valid` condition to build on.
 pub fn desired_status(
     pg: &PodGroup,
     existing: Option<&Condition>,
     problem: Option<&Problem>,
     counts: Counts,
+    live: &LiveStatus,
 ) -> Value {
     let cond = status::valid_condition(
         existing,
         problem.map(|p| (p.reason.as_str(), p.message.as_str())),
         pg.metadata.generation,
     );
+    let conditions: Vec<&Condition> = std::iter::once(&cond)
+        .chain(live.satisfied.as_ref())
+        .chain(live.failed.as_ref())
+        .chain(live.terminating.as_ref())
+        .collect();
     let mut st = json!({
-        "conditions": [cond],
+        "conditions": conditions,
         "pods": counts.pods,
         "scheduledPods": counts.scheduled,
         "runningPods": counts.running,
@@ -116,7 +197,39 @@ pub fn desired_status(
     if let Some(kind) = pg.spec.scheduling_policy.kind() {
         st["policy"] = json!(kind.as_str());
     }
+    if let Some(n) = live.restarts {
+        st["restarts"] = json!(n);
+    }
+    if let Some(t) = &live.last_restart {
+        st["lastRestartTime"] = json!(t);
+    }
     st
+}
+
+/// The restart record to build on: the higher count and later time of what the object shows and
+/// what this controller last wrote (the cache may lag a restart; counting it twice would delete
+/// the recreated gang).
+fn restart_record(ctx: &Ctx, uid: &str, current: &Value) -> (Option<i32>, Option<Time>) {
+    let read = |v: &Value| {
+        let n = v
+            .get("restarts")
+            .and_then(Value::as_i64)
+            .and_then(|n| i32::try_from(n).ok());
+        let t: Option<Time> = v
+            .get("lastRestartTime")
+            .and_then(|t| serde_json::from_value(t.clone()).ok());
+        (n, t)
+    };
+    let (mut n, mut t) = read(current);
+    if let Some(w) = ctx.last_written(uid) {
+        let (wn, wt) = read(&w.status);
+        n = n.max(wn);
+        t = match (t, wt) {
+            (Some(a), Some(b)) => Some(if b.0 > a.0 { b } else { a }),
+            (a, b) => a.or(b),
+        };
+    }
+    (n, t)
 }
 
 /// Reconciles one PodGroup.
@@ -151,7 +264,7 @@ pub async fn reconcile(pg: Arc<PodGroup>, ctx: Ctx) -> Result<Action> {
                 CONTROLLER,
                 &reference,
                 EventType::Normal,
-                "WaitingForPods",
+                WAITING_FOR_PODS,
                 "Delete",
                 note,
             )
@@ -182,12 +295,52 @@ pub async fn reconcile(pg: Arc<PodGroup>, ctx: Ctx) -> Result<Action> {
     let problem = checks::combine(&problems);
 
     let current = status::status_json(pg.status.as_ref());
-    let existing = status::existing_valid(&ctx, &uid, &current);
-    let desired = desired_status(&pg, existing.as_ref(), problem.as_ref(), counts);
+    let existing = status::existing_condition(&ctx, &uid, &current, VALID);
+    let existing_satisfied = status::existing_condition(&ctx, &uid, &current, POD_GROUP_SATISFIED);
+    let existing_failed = status::existing_condition(&ctx, &uid, &current, POD_GROUP_FAILED);
+    let satisfied = satisfied::condition(&pg, existing_satisfied.as_ref(), counts);
+    let (restarts, last_restart) = restart_record(&ctx, &uid, &current);
+    let now = Timestamp::now();
+    let deleting = pg.metadata.deletion_timestamp.is_some();
+    let step = if deleting {
+        recovery::Step::Nothing
+    } else {
+        recovery::decide(recovery::Facts {
+            policy: pg.spec.recovery_policy.as_ref(),
+            satisfied: satisfied.as_ref(),
+            failed: existing_failed.as_ref().is_some_and(|c| c.status == "True"),
+            restarts: restarts.unwrap_or(0),
+            last_restart: last_restart.as_ref().map(|t| t.0),
+            bound: counts.scheduled,
+            now,
+        })
+    };
+    let mut live = LiveStatus {
+        failed: recovery::failed_condition(existing_failed.as_ref(), &step, pg.metadata.generation),
+        satisfied,
+        restarts,
+        last_restart,
+        terminating: terminating_condition(&pg, &members),
+    };
+    if let recovery::Step::Restart { number } = step {
+        live.restarts = Some(number);
+        live.last_restart = Some(Time(now));
+    }
+    let desired = desired_status(&pg, existing.as_ref(), problem.as_ref(), counts, &live);
     let decision = status::decide(&ctx, &uid, &desired, &current);
     if decision == WriteDecision::Write {
         status::apply_status(&ctx, CONTROLLER, pg.as_ref(), &desired).await?;
     }
+    if !matches!(decision, WriteDecision::Later(_)) {
+        if let Some(c) = &live.satisfied {
+            report_satisfied(&ctx, &uid, &reference, existing_satisfied.as_ref(), c).await;
+        }
+        act(&ctx, &uid, &reference, &step, &members, &live).await?;
+    }
+    let wait = match step {
+        recovery::Step::Wait(d) => Some(d),
+        _ => None,
+    };
     // The verdict's event goes out with the status write it announces (see `report_validity`).
     if !matches!(decision, WriteDecision::Later(_)) {
         report_validity(
@@ -202,7 +355,144 @@ pub async fn reconcile(pg: Arc<PodGroup>, ctx: Ctx) -> Result<Action> {
         .await;
     }
     ctx.note_success(&uid);
-    Ok(status::after(&decision, ctx.opts.resync))
+    let action = status::after(&decision, ctx.opts.resync);
+    // Come back when the grace period ends (the pods' events may be over by then).
+    Ok(match wait {
+        Some(d) if d < ctx.opts.resync && !matches!(decision, WriteDecision::Later(_)) => {
+            Action::requeue(d + Duration::from_millis(100))
+        }
+        _ => action,
+    })
+}
+
+/// Marks a member `DisruptionTarget=True/RestartedByRecoveryPolicy` (so that a Job's
+/// `podFailurePolicy` can tell the restart from a failure, as it does for preemption and eviction)
+/// and deletes it with its UID as precondition. `false`: it was already gone or replaced.
+async fn restart_member(ctx: &Ctx, pod: &Pod) -> Result<bool> {
+    let (Some(ns), name) = (pod.namespace(), pod.name_any()) else {
+        return Ok(false);
+    };
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let cond = PodCondition {
+        type_: DISRUPTION_TARGET.into(),
+        status: "True".into(),
+        reason: Some(RESTARTED_BY_RECOVERY_POLICY.into()),
+        message: Some(
+            "recoveryPolicy RestartGroup: the gang fell below minCount and is placed again whole".into(),
+        ),
+        last_transition_time: Some(Time(Timestamp::now())),
+        ..Default::default()
+    };
+    let patch = Patch::Strategic(json!({ "status": { "conditions": [cond] } }));
+    match api.patch_status(&name, &PatchParams::default(), &patch).await {
+        Err(kube::Error::Api(e)) if e.code == 404 => return Ok(false),
+        Err(e) => return Err(e.into()),
+        Ok(_) => {}
+    }
+    let dp = DeleteParams {
+        preconditions: pod.metadata.uid.clone().map(|uid| Preconditions {
+            uid: Some(uid),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match api.delete(&name, &dp).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Carries out a recovery step once its status is written: `Restart` deletes the bound members
+/// (a member already gone is fine) and announces it; `Fail` announces the new `PodGroupFailed`.
+async fn act(
+    ctx: &Ctx,
+    uid: &str,
+    reference: &k8s_openapi::api::core::v1::ObjectReference,
+    step: &recovery::Step,
+    members: &[Arc<Pod>],
+    live: &LiveStatus,
+) -> Result<()> {
+    match step {
+        recovery::Step::Restart { number } => {
+            let bound: Vec<&Arc<Pod>> = members
+                .iter()
+                .filter(|p| !is_terminal(p))
+                .filter(|p| {
+                    p.spec
+                        .as_ref()
+                        .and_then(|s| s.node_name.as_deref())
+                        .is_some_and(|n| !n.is_empty())
+                })
+                .collect();
+            let mut deleted = 0;
+            for p in &bound {
+                if restart_member(ctx, p).await? {
+                    deleted += 1;
+                }
+            }
+            let note = format!(
+                "recoveryPolicy RestartGroup: restart {number}: deleted {deleted} bound member pod(s) so that the                  gang is placed again whole ({})",
+                live.satisfied
+                    .as_ref()
+                    .map(|c| c.message.as_str())
+                    .unwrap_or_default()
+            );
+            tracing::info!(podgroup = %reference.name.as_deref().unwrap_or_default(), restart = number, deleted, "gang restarted");
+            ctx.publish(
+                CONTROLLER,
+                reference,
+                EventType::Warning,
+                GROUP_RESTARTED,
+                "Restart",
+                note,
+            )
+            .await;
+        }
+        recovery::Step::Fail { .. } => {
+            if let Some(c) = &live.failed
+                && ctx.transition(uid, "failed", "True", None).is_some()
+            {
+                ctx.publish(
+                    CONTROLLER,
+                    reference,
+                    EventType::Warning,
+                    POD_GROUP_FAILED,
+                    "Fail",
+                    c.message.clone(),
+                )
+                .await;
+            }
+        }
+        recovery::Step::Nothing | recovery::Step::Wait(_) => {}
+    }
+    Ok(())
+}
+
+/// Publishes the event for a change of `PodGroupSatisfied` (once per change, seeded from the
+/// condition the object showed, so a restarted controller does not repeat the last one).
+async fn report_satisfied(
+    ctx: &Ctx,
+    uid: &str,
+    reference: &k8s_openapi::api::core::v1::ObjectReference,
+    shown: Option<&Condition>,
+    now: &Condition,
+) {
+    let Some(last) = ctx.transition(uid, "satisfied", &now.reason, shown.map(|c| c.reason.as_str())) else {
+        return;
+    };
+    let Some(kind) = satisfied::event(last.as_deref(), now) else {
+        return;
+    };
+    ctx.publish(
+        CONTROLLER,
+        reference,
+        kind,
+        &now.reason,
+        "Reconcile",
+        now.message.clone(),
+    )
+    .await;
 }
 
 /// Error policy: exponential backoff per object (no hot loop), logged by the caller.
@@ -256,9 +546,51 @@ mod tests {
                 ready: 1,
                 succeeded: 1,
                 failed: 1,
+                healthy: 2,
+                disrupted: 0,
             }
         );
         assert_eq!(count([].iter()), Counts::default());
+    }
+
+    #[test]
+    fn a_group_being_deleted_names_the_pods_it_waits_for() {
+        let mut pg = PodGroup::new("g", phalanx_api::v1beta1::PodGroupSpec::default());
+        let named = |name: &str, phase: &str| {
+            let mut p = pod(Some("n1"), phase);
+            p.metadata.name = Some(name.into());
+            Arc::new(p)
+        };
+        let members: Vec<Arc<Pod>> = (0..12)
+            .map(|i| named(&format!("p{i:02}"), "Running"))
+            .chain([named("done", "Succeeded")])
+            .collect();
+        assert!(
+            terminating_condition(&pg, &members).is_none(),
+            "not being deleted"
+        );
+        pg.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
+        let c = terminating_condition(&pg, &members).expect("condition");
+        assert_eq!(
+            (c.type_.as_str(), c.status.as_str(), c.reason.as_str()),
+            ("Terminating", "True", "WaitingForPods")
+        );
+        assert!(
+            c.message.starts_with("deletion waits for 12 member pod(s)"),
+            "{}",
+            c.message
+        );
+        assert!(
+            c.message
+                .ends_with(": p00, p01, p02, p03, p04, p05, p06, p07, p08, p09, and 2 more"),
+            "{}",
+            c.message
+        );
+        assert_eq!(c.last_transition_time, Time(Timestamp::UNIX_EPOCH));
+        assert!(
+            terminating_condition(&pg, &members[12..]).is_none(),
+            "only finished members left"
+        );
     }
 
     #[test]
@@ -285,7 +617,9 @@ mod tests {
                 ready: 1,
                 succeeded: 4,
                 failed: 5,
+                ..Default::default()
             },
+            &LiveStatus::default(),
         );
         assert_eq!(st["pods"], 3);
         assert_eq!(st["scheduledPods"], 2);

@@ -81,15 +81,16 @@ pub fn find_condition(status: &Value, type_: &str) -> Option<Condition> {
         .and_then(|c| serde_json::from_value(c.clone()).ok())
 }
 
-/// The `Valid` condition to build on: our own last write if it is recent (the cache may not show it yet),
-/// else the cached object's. Keeps `lastTransitionTime` stable while the cache lags our writes.
-pub fn existing_valid(ctx: &Context, uid: &str, current: &Value) -> Option<Condition> {
+/// The condition `type_` (one we own, e.g. [`VALID`]) to build on: our own last write if it is recent (the
+/// cache may not show it yet), else the cached object's. Keeps `lastTransitionTime` stable while the cache
+/// lags our writes.
+pub fn existing_condition(ctx: &Context, uid: &str, current: &Value, type_: &str) -> Option<Condition> {
     if let Some(w) = ctx.last_written(uid).filter(|w| w.at.elapsed() < CACHE_LAG_GRACE)
-        && let Some(c) = find_condition(&w.status, VALID)
+        && let Some(c) = find_condition(&w.status, type_)
     {
         return Some(c);
     }
-    find_condition(current, VALID)
+    find_condition(current, type_)
 }
 
 /// True when every field of `desired` (our owned subset) already has that value in `current`. Conditions are

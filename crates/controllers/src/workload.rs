@@ -101,7 +101,7 @@ pub async fn reconcile(wl: Arc<Workload>, ctx: Ctx) -> Result<Action> {
     }
 
     let current = status::status_of(wl.as_ref());
-    let existing = status::existing_valid(&ctx, &uid, &current);
+    let existing = status::existing_condition(&ctx, &uid, &current, VALID);
     let desired = desired_status(
         &wl.spec,
         wl.metadata.generation,

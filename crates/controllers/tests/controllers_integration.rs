@@ -1124,6 +1124,27 @@ async fn deletion_waits_for_member_pods() -> Result<()> {
     })
     .await?;
     ensure!(pgs.get_opt("g").await?.is_some(), "g must wait for its last pod");
+    // The status says why it stays, naming the pod.
+    wait_for(
+        "Terminating=True/WaitingForPods naming p2",
+        Duration::from_secs(30),
+        || {
+            let pgs = pgs.clone();
+            async move {
+                let st = status_of(&pgs.get("g").await?);
+                let found = st["conditions"].as_array().into_iter().flatten().any(|c| {
+                    c["type"] == "Terminating"
+                        && c["status"] == "True"
+                        && c["reason"] == "WaitingForPods"
+                        && c["message"].as_str().is_some_and(|m| {
+                            m.starts_with("deletion waits for 1 member pod(s)") && m.ends_with(": p2")
+                        })
+                });
+                Ok(found.then_some(()))
+            }
+        },
+    )
+    .await?;
     // The last pod finishes (phase Succeeded) instead of being deleted: that releases the group too.
     pods.patch_status(
         "p2",

@@ -413,7 +413,28 @@ async fn min_count_follows_parallelism() -> Result<()> {
         Ok((c.min_count("elastic-job").await? == Some(3)).then_some(()))
     })
     .await?;
-    c.wait_bound("elastic", 3).await
+    c.wait_bound("elastic", 3).await?;
+    // Each value of minCount is announced, not only the first (one event per note, as client-go's recorder).
+    let events: Api<Event> = Api::namespaced(c.client.clone(), &c.ns);
+    wait_for("GangGroupApplied for minCount 2 and for 3", WAIT, || async {
+        let l = events.list(&ListParams::default()).await?;
+        let notes: Vec<String> = l
+            .items
+            .iter()
+            .filter(|e| {
+                e.reason.as_deref() == Some("GangGroupApplied")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("elastic")
+            })
+            .filter_map(|e| e.note.clone())
+            .collect();
+        let has = |n: &str| {
+            notes
+                .iter()
+                .any(|x| x.contains(&format!("PodGroup elastic-job minCount {n} applied")))
+        };
+        Ok((has("2") && has("3")).then_some(()))
+    })
+    .await
 }
 
 /// A suspended Job creates no pods and no group; resuming it creates the group and the gang binds.
@@ -895,4 +916,336 @@ async fn a_job_gang_finishes_its_tail_because_succeeded_members_count() -> Resul
     })
     .await?;
     Ok(())
+}
+
+/// `PodGroupSatisfied`, the live condition beside the terminal `PodGroupInitiallyScheduled`: a placed Job gang is
+/// Satisfied; a member Failed while the node is cordoned leaves it `MembersLost` (the Job's replacement cannot bind)
+/// with a Warning event; uncordoned, the replacement binds and it is Satisfied again with a Normal event; a member
+/// marked `DisruptionTarget` makes it `MembersDisrupted`; all members Succeeded make it `Completed`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_group_satisfied_follows_losses_and_recoveries() -> Result<()> {
+    let c = setup("oi-live", 1, "4").await?;
+    let job: Job = serde_json::from_value(json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": { "name": "live", "annotations": { GANG: "true" } },
+        "spec": {
+            "parallelism": 3,
+            "completions": 3,
+            "backoffLimit": 10,
+            "completionMode": "Indexed",
+            "template": pod_template(&c.sched, "1", "Never"),
+        }
+    }))?;
+    c.jobs().create(&PostParams::default(), &job).await?;
+    c.wait_bound("live", 3).await?;
+    c.wait_satisfied("live-job", "True", "Satisfied").await?;
+
+    let pods: Api<Pod> = Api::namespaced(c.client.clone(), &c.ns);
+    c.cordon(true).await?;
+    let names = c.live_pod_names().await?;
+    c.fail_pod(names.first().context("no pod")?).await?;
+    let lost = c.wait_satisfied("live-job", "False", "MembersLost").await?;
+    ensure!(
+        lost.contains("2 of minCount 3") && lost.contains("1 failed"),
+        "MembersLost message: {lost}"
+    );
+    c.wait_group_event("live-job", "MembersLost", "Warning").await?;
+
+    c.cordon(false).await?;
+    c.wait_satisfied("live-job", "True", "Satisfied").await?;
+    c.wait_group_event("live-job", "Satisfied", "Normal").await?;
+
+    // An eviction marks its pod first (the eviction API's DisruptionTarget); the gang is below its
+    // quorum from then on. The transition time matters: KCM's disruption controller resets a
+    // DisruptionTarget older than two minutes on a pod that is not being deleted.
+    let names = c.live_pod_names().await?;
+    let marked = names.first().context("no pod")?.clone();
+    let now = k8s_openapi::jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    pods.patch_status(
+        &marked,
+        &PatchParams::default(),
+        &Patch::Strategic(json!({ "status": { "conditions": [{
+            "type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI",
+            "message": "Eviction API: evicting", "lastTransitionTime": now }] } })),
+    )
+    .await
+    .with_context(|| format!("marking {marked} DisruptionTarget"))?;
+    let disrupted = c.wait_satisfied("live-job", "False", "MembersDisrupted").await?;
+    ensure!(
+        disrupted.contains("1 disrupted"),
+        "MembersDisrupted message: {disrupted}"
+    );
+
+    for n in &names {
+        pods.patch_status(
+            n,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "status": { "phase": "Succeeded" } })),
+        )
+        .await
+        .with_context(|| format!("marking {n} Succeeded"))?;
+    }
+    let done = c.wait_satisfied("live-job", "False", "Completed").await?;
+    ensure!(
+        done.contains("3 succeeded, 1 failed"),
+        "Completed message: {done}"
+    );
+    Ok(())
+}
+
+/// `recoveryPolicy` `RestartGroup` with a 2 s grace period and `maxRestarts: 1`, on an annotated Deployment (its
+/// ReplicaSet replaces pods at once; a Job would back off for tens of seconds after each failure): a member fails
+/// while the node is cordoned (its replacement cannot bind); after the grace period the two survivors are marked
+/// `DisruptionTarget` and deleted (`GroupRestarted`, `status.restarts` 1), so nothing of the gang stays bound;
+/// uncordoned, the recreated gang binds whole and is Satisfied. A second loss exceeds `maxRestarts` and ends in
+/// `PodGroupFailed` (`MaxRestartsReached`), with no further restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_group_restarts_a_broken_gang_whole_and_max_restarts_fails_it() -> Result<()> {
+    let c = setup("oi-restart", 1, "4").await?;
+    let deployments: Api<Deployment> = Api::namespaced(c.client.clone(), &c.ns);
+    let dep: Deployment = serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": { "name": "rs", "annotations": { GANG: "true" } },
+        "spec": {
+            "replicas": 3,
+            "selector": { "matchLabels": { "app": "gang" } },
+            "template": pod_template(&c.sched, "1", "Always"),
+        }
+    }))?;
+    deployments.create(&PostParams::default(), &dep).await?;
+    let group = "rs-deployment";
+    c.wait_satisfied(group, "True", "Satisfied").await?;
+    c.set_recovery(
+        group,
+        json!({ "action": "RestartGroup", "gracePeriodSeconds": 2, "maxRestarts": 1 }),
+    )
+    .await?;
+    c.cordon(true).await?;
+    let before = c.live_pod_names().await?;
+    ensure!(before.len() == 3, "pods before: {before:?}");
+    c.fail_pod(&before[0]).await?;
+    c.wait_group_event(group, "GroupRestarted", "Warning").await?;
+    wait_for("status.restarts 1", WAIT, || async {
+        Ok((c.groups().get(group).await?.status.unwrap_or_default().restarts == Some(1)).then_some(()))
+    })
+    .await?;
+    // The survivors are gone and nothing of the gang is bound: no partial gang holds the node.
+    wait_for("the survivors deleted, no live member bound", WAIT, || async {
+        let live = c.live_pods().await?;
+        let bound = live
+            .iter()
+            .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some())
+            .count();
+        let names: Vec<String> = live.iter().map(ResourceExt::name_any).collect();
+        Ok((bound == 0 && before[1..].iter().all(|n| !names.contains(n))).then_some(()))
+    })
+    .await?;
+    c.cordon(false).await?;
+    c.wait_satisfied(group, "True", "Satisfied").await?;
+    let again = c.live_pod_names().await?;
+    ensure!(again.len() == 3, "recreated gang: {again:?}");
+
+    c.cordon(true).await?;
+    c.fail_pod(&again[0]).await?;
+    let failed = c
+        .wait_condition(group, "PodGroupFailed", "True", "MaxRestartsReached")
+        .await?;
+    ensure!(
+        failed.contains("maxRestarts 1"),
+        "PodGroupFailed message: {failed}"
+    );
+    c.wait_group_event(group, "PodGroupFailed", "Warning").await?;
+    // Failed is terminal: no second restart.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let st = c.groups().get(group).await?.status.unwrap_or_default();
+    ensure!(
+        st.restarts == Some(1),
+        "restarts after failing: {:?}",
+        st.restarts
+    );
+    Ok(())
+}
+
+/// `recoveryPolicy` `Fail`: the first loss sets `PodGroupFailed` (reason `MembersLost`) at once, with a Warning
+/// event, and deletes nothing; the default (no policy) on the same loss only reports it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fail_stops_at_once_and_no_policy_only_reports() -> Result<()> {
+    let c = setup("oi-fail", 1, "8").await?;
+    c.gang_job("fl", 3).await?;
+    c.gang_job("np", 3).await?;
+    c.wait_satisfied("fl-job", "True", "Satisfied").await?;
+    c.wait_satisfied("np-job", "True", "Satisfied").await?;
+    c.set_recovery("fl-job", json!({ "action": "Fail" })).await?;
+    c.cordon(true).await?;
+    let fl = c.pod_names_of("fl").await?;
+    let np = c.pod_names_of("np").await?;
+    c.fail_pod(&fl[0]).await?;
+    c.fail_pod(&np[0]).await?;
+    let msg = c
+        .wait_condition("fl-job", "PodGroupFailed", "True", "MembersLost")
+        .await?;
+    ensure!(
+        msg.starts_with("recoveryPolicy Fail: 2 of minCount 3"),
+        "PodGroupFailed message: {msg}"
+    );
+    c.wait_group_event("fl-job", "PodGroupFailed", "Warning").await?;
+    c.wait_satisfied("np-job", "False", "MembersLost").await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for (owner, names) in [("fl", &fl), ("np", &np)] {
+        let now = c.pod_names_of(owner).await?;
+        ensure!(
+            names[1..].iter().all(|n| now.contains(n)),
+            "{owner}: survivors {names:?}, now {now:?}"
+        );
+    }
+    let np_status = c.groups().get("np-job").await?.status.unwrap_or_default();
+    ensure!(
+        !np_status.conditions.iter().any(|c| c.type_ == "PodGroupFailed") && np_status.restarts.is_none(),
+        "no policy, yet {np_status:?}"
+    );
+    Ok(())
+}
+
+impl Ctx {
+    /// An annotated gang Job of `n` one-CPU pods (`completions` = `parallelism`, room for retries), all bound.
+    async fn gang_job(&self, name: &str, n: i32) -> Result<()> {
+        let job: Job = serde_json::from_value(json!({
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": { "name": name, "annotations": { GANG: "true" } },
+            "spec": {
+                "parallelism": n,
+                "completions": n,
+                "backoffLimit": 20,
+                "completionMode": "Indexed",
+                "template": pod_template(&self.sched, "1", "Never"),
+            }
+        }))?;
+        self.jobs().create(&PostParams::default(), &job).await?;
+        self.wait_bound(name, usize::try_from(n)?).await
+    }
+
+    /// Sets `spec.recoveryPolicy` of a group (as a user would, with a merge patch).
+    async fn set_recovery(&self, group: &str, policy: Value) -> Result<()> {
+        self.groups()
+            .patch(
+                group,
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "spec": { "recoveryPolicy": policy } })),
+            )
+            .await
+            .with_context(|| format!("setting recoveryPolicy on {group}"))?;
+        Ok(())
+    }
+
+    /// Cordons (or uncordons) the test's only node.
+    async fn cordon(&self, on: bool) -> Result<()> {
+        let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(self.client.clone());
+        let node = format!("{}-n0", self.ns);
+        nodes
+            .patch(
+                &node,
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "spec": { "unschedulable": on } })),
+            )
+            .await
+            .with_context(|| format!("cordon {node} = {on}"))?;
+        Ok(())
+    }
+
+    /// Marks a pod Failed, as a kubelet would when its container fails.
+    async fn fail_pod(&self, name: &str) -> Result<()> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.ns);
+        pods.patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "status": { "phase": "Failed" } })),
+        )
+        .await
+        .with_context(|| format!("marking {name} Failed"))?;
+        Ok(())
+    }
+
+    /// Names of the non-terminal pods whose name starts with `owner-`, sorted.
+    async fn pod_names_of(&self, owner: &str) -> Result<Vec<String>> {
+        let prefix = format!("{owner}-");
+        Ok(self
+            .live_pod_names()
+            .await?
+            .into_iter()
+            .filter(|n| n.starts_with(&prefix))
+            .collect())
+    }
+
+    /// The namespace's pods that are not terminal.
+    async fn live_pods(&self) -> Result<Vec<Pod>> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.ns);
+        Ok(pods
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .filter(|p| {
+                !matches!(
+                    p.status.as_ref().and_then(|s| s.phase.as_deref()),
+                    Some("Succeeded" | "Failed")
+                )
+            })
+            .collect())
+    }
+
+    /// Names of the namespace's pods that are not terminal, sorted.
+    async fn live_pod_names(&self) -> Result<Vec<String>> {
+        let mut names: Vec<String> = self
+            .live_pods()
+            .await?
+            .iter()
+            .map(ResourceExt::name_any)
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
+    /// Waits for the group's `PodGroupSatisfied` to show `status`/`reason`; returns its message.
+    async fn wait_satisfied(&self, group: &str, status: &str, reason: &str) -> Result<String> {
+        self.wait_condition(
+            group,
+            phalanx_api::conditions::POD_GROUP_SATISFIED,
+            status,
+            reason,
+        )
+        .await
+    }
+
+    /// Waits for the group's condition `type_` to show `status`/`reason`; returns its message.
+    async fn wait_condition(&self, group: &str, type_: &str, status: &str, reason: &str) -> Result<String> {
+        wait_for(&format!("{group} {type_}={status}/{reason}"), WAIT, || async {
+            let g = self.groups().get(group).await?;
+            Ok(g.status
+                .unwrap_or_default()
+                .conditions
+                .into_iter()
+                .find(|c| c.type_ == type_ && c.status == status && c.reason == reason)
+                .map(|c| c.message))
+        })
+        .await
+    }
+
+    /// Waits for an event of `reason` and `type_` regarding the PodGroup `group`.
+    async fn wait_group_event(&self, group: &str, reason: &str, type_: &str) -> Result<()> {
+        let events: Api<Event> = Api::namespaced(self.client.clone(), &self.ns);
+        wait_for(&format!("a {type_} {reason} event on {group}"), WAIT, || async {
+            let l = events.list(&ListParams::default()).await?;
+            Ok(l.items
+                .iter()
+                .any(|e| {
+                    e.reason.as_deref() == Some(reason)
+                        && e.type_.as_deref() == Some(type_)
+                        && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(group)
+                })
+                .then_some(()))
+        })
+        .await
+    }
 }

@@ -8,8 +8,7 @@
 //! `phalanx-scheduler` so the scheduler owns only its condition entry (conditions are a map list keyed by `type`).
 //! Every writer checks the leader flag first: only the lease holder writes.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use k8s_openapi::{
     api::core::v1::{ObjectReference, Pod, PodCondition},
@@ -19,11 +18,11 @@ use k8s_openapi::{
 use kube::{
     Api, Client, Resource, ResourceExt,
     api::{Patch, PatchParams},
-    runtime::events::{Event, EventType, Recorder, Reporter},
+    runtime::events::{Event, EventType, Reporter},
 };
 use phalanx_api::conditions::reasons;
 use phalanx_scheduler::PodKey;
-use phalanx_store::Leader;
+use phalanx_store::{Leader, NoteRecorders};
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
@@ -37,41 +36,11 @@ pub const SCHEDULER_CONDITIONS: [&str; 3] = [
 /// Field manager of every write the scheduler makes.
 pub use phalanx_api::field_managers::SCHEDULER as FIELD_MANAGER;
 
-/// Event recorders, one per event note.
-///
-/// Why not one shared `Recorder`: kube-runtime's `Recorder` folds events with the same object, type, reason
-/// and action into one series and keeps the FIRST note, so a pod whose `FailedScheduling` message changes
-/// between attempts would keep showing the oldest message in `kubectl describe pod`. client-go's recorder
-/// (what kube-scheduler uses) aggregates only identical messages. Keying recorders by note gives the same
-/// result while still letting the library aggregate repeats of one message into a series.
-struct Recorders {
-    client: Client,
-    reporter: Reporter,
-    by_note: Mutex<HashMap<String, Arc<Recorder>>>,
-}
-
-/// How many distinct notes keep a recorder; past it the map starts afresh (a repeat then opens a new series,
-/// which is harmless).
-const MAX_NOTE_RECORDERS: usize = 1024;
-
-impl Recorders {
-    fn for_note(&self, note: &str) -> Arc<Recorder> {
-        let mut by_note = self.by_note.lock().unwrap_or_else(|p| p.into_inner());
-        if by_note.len() >= MAX_NOTE_RECORDERS && !by_note.contains_key(note) {
-            by_note.clear();
-        }
-        by_note
-            .entry(note.to_owned())
-            .or_insert_with(|| Arc::new(Recorder::new(self.client.clone(), self.reporter.clone())))
-            .clone()
-    }
-}
-
 /// The writes a scheduling attempt makes, gated on leadership.
 #[derive(Clone)]
 pub struct StatusWriter {
     client: Client,
-    recorders: Arc<Recorders>,
+    recorders: Arc<NoteRecorders>,
     leader: Leader,
 }
 
@@ -79,11 +48,7 @@ impl StatusWriter {
     /// A writer that publishes events as `reporter` and writes only while `leader` is true.
     pub fn new(client: Client, reporter: Reporter, leader: Leader) -> Self {
         Self {
-            recorders: Arc::new(Recorders {
-                client: client.clone(),
-                reporter,
-                by_note: Mutex::default(),
-            }),
+            recorders: Arc::new(NoteRecorders::new(client.clone(), reporter)),
             client,
             leader,
         }

@@ -346,6 +346,72 @@ async fn explain_a_group_being_deleted() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A placed gang below its quorum with `recoveryPolicy` `RestartGroup`: explain shows the live condition, the
+/// policy in words, the restart count, and when the controller restarts the gang (the same decision it takes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_a_gang_below_its_quorum_and_its_recovery_policy() -> anyhow::Result<()> {
+    let cx = setup("ex-life").await?;
+    let node = cx.node("n1", "8", &[]).await?;
+    let mut g = cx.group_json("rg", 2, None, None);
+    g["spec"]["recoveryPolicy"] = json!({ "action": "RestartGroup", "maxRestarts": 3 });
+    cx.create_group(g).await?;
+    let sched = cx.sched.clone();
+    let mut bound = cx.pod_json("rg-0", "1", Some("rg"), &sched);
+    bound["spec"]["nodeName"] = json!(node);
+    cx.create_pod(bound).await?;
+    cx.pod("rg-1", "1", Some("rg")).await?;
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let t = |ago: i64| {
+        (now - k8s_openapi::jiff::SignedDuration::from_secs(ago))
+            .strftime("%Y-%m-%dT%H:%M:%SZ")
+            .to_string()
+    };
+    Api::<PodGroup>::namespaced(cx.client.clone(), &cx.ns)
+        .patch_status(
+            "rg",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({ "status": {
+                "conditions": [
+                    { "type": "PodGroupInitiallyScheduled", "status": "True", "reason": "Scheduled", "message": "",
+                      "lastTransitionTime": t(300) },
+                    { "type": "PodGroupSatisfied", "status": "False", "reason": "MembersLost",
+                      "message": "1 of minCount 2 members bound or succeeded: 1 failed, 0 disrupted, 1 waiting for a node",
+                      "lastTransitionTime": t(10) },
+                ],
+                "restarts": 1,
+                "lastRestartTime": t(200),
+            }})),
+        )
+        .await?;
+    let (text, j) = cx.explain("ppg", "rg")?;
+    assert!(
+        text.contains("Live: PodGroupSatisfied=False (MembersLost) since"),
+        "{text}"
+    );
+    assert!(
+        text.contains("1 of minCount 2 members bound or succeeded"),
+        "{text}"
+    );
+    assert!(
+        text.contains("Recovery: onFailure RestartGroup, onDisruption RestartGroup, grace 60 s, maxRestarts 3; restarts 1"),
+        "{text}"
+    );
+    let next = s(&j, "/life/next");
+    assert!(
+        next.starts_with("restart in ") && next.ends_with(" s unless the gang recovers"),
+        "{j}"
+    );
+    let secs: u64 = next
+        .trim_start_matches("restart in ")
+        .split(' ')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    // 60 s of grace from the loss 10 s ago (the last restart is older).
+    assert!((40..=50).contains(&secs), "{next}");
+    Ok(())
+}
+
 /// A CompositePodGroup tree with one of its two child groups: the root and the leaf both wait for the tree's
 /// quorum, and say so with the tree's count.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -274,6 +274,47 @@ fn s50_partial_preemption_only_where_the_group_goes() {
     assert_eq!(h.evicted, ["low-1"]);
 }
 
+/// S50 as it ran on a loaded CI machine: low-2 started a second after low-1, so node2's victim
+/// looks cheaper and a steered run takes node2 for two pods, needing both victims. Upstream's
+/// run (nodes scored as if empty) follows the preference and needs low-1 only; the cheaper
+/// answer wins.
+#[test]
+fn s50_a_later_start_does_not_lead_the_group_to_two_victims() {
+    let mut h = H::new(vec![host("node1", 2), host("node2", 2)]);
+    h.running("low-1", 2000, "node1", 10, None);
+    h.running("low-2", 1000, "node2", 10, None);
+    h.s.snap.set_pod_start_time(&Sim::pod_key("low-1"), Some(1_000));
+    h.s.snap.set_pod_start_time(&Sim::pod_key("low-2"), Some(2_000));
+    h.s.add_group(Sim::gang("pg1", 3));
+    for p in ["high-1", "high-2", "high-3"] {
+        h.pending(prefer(Sim::make_pod(p, 1000, Some("pg1"), 100), "node1"));
+    }
+    h.run();
+    assert_eq!(h.first_victims(), names(&["low-1"]));
+    assert_eq!(
+        h.first_nominations(),
+        noms(&[("high-1", "node1"), ("high-2", "node1"), ("high-3", "node2")])
+    );
+    assert_eq!(h.evicted, ["low-1"]);
+}
+
+/// The same with a p5 pod on node2: steering prefers the node of the lowest victim, but only
+/// the p10 pod on node1 has to go (upstream's run finds it), so low-2 stays.
+#[test]
+fn steering_toward_the_lowest_victim_never_takes_more_than_upstreams_run() {
+    let mut h = H::new(vec![host("node1", 2), host("node2", 2)]);
+    h.running("low-1", 2000, "node1", 10, None);
+    h.running("low-2", 1000, "node2", 5, None);
+    h.s.add_group(Sim::gang("pg1", 3));
+    for p in ["high-1", "high-2", "high-3"] {
+        h.pending(prefer(Sim::make_pod(p, 1000, Some("pg1"), 100), "node1"));
+    }
+    h.run();
+    assert_eq!(h.first_victims(), names(&["low-1"]));
+    assert_eq!(h.evicted, ["low-1"]);
+    assert!(h.s.bound(&["high-1", "high-2", "high-3", "low-2"]));
+}
+
 /// S51: the leftover pod of a basic group prefers node1 (p10 victim) but evicts the p5 pod on
 /// node2 (priority tiers).
 ///

@@ -11,6 +11,7 @@
 
 pub mod assumed;
 mod custom_owners;
+pub mod events;
 pub mod fixed;
 pub mod index;
 pub mod leader;
@@ -36,6 +37,7 @@ use phalanx_api::{
 use tokio::{sync::broadcast, time::Instant};
 
 pub use assumed::{AssumeCache, AssumedPod};
+pub use events::NoteRecorders;
 pub use fixed::{ClusterState, ListError, OwnerKind, OwnerObject};
 pub use index::{ClusterIndex, pod_group_key, pod_group_name, pod_node};
 pub use leader::{Leader, LeaderFence};

@@ -4,6 +4,7 @@
 
 mod pod_group;
 mod policy;
+mod recovery;
 mod templates;
 mod workload;
 
@@ -15,6 +16,9 @@ pub use policy::{
     PodGroupResourceClaimStatus, PodGroupSchedulingConstraints, PodGroupSchedulingPolicy, PolicyKind,
     PreemptionPolicy, SingleCompositeDisruptionMode, SingleDisruptionMode, TopologyConstraint,
     TopologyPreference, TypedLocalObjectReference, WorkloadReference,
+};
+pub use recovery::{
+    DEFAULT_RECOVERY_GRACE_SECONDS, MAX_RECOVERY_GRACE_SECONDS, MAX_RESTARTS, RecoveryAction, RecoveryPolicy,
 };
 pub use templates::{CompositePodGroupTemplate, PodGroupTemplate};
 pub use workload::{Workload, WorkloadSpec, WorkloadStatus};

@@ -10,6 +10,7 @@ use super::policy::{
     DisruptionMode, PodGroupResourceClaim, PodGroupResourceClaimStatus, PodGroupSchedulingConstraints,
     PodGroupSchedulingPolicy, PreemptionPolicy, WorkloadReference,
 };
+use super::recovery::RecoveryPolicy;
 use crate::schema::{
     DNS1123_SUBDOMAIN_MAX_LENGTH, DNS1123_SUBDOMAIN_PATTERN, MAX_PRIORITY, MAX_RESOURCE_CLAIMS,
 };
@@ -93,6 +94,12 @@ use crate::schema::{
         description = "Reason of the PodGroupInitiallyScheduled condition: WaitingForQuorum while gathering pods, Unschedulable after a failed attempt, Scheduled"
     ),
     printcolumn(
+        name = "Satisfied",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"PodGroupSatisfied\")].reason",
+        description = "Reason of the live PodGroupSatisfied condition once the group was scheduled: Satisfied, MembersLost, MembersDisrupted, Completed"
+    ),
+    printcolumn(
         name = "Message",
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"PodGroupInitiallyScheduled\")].message",
@@ -161,6 +168,11 @@ pub struct PodGroupSpec {
     /// PreemptLowerPriority). Immutable once set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preemption_policy: Option<PreemptionPolicy>,
+    /// Phalanx addition (not in upstream): recoveryPolicy says what to do when the group, once
+    /// scheduled, falls below `minCount` (`PodGroupSatisfied=False`): report only (omitted or
+    /// `None`), restart the whole gang, or fail it. Mutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovery_policy: Option<RecoveryPolicy>,
 }
 
 /// The observed state of a PodGroup (upstream `PodGroupStatus` plus Phalanx's read-only counters).
@@ -168,7 +180,8 @@ pub struct PodGroupSpec {
 #[serde(rename_all = "camelCase")]
 pub struct PodGroupStatus {
     /// conditions: `PodGroupInitiallyScheduled` (terminal once True; reasons Scheduled, Unschedulable,
-    /// SchedulerError) and `DisruptionTarget` (reason PreemptionByScheduler). A list-map keyed by type, so
+    /// SchedulerError), `DisruptionTarget` (reason PreemptionByScheduler), Phalanx's `Valid` and the live
+    /// `PodGroupSatisfied` (reasons Satisfied, MembersLost, MembersDisrupted, Completed). A list-map keyed by type, so
     /// the controller and the scheduler can each own their own entries with server-side apply.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
@@ -209,6 +222,14 @@ pub struct PodGroupStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub failed_pods: Option<i32>,
+    /// Phalanx addition (not in upstream): how many times `recoveryPolicy` `RestartGroup` restarted the gang.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub restarts: Option<i32>,
+    /// Phalanx addition (not in upstream): when the last restart happened; the grace period of the next one
+    /// counts from here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_restart_time: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
 }
 
 impl PodGroupSpec {

@@ -9,6 +9,7 @@ use super::policy::{
     DisruptionMode, PodGroupResourceClaim, PodGroupSchedulingConstraints, PodGroupSchedulingPolicy,
     PreemptionPolicy,
 };
+use super::recovery::RecoveryPolicy;
 use crate::schema::{
     DNS1123_LABEL_MAX_LENGTH, DNS1123_LABEL_PATTERN, DNS1123_SUBDOMAIN_MAX_LENGTH, DNS1123_SUBDOMAIN_PATTERN,
     MAX_PRIORITY, MAX_RESOURCE_CLAIMS, MAX_TEMPLATES,
@@ -56,6 +57,10 @@ pub struct PodGroupTemplate {
     /// PreemptLowerPriority, Never. Immutable once set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preemption_policy: Option<PreemptionPolicy>,
+    /// Phalanx addition (not in upstream): recoveryPolicy of PodGroups created from this template (see
+    /// PodGroup `spec.recoveryPolicy`). Mutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovery_policy: Option<RecoveryPolicy>,
 }
 
 /// A template for a CompositePodGroup (upstream `CompositePodGroupTemplate`, KEP-6012). Children are

@@ -285,6 +285,10 @@ pub async fn explain(
         .as_ref()
         .filter(|_| target != Target::Pod)
         .and_then(|g| deletion(&store, g, &members));
+    let life = group
+        .as_ref()
+        .filter(|_| target != Target::Pod)
+        .and_then(|g| super::life::gather(&store, g, &members, k8s_openapi::jiff::Timestamp::now()));
     let events = events(client, namespace, kind, name, &group, &members).await?;
     Ok(Explanation {
         kind: kind.into(),
@@ -308,6 +312,7 @@ pub async fn explain(
         placement,
         events,
         deletion,
+        life,
     })
 }
 

@@ -10,6 +10,7 @@
 
 pub mod facts;
 pub mod gather;
+pub mod life;
 pub mod render;
 
 use serde::Serialize;
@@ -180,4 +181,6 @@ pub struct Explanation {
     pub events: Vec<EventFacts>,
     /// Set when the group is being deleted.
     pub deletion: Option<DeletionFacts>,
+    /// A PodGroup's life after its first schedule: live condition, recovery policy, next step.
+    pub life: Option<life::LifeFacts>,
 }

@@ -46,6 +46,9 @@ pub fn text(e: &Explanation) -> String {
             }
         );
     }
+    if let Some(l) = &e.life {
+        super::life::render(&mut s, l);
+    }
     if let Some(q) = &e.quorum {
         let _ = writeln!(
             s,

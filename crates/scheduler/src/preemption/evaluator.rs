@@ -15,7 +15,8 @@
 //! - **Steered node choice** ([`node_cost`]): each run sees, per node, the cost of its
 //!   lowest-priority candidates, and the per-pod pass prefers cheaper nodes before the plugin
 //!   score; upstream's run scores nodes as if empty, so victims never influence which node is
-//!   taken.
+//!   taken. Upstream's run is made too and wins unless the steered one costs less, so the
+//!   estimate can only improve on upstream's victims, never add to them.
 //! - **Candidate placements** (upstream 1.37 takes the single best placement; scoring the top
 //!   placements by victim cost is listed as future work): for a topology-constrained root the
 //!   algorithm returns its best `preemptionCandidatePlacements` placements instead of one, and
@@ -229,22 +230,26 @@ fn evaluate(
 }
 
 /// Runs the root's algorithm with the units `removed` evicted (by the caller), steered by
-/// their per-node cost ([`node_cost`]), which is cleared again before returning.
+/// their per-node cost ([`node_cost`]), which is cleared again before returning. The flag says
+/// that every node had the same cost, so the run was upstream's own (nothing steered).
 fn schedule_steered(
     snapshot: &mut Snapshot,
     handle: &mut dyn PreemptionHandle,
     units: &[VictimUnit],
     removed: &[usize],
     k: usize,
-) -> Result<Vec<PodGroupAssignments>, Status> {
-    snapshot.victim_costs = Some(node_cost::per_node(snapshot, units, removed));
+) -> (Result<Vec<PodGroupAssignments>, Status>, bool) {
+    let costs = node_cost::per_node(snapshot, units, removed);
+    let uniform = costs.windows(2).all(|w| w[0] == w[1]);
+    snapshot.victim_costs = Some(costs);
     let r = handle.schedule(snapshot, k);
     snapshot.victim_costs = None;
-    r
+    (r, uniform)
 }
 
-/// The best evaluation so far and its (tier, rank): tier 0 = every candidate evicted
-/// (upstream's run), rank = the placement's position by score.
+/// The best evaluation so far and its (tier, rank): tier 0 = every candidate evicted and nodes
+/// scored as if empty (upstream's run), tier 1 = every candidate evicted, steered; rank = the
+/// placement's position by score.
 type Best = Option<(Chosen, (usize, usize))>;
 
 /// Reprieves every result of one scheduling run (`removed` evicted) and keeps the best of them
@@ -271,7 +276,8 @@ fn best_of(
     best
 }
 
-/// Evicts `removed` (from the state at `mark`), runs the algorithm and folds its results into
+/// Runs the algorithm with `removed` evicted (by the caller), steered by their per-node cost
+/// except in tier 0 (upstream's run, nodes scored as if empty), and folds its results into
 /// `best`. A run that does not fit leaves `best` as it is; an Error is returned.
 fn try_tier(
     snapshot: &mut Snapshot,
@@ -282,7 +288,12 @@ fn try_tier(
     best: Best,
     tier: usize,
 ) -> Result<Best, Status> {
-    match schedule_steered(snapshot, handle, units, removed, k) {
+    let run = if tier > 0 {
+        schedule_steered(snapshot, handle, units, removed, k).0
+    } else {
+        handle.schedule(snapshot, k)
+    };
+    match run {
         Ok(results) => Ok(best_of(snapshot, handle, units, removed, results, best, tier)),
         Err(st) if st.code == Code::Error => Err(st),
         // Not enough room with only these evicted: another tier may do.
@@ -320,17 +331,33 @@ pub(crate) fn preempt(
     // Upstream's run: every candidate evicted. Its status is the one reported on failure.
     let all: Vec<usize> = (0..candidates.len()).collect();
     units::evict(snapshot, &candidates);
-    let full = match schedule_steered(snapshot, handle, &candidates, &all, k) {
-        Ok(results) => best_of(snapshot, handle, &candidates, &all, results, None, 0),
+    let (run, uniform) = schedule_steered(snapshot, handle, &candidates, &all, k);
+    let steered = match run {
+        Ok(results) => {
+            let tier = if uniform { 0 } else { 1 };
+            best_of(snapshot, handle, &candidates, &all, results, None, tier)
+        }
         Err(st) => {
             snapshot.revert_to(mark);
             return Err(st);
         }
     };
-    snapshot.revert_to(mark);
+    // Upstream's own run (nodes scored as if empty) is the floor: steering by a per-node
+    // estimate can lead the group onto nodes whose victims all stay needed (two equal-priority
+    // pods, the later-started one's node looking cheaper, both evicted where the preferred
+    // node's pod alone would do). Tier 0, so that it wins a tie. Nothing to gain when the
+    // steered answer evicts nothing, or when every node cost the same (the run was upstream's).
+    let full = if !uniform && steered.as_ref().is_some_and(|(c, _)| c.cost.pods > 0) {
+        let r = try_tier(snapshot, handle, &candidates, &all, k, steered, 0);
+        snapshot.revert_to(mark);
+        r?
+    } else {
+        snapshot.revert_to(mark);
+        steered
+    };
     let lowest = candidates.last().map_or(i64::MIN, |u| i64::from(u.priority));
     let mut best = full;
-    let mut tier = 1;
+    let mut tier = 2;
     // Priority tiers, only when upstream's answer takes something above the lowest level.
     if best.as_ref().is_some_and(|(c, _)| c.cost.highest > lowest) {
         let starts = tier_starts(&candidates);
