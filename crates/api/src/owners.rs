@@ -17,6 +17,11 @@ pub const GANG: &str = "scheduling.phalanx.dev/gang";
 /// quorum. Wins over [`GANG`]; required for owners without `spec.replicas`/`spec.parallelism`.
 pub const GANG_MIN_COUNT: &str = "scheduling.phalanx.dev/gang-min-count";
 
+/// Annotation on the PodGroup Phalanx creates for an owner: the owner's `metadata.generation` its `minCount` was
+/// computed from. While the owner's generation is newer (it was scaled and the PodGroup is not rewritten yet), the
+/// scheduler holds the group's pending pods, so that a scale-up joins the new quorum as one step.
+pub const OWNER_GENERATION: &str = "scheduling.phalanx.dev/owner-generation";
+
 /// Label on the PodGroup and Workload Phalanx creates for an owner: the owner's `metadata.uid`. Lets the store
 /// find the group of pods whose top owner is a custom resource it does not watch.
 pub const OWNER_UID_LABEL: &str = "scheduling.phalanx.dev/owner-uid";

@@ -995,6 +995,100 @@ async fn pod_group_satisfied_follows_losses_and_recoveries() -> Result<()> {
     Ok(())
 }
 
+/// An elastic owner stays all-or-nothing: an annotated Deployment of 5 bound pods, scaled to 60 with room for 40,
+/// binds none of its 55 new pods (the scheduler holds them until `minCount` follows the new size, then the gang of 60
+/// does not fit) and the group says why; scaled back to 40, the 35 still pending bind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scaled_deployment_joins_its_new_quorum_all_or_nothing() -> Result<()> {
+    let c = setup("oi-scale", 1, "40").await?;
+    let deployments: Api<Deployment> = Api::namespaced(c.client.clone(), &c.ns);
+    let dep: Deployment = serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": { "name": "web", "annotations": { GANG: "true" } },
+        "spec": {
+            "replicas": 5,
+            "selector": { "matchLabels": { "app": "gang" } },
+            "template": pod_template(&c.sched, "1", "Always"),
+        }
+    }))?;
+    deployments.create(&PostParams::default(), &dep).await?;
+    let group = "web-deployment";
+    let bound = || async {
+        let live = c.live_pods().await?;
+        let n = live
+            .iter()
+            .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some())
+            .count();
+        anyhow::Ok((live.len(), n))
+    };
+    wait_for("5 pods bound", WAIT, || async {
+        Ok((bound().await? == (5, 5)).then_some(()))
+    })
+    .await?;
+    c.wait_satisfied(group, "True", "Satisfied").await?;
+    let scale = |n: i32| {
+        let deployments = deployments.clone();
+        async move {
+            deployments
+                .patch(
+                    "web",
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({ "spec": { "replicas": n } })),
+                )
+                .await
+                .with_context(|| format!("scaling to {n}"))
+        }
+    };
+    scale(60).await?;
+    wait_for("minCount 60 and 60 pods", WAIT, || async {
+        Ok((c.min_count(group).await? == Some(60) && bound().await?.0 == 60).then_some(()))
+    })
+    .await?;
+    // Give the scheduler time to try: none of the new pods may bind, then or later.
+    let lost = c.wait_satisfied(group, "False", "MembersLost").await?;
+    ensure!(
+        lost.contains("5 of minCount 60") && lost.contains("55 waiting for a node"),
+        "{lost}"
+    );
+    for _ in 0..5 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let (total, n) = bound().await?;
+        ensure!(
+            n == 5,
+            "{n} of {total} pods bound after the scale-up: the new members must bind all or nothing"
+        );
+    }
+    // A pending member says why.
+    let pending = c
+        .live_pods()
+        .await?
+        .into_iter()
+        .find(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none())
+        .context("a pending pod")?;
+    let pods: Api<Pod> = Api::namespaced(c.client.clone(), &c.ns);
+    let name = pending.name_any();
+    let why = wait_for(&format!("{name} says why it waits"), WAIT, || async {
+        let p = pods.get(&name).await?;
+        Ok(p.status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .into_iter()
+            .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+            .and_then(|c| c.message)
+            .filter(|m| m.contains("minCount (60)")))
+    })
+    .await?;
+    ensure!(why.contains("Insufficient cpu"), "pending message: {why}");
+
+    scale(40).await?;
+    wait_for("40 pods bound with minCount 40", WAIT, || async {
+        Ok((c.min_count(group).await? == Some(40) && bound().await? == (40, 40)).then_some(()))
+    })
+    .await?;
+    c.wait_satisfied(group, "True", "Satisfied").await?;
+    Ok(())
+}
+
 /// `recoveryPolicy` `RestartGroup` with a 2 s grace period and `maxRestarts: 1`, on an annotated Deployment (its
 /// ReplicaSet replaces pods at once; a Job would back off for tens of seconds after each failure): a member fails
 /// while the node is cordoned (its replacement cannot bind); after the grace period the two survivors are marked

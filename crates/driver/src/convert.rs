@@ -110,6 +110,7 @@ pub fn group_info(g: &PodGroup, classes: &[Arc<PriorityClass>]) -> GroupInfo {
             .workload_ref
             .as_ref()
             .map(|w| w.workload_name.as_str().into()),
+        resizing: None,
     }
 }
 

@@ -32,8 +32,14 @@ impl Driver {
             } => self.on_pod(key, group, node, deleted, now),
             StoreEvent::Node(name) => self.on_node(&name, now),
             StoreEvent::Group(g) => self.on_group(&g, now),
-            // Owner changes reach the scheduler as the `Pod` events of the pods whose group they changed.
-            StoreEvent::Other | StoreEvent::Owner(_) => {}
+            // Owner changes reach the scheduler as the `Pod` events of the pods whose group they changed; a group
+            // sized from the owner is re-read, to hold or release it (`resize`).
+            StoreEvent::Owner(o) => {
+                if let Some(g) = self.sized_groups.get(&o.uid).cloned() {
+                    self.on_group(&g, now);
+                }
+            }
+            StoreEvent::Other => {}
             StoreEvent::Resync => self.resync(),
         }
     }
@@ -174,12 +180,29 @@ impl Driver {
         }
     }
 
+    /// The core's view of a PodGroup, with the runtime's resize hold ([`crate::resize`]); remembers which owner
+    /// sized it, so that the owner's next change re-reads the group.
+    fn pod_group_info(
+        &mut self,
+        key: &GroupKey,
+        pg: &PodGroup,
+        classes: &[Arc<k8s_openapi::api::scheduling::v1::PriorityClass>],
+    ) -> phalanx_scheduler::GroupInfo {
+        let mut info = convert::group_info(pg, classes);
+        self.sized_groups.retain(|_, g| g != key);
+        if let Some((owner, _)) = crate::resize::sized_owner(pg) {
+            self.sized_groups.insert(owner.uid, key.clone());
+            info.resizing = crate::resize::resizing(&self.store, pg).map(Arc::from);
+        }
+        info
+    }
+
     pub(crate) fn on_group(&mut self, g: &GroupKey, now: Instant) {
         match g.kind {
             GroupKind::PodGroup => match self.store.pod_group(&g.namespace, &g.name) {
                 Some(pg) => {
                     self.known_groups.insert(g.clone());
-                    let info = Arc::new(convert::group_info(&pg, &self.store.priority_classes().state()));
+                    let info = Arc::new(self.pod_group_info(g, &pg, &self.store.priority_classes().state()));
                     self.group_infos.insert(g.clone(), info.clone());
                     self.queue.add_group(info, now);
                 }
@@ -256,7 +279,7 @@ impl Driver {
                 Obj::Pg(g) => {
                     let key = GroupKey::pod_group(ns, name);
                     seen_groups.insert(key.clone());
-                    let info = Arc::new(convert::group_info(g, &classes));
+                    let info = Arc::new(self.pod_group_info(&key, g, &classes));
                     self.group_infos.insert(key.clone(), info.clone());
                     self.known_groups.insert(key);
                     self.queue.add_group(info, now);

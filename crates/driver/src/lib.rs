@@ -33,6 +33,7 @@ pub mod node_filter;
 mod preempt;
 mod preemption_tracker;
 pub mod progress;
+mod resize;
 pub mod runtime;
 mod snapshot;
 mod snapshot_cache;

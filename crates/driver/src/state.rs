@@ -96,6 +96,8 @@ pub(crate) struct Driver {
     pub(crate) evictor: crate::Evictor,
     /// Every PodGroup and CompositePodGroup as the core sees it (victim units need the groups of running pods).
     pub(crate) group_infos: HashMap<GroupKey, Arc<phalanx_scheduler::GroupInfo>>,
+    /// Owner uid -> the PodGroup sized from it (annotation `owner-generation`, see [`crate::resize`]).
+    pub(crate) sized_groups: HashMap<String, GroupKey>,
     pub(crate) composite_infos: HashMap<GroupKey, Arc<phalanx_scheduler::CompositeGroupInfo>>,
     /// Nominations, bind reservations, pods terminating by preemption and preemptions in flight: one owner.
     pub(crate) preemption: crate::preemption_tracker::PreemptionTracker,
@@ -148,6 +150,7 @@ impl Driver {
             client: fresh_client,
             writer,
             group_infos: HashMap::new(),
+            sized_groups: HashMap::new(),
             composite_infos: HashMap::new(),
             preemption: Default::default(),
             evict_tx,

@@ -457,3 +457,31 @@ fn succeeded_members_count_toward_the_quorum_and_failed_ones_do_not() {
     let gate = q.gate(&gkey("g")).expect("below quorum");
     assert_eq!(gate.message, "2 of 3 pods present (minCount 3)");
 }
+
+/// A group whose owner is being resized (the runtime sets `resizing`) holds its pending pods, even though the old
+/// quorum is met, and releases them once the runtime clears it.
+#[test]
+fn a_group_being_resized_holds_its_pending_pods_until_cleared() {
+    let mut q = SchedulingQueue::new(&SchedulerConfig::default());
+    let t = Instant::now();
+    q.add_group(gang("g", 2), t);
+    for n in ["a", "b"] {
+        let mut p = (*pod(n, Some("g"), 0)).clone();
+        p.node_name = Some("n1".into());
+        q.add_pod(Arc::new(p), t);
+    }
+    let mut info = (*gang("g", 2)).clone();
+    info.resizing = Some("waiting for minCount to follow Deployment web".into());
+    q.add_group(Arc::new(info), t);
+    q.add_pod(pod("c", Some("g"), 0), t);
+    let gate = q.gate(&gkey("g")).expect("held");
+    assert_eq!(gate.reason, GateReason::WaitingForQuorum);
+    assert_eq!(gate.message, "waiting for minCount to follow Deployment web");
+    assert!(q.pop(t).is_none());
+    q.add_group(gang("g", 3), t);
+    assert!(
+        q.gate(&gkey("g")).is_none(),
+        "resized: 2 bound + 1 pending meets minCount 3"
+    );
+    assert_eq!(q.pop(t).map(|e| e.key), Some(gkey("g")));
+}

@@ -28,6 +28,8 @@ pub struct OwnerFacts {
     pub replicas: Option<i64>,
     /// `spec.suspend` is true (a suspended Job creates no pods; its group is created when it is resumed).
     pub suspended: bool,
+    /// `metadata.generation` (recorded on the PodGroup as [`owners::OWNER_GENERATION`]).
+    pub generation: Option<i64>,
 }
 
 impl OwnerFacts {
@@ -55,6 +57,7 @@ impl OwnerFacts {
             uid: s("/metadata/uid"),
             replicas,
             suspended: v.pointer("/spec/suspend").and_then(Value::as_bool) == Some(true),
+            generation: v.pointer("/metadata/generation").and_then(Value::as_i64),
         }
     }
 }
@@ -140,10 +143,11 @@ pub fn workload(f: &OwnerFacts, min_count: i32) -> Value {
     })
 }
 
-/// The PodGroup (server-side-apply body) for an owner: same name as its Workload, referring to its template.
+/// The PodGroup (server-side-apply body) for an owner: same name as its Workload, referring to its template, with
+/// the owner's generation it was sized at ([`owners::OWNER_GENERATION`]).
 pub fn pod_group(f: &OwnerFacts, min_count: i32) -> Value {
     let name = owners::owner_group_name(&f.kind, &f.name);
-    json!({
+    let mut v = json!({
         "apiVersion": format!("{}/v1beta1", phalanx_api::GROUP),
         "kind": "PodGroup",
         "metadata": {
@@ -156,7 +160,11 @@ pub fn pod_group(f: &OwnerFacts, min_count: i32) -> Value {
             "workloadRef": { "workloadName": name, "templateName": TEMPLATE_NAME },
             "schedulingPolicy": { "gang": { "minCount": min_count } },
         },
-    })
+    });
+    if let Some(g) = f.generation {
+        v["metadata"]["annotations"] = json!({ owners::OWNER_GENERATION: g.to_string() });
+    }
+    v
 }
 
 #[cfg(test)]

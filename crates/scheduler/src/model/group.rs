@@ -88,6 +88,13 @@ pub struct GroupInfo {
     pub disruption_mode: DisruptionMode,
     /// `spec.workloadRef.workloadName`, if any: every group of a tree must name the root's Workload.
     pub workload: Option<Arc<str>>,
+    /// Set by the runtime while the group's size is being changed by its owner (Phalanx addition: an
+    /// annotated Deployment or Job was scaled and the integration has not yet rewritten `minCount`):
+    /// the message, e.g. `waiting for minCount to follow Deployment web (generation 3; the group
+    /// was sized at generation 2)`. PreEnqueue holds the group's pending pods (`WaitingForQuorum`)
+    /// until it is cleared, so that the new members join the new quorum, all or nothing, instead
+    /// of binding one by one as late members of the old one.
+    pub resizing: Option<Arc<str>>,
 }
 
 impl GroupInfo {
@@ -105,6 +112,7 @@ impl GroupInfo {
             parent: None,
             disruption_mode: DisruptionMode::Single,
             workload: None,
+            resizing: None,
         }
     }
 }
@@ -199,6 +207,7 @@ impl CompositeGroupInfo {
             parent: self.parent.clone(),
             disruption_mode: self.disruption_mode,
             workload: self.workload.clone(),
+            resizing: None,
         }
     }
 }

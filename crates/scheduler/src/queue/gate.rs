@@ -81,6 +81,13 @@ impl SchedulingQueue {
                 ),
             ));
         }
+        if let Some(m) = &group.resizing {
+            return Some(Gate {
+                reason: GateReason::WaitingForQuorum,
+                message: m.to_string(),
+                pod_message: "waiting for the gang's minCount to follow its owner's new size".to_string(),
+            });
+        }
         let present = e.pods.len() + e.assigned.len();
         if let GroupPolicy::Gang { min_count } = group.policy
             && present < min_count as usize
