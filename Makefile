@@ -55,7 +55,7 @@ bench-e2e: bins ## End-to-end: Phalanx vs upstream kube-scheduler vs raw bind ra
 	$(CARGO) build --release -p phalanx --bin phalanx
 	$(CARGO) run --release -p phalanx-bench -- $(BENCH_E2E_ARGS)
 
-chaos: bins ## Chaos suite: 2 real replicas under faults, invariants I1-I7 (CHAOS_ARGS='--only leader-kill --runs 5'); docs/testing.md
+chaos: bins ## Chaos suite: 2 real replicas under faults, invariants I1-I8 (CHAOS_ARGS='--only leader-kill --runs 5'); docs/testing.md
 	$(CARGO) build -p phalanx --bin phalanx
 	$(CARGO) build -p phalanx-chaos --bin phalanx-chaos
 	$(TARGET_DIR)/debug/phalanx-chaos --profile full --phalanx-bin $(TARGET_DIR)/debug/phalanx $(CHAOS_ARGS)

@@ -52,7 +52,7 @@ pub struct Profile {
 
 impl Profile {
     /// The faults of [`Profile::smoke`]: every fault, once.
-    pub const SMOKE_FAULTS: [Fault; 9] = [
+    pub const SMOKE_FAULTS: [Fault; 10] = [
         Fault::LeaderKill,
         Fault::LeaderTerm,
         Fault::LeaderPause,
@@ -62,6 +62,7 @@ impl Profile {
         Fault::AdmissionDeny,
         Fault::Hostile,
         Fault::PreemptKill,
+        Fault::MemberKill,
     ];
 
     /// One run of each fault, sized to finish in a few minutes on 2 cores (the `make test` subset), with 20 s of
@@ -95,6 +96,7 @@ impl Profile {
                 (Fault::AdmissionDeny, 1),
                 (Fault::Hostile, 1),
                 (Fault::PreemptKill, 3),
+                (Fault::MemberKill, 3),
             ],
             load: LoadConfig {
                 initial_gangs: 16,

@@ -9,8 +9,10 @@
 //! is observed before it. The [`Ledger`] numbers every observation, notes when it was made, and keeps per pod
 //! UID: priority, PodGroup, node, when it was first seen bound, every change of `status.nominatedNodeName`, its
 //! first version with a `deletionTimestamp` (and whether that carried `DisruptionTarget=True/PreemptionByScheduler`)
-//! and when it went. The audit log says who deleted which pod and when: Phalanx deletes pods only to preempt
-//! (`crates/driver/src/evict.rs`), so every deletion request of a replica is an eviction.
+//! and when it went. The audit log says who deleted which pod and when: Phalanx deletes pods to preempt
+//! (`crates/driver/src/evict.rs`), and to restart a gang whose `recoveryPolicy` is `RestartGroup`
+//! (`crates/controllers/src/pod_group.rs`, marked `DisruptionTarget=True/RestartedByRecoveryPolicy` first). Every
+//! other deletion request of a replica is an eviction; the restarts are judged by I8 ([`crate::member_kill`]).
 //!
 //! The rules, for every pod V a replica deleted (first seen deleting at observation d):
 //! - (a) marked: V's first deleting version carried `DisruptionTarget=True` with reason `PreemptionByScheduler`
@@ -42,6 +44,8 @@ use crate::invariants::{Invariant, Violation};
 /// `pkg/apis/core/types.go` `DisruptionTarget`, `PodReasonPreemptionByScheduler`).
 const DISRUPTION_TARGET: &str = "DisruptionTarget";
 const PREEMPTION_BY_SCHEDULER: &str = "PreemptionByScheduler";
+/// The reason on the members a `recoveryPolicy` `RestartGroup` deletes (Phalanx's own).
+const RESTARTED_BY_RECOVERY_POLICY: &str = "RestartedByRecoveryPolicy";
 
 /// The first version of a pod with a `deletionTimestamp`.
 #[derive(Debug, Clone, Copy)]
@@ -50,6 +54,8 @@ struct Deleting {
     at: u64,
     /// It carried `DisruptionTarget=True/PreemptionByScheduler`.
     marked: bool,
+    /// It carried `DisruptionTarget=True/RestartedByRecoveryPolicy`: a gang restart, not an eviction.
+    restarted: bool,
 }
 
 /// What the ledger knows of one pod UID.
@@ -129,17 +135,19 @@ pub struct Ledger {
     relist: Option<HashSet<String>>,
 }
 
-fn marked(pod: &Pod) -> bool {
+fn disrupted_for(pod: &Pod, reason: &str) -> bool {
     pod.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
         .is_some_and(|cs| {
             cs.iter().any(|c| {
-                c.type_ == DISRUPTION_TARGET
-                    && c.status == "True"
-                    && c.reason.as_deref() == Some(PREEMPTION_BY_SCHEDULER)
+                c.type_ == DISRUPTION_TARGET && c.status == "True" && c.reason.as_deref() == Some(reason)
             })
         })
+}
+
+fn marked(pod: &Pod) -> bool {
+    disrupted_for(pod, PREEMPTION_BY_SCHEDULER)
 }
 
 impl Ledger {
@@ -209,6 +217,7 @@ impl Ledger {
             h.deleting = Some(Deleting {
                 at: seq,
                 marked: marked(pod),
+                restarted: disrupted_for(pod, RESTARTED_BY_RECOVERY_POLICY),
             });
         }
     }
@@ -222,6 +231,7 @@ impl Ledger {
             h.deleting.get_or_insert(Deleting {
                 at: seq,
                 marked: marked(pod),
+                restarted: disrupted_for(pod, RESTARTED_BY_RECOVERY_POLICY),
             });
             h.gone.get_or_insert(seq);
         }
@@ -384,6 +394,9 @@ impl Ledger {
         // Per preemptor, the victims attributed to it so far (indexes into `victims`).
         let mut by_preemptor: BTreeMap<String, Vec<usize>> = BTreeMap::new();
         for (i, v) in victims.iter().enumerate() {
+            if v.deleting.restarted {
+                continue;
+            }
             let (d, first) = (v.deleting.at, &v.requests[0]);
             if !v.deleting.marked {
                 push(
@@ -729,6 +742,30 @@ mod tests {
             v[1].detail.contains("no pod of higher priority waited"),
             "{}",
             v[1].detail
+        );
+    }
+
+    #[test]
+    fn a_gang_restart_by_recovery_policy_is_no_eviction() {
+        let mut l = filled();
+        // f0 deleted by the PodGroup controller's RestartGroup: marked with its own reason, no preemptor waits.
+        let mut f0 = pod("f0", LOW, Some("web"), Some("n0"));
+        f0.status.get_or_insert_default().conditions = Some(vec![
+            serde_json::from_value(json!({
+                "type": DISRUPTION_TARGET, "status": "True", "reason": RESTARTED_BY_RECOVERY_POLICY
+            }))
+            .unwrap(),
+        ]);
+        l.observe(&deleting(f0, false));
+        // f2 deleted the same way but without any mark: an eviction, caught.
+        l.observe(&deleting(pod("f2", LOW, None, Some("n1")), false));
+        let events = vec![delete("f0", "replica-a-1", 200), delete("f2", "replica-a-1", 200)];
+        let v = l.check(&events, replica);
+        assert_eq!(v.len(), 2, "{v:#?}");
+        assert!(
+            v.iter()
+                .all(|v| v.object.as_ref().is_some_and(|(_, n)| n == "f2")),
+            "{v:#?}"
         );
     }
 

@@ -43,7 +43,7 @@ fn bind_history(events: &[AuditEvent]) -> String {
         .join("; ")
 }
 
-/// Appends audit evidence to `v` (I1, I2, I3, I5; I4, I6 and I7 carry theirs already).
+/// Appends audit evidence to `v` (I1, I2, I3, I5; I4, I6, I7 and I8 carry theirs already).
 pub fn enrich(audit: &AuditLog, v: &mut Violation) {
     let Some((ns, name)) = v.object.clone() else {
         return;
@@ -110,7 +110,10 @@ pub fn enrich(audit: &AuditLog, v: &mut Violation) {
                 .collect();
             format!("last status writes before it: {}", list.join(", "))
         }
-        Invariant::PendingHasReason | Invariant::NoWriteWithoutLease | Invariant::SinglePreemption => return,
+        Invariant::PendingHasReason
+        | Invariant::NoWriteWithoutLease
+        | Invariant::SinglePreemption
+        | Invariant::RestartedGangsNotPartial => return,
     };
     v.detail = format!("{} | {extra}", v.detail);
 }

@@ -50,11 +50,14 @@ pub enum Fault {
     Hostile,
     /// SIGKILL of the leader while the victims of its preemption terminate.
     PreemptKill,
+    /// Members of a `RestartGroup` gang fail while their replacements cannot bind (the leader killed in the last
+    /// round).
+    MemberKill,
 }
 
 impl Fault {
     /// Every fault, in suite order.
-    pub const ALL: [Fault; 9] = [
+    pub const ALL: [Fault; 10] = [
         Fault::LeaderKill,
         Fault::LeaderTerm,
         Fault::LeaderPause,
@@ -64,6 +67,7 @@ impl Fault {
         Fault::AdmissionDeny,
         Fault::Hostile,
         Fault::PreemptKill,
+        Fault::MemberKill,
     ];
 
     /// The name used on the command line and in reports.
@@ -78,13 +82,14 @@ impl Fault {
             Fault::AdmissionDeny => "admission-deny",
             Fault::Hostile => "hostile",
             Fault::PreemptKill => "preempt-kill",
+            Fault::MemberKill => "member-kill",
         }
     }
 
     /// Whether the run's random load (gangs arriving and finishing) runs during this fault. `preempt-kill` runs
     /// on a quiet cluster: its verdict counts victims, and only its own pods may compete for the nodes.
     pub fn uses_load(self) -> bool {
-        !matches!(self, Fault::PreemptKill)
+        !matches!(self, Fault::PreemptKill | Fault::MemberKill)
     }
 
     /// Whether the fault measures a failover (the report expects one per run).
@@ -97,6 +102,7 @@ impl Fault {
                 | Fault::ApiServerKill
                 | Fault::EtcdKill
                 | Fault::PreemptKill
+                | Fault::MemberKill
         )
     }
 
@@ -146,6 +152,7 @@ pub async fn inject(ctx: &Ctx, fault: Fault, ns: &str) -> anyhow::Result<Outcome
         Fault::AdmissionDeny => admission_deny(ctx, ns).await,
         Fault::Hostile => hostile(ctx, ns).await,
         Fault::PreemptKill => crate::preempt_kill::inject(ctx, ns).await,
+        Fault::MemberKill => crate::member_kill::inject(ctx, ns).await,
     }
 }
 

@@ -1,4 +1,4 @@
-//! The seven invariants the suite checks, and what a violation of one records.
+//! The eight invariants the suite checks, and what a violation of one records.
 
 use std::fmt;
 
@@ -22,11 +22,14 @@ pub enum Invariant {
     /// I7: no pod is evicted except for a waiting higher-priority preemptor, and no preemptor's victims are
     /// evicted twice ([`crate::evictions`]).
     SinglePreemption,
+    /// I8: a gang with `recoveryPolicy` `RestartGroup` is not left partly running past its grace period (plus
+    /// slack and a Lease takeover; checked by the `member-kill` fault, [`crate::member_kill`]).
+    RestartedGangsNotPartial,
 }
 
 impl Invariant {
-    /// All seven, in report order.
-    pub const ALL: [Invariant; 7] = [
+    /// All eight, in report order.
+    pub const ALL: [Invariant; 8] = [
         Invariant::SingleBinding,
         Invariant::NoOvercommit,
         Invariant::GangsWholeOrEmpty,
@@ -34,9 +37,10 @@ impl Invariant {
         Invariant::InitiallyScheduledSticks,
         Invariant::NoWriteWithoutLease,
         Invariant::SinglePreemption,
+        Invariant::RestartedGangsNotPartial,
     ];
 
-    /// `I1` .. `I7`.
+    /// `I1` .. `I8`.
     pub fn code(self) -> &'static str {
         match self {
             Invariant::SingleBinding => "I1",
@@ -46,10 +50,11 @@ impl Invariant {
             Invariant::InitiallyScheduledSticks => "I5",
             Invariant::NoWriteWithoutLease => "I6",
             Invariant::SinglePreemption => "I7",
+            Invariant::RestartedGangsNotPartial => "I8",
         }
     }
 
-    /// Index into count arrays (0..7).
+    /// Index into count arrays (0..8).
     pub fn index(self) -> usize {
         self as usize
     }

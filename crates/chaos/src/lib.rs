@@ -4,7 +4,7 @@
 //! gangs on a real control plane (`hack/cluster.sh`, audit log on) while faults are injected: SIGKILL and SIGSTOP
 //! of the leader, SIGKILL of kube-apiserver and of etcd, watches expired by compaction, an admission policy that
 //! denies every second bind, hostile objects, the leader killed while the victims of its preemption terminate. An
-//! observer that shares no code with the scheduler checks seven invariants on every run:
+//! observer that shares no code with the scheduler checks eight invariants (I8 in the `member-kill` fault):
 //!
 //! - I1 no pod is ever bound to two nodes;
 //! - I2 no node's requests ever exceed its allocatable;
@@ -13,10 +13,12 @@
 //! - I5 no `PodGroupInitiallyScheduled` condition goes from True to False;
 //! - I6 no write from a replica after its Lease expired (audit log against the Lease's history);
 //! - I7 no pod is evicted except for a waiting higher-priority preemptor, and no preemptor's victims are evicted
-//!   twice (audit log against the pods' history).
+//!   twice (audit log against the pods' history);
+//! - I8 a gang with `recoveryPolicy` `RestartGroup` is not left partly running past its grace period
+//!   ([`member_kill`]).
 //!
 //! Modules: [`harness`] (control plane), [`processes`] (replicas), [`proxy`] (connection cuts), [`faults`] and
-//! [`preempt_kill`], [`workload`] (the load), [`checker`] (I1-I5), [`audit`] and [`lease`] (I6), [`evictions`]
+//! [`preempt_kill`], [`member_kill`], [`workload`] (the load), [`checker`] (I1-I5), [`audit`] and [`lease`] (I6), [`evictions`]
 //! (I7), [`controls`] (planted violations
 //! that prove each check can fail), [`evidence`], [`suite`] and [`report`]. How to run it: `docs/testing.md`; what it guarantees:
 //! `docs/operations.md`.
@@ -34,6 +36,7 @@ pub mod faults;
 pub mod harness;
 pub mod invariants;
 pub mod lease;
+pub mod member_kill;
 pub mod preempt_kill;
 pub mod processes;
 pub mod proxy;

@@ -1,6 +1,6 @@
 //! `phalanx-chaos`: runs the chaos suite against a `phalanx` binary and prints one line per fault.
 //!
-//! Exit status: 0 without violations, 1 with at least one violation of I1-I7, 2 when the suite itself failed
+//! Exit status: 0 without violations, 1 with at least one violation of I1-I8, 2 when the suite itself failed
 //! (setup, or a run's harness error: a fault that could not be injected or undone).
 
 use std::path::PathBuf;
@@ -17,7 +17,7 @@ enum Which {
     Full,
 }
 
-/// Chaos suite of Phalanx: two real replicas under faults, checked against invariants I1-I7.
+/// Chaos suite of Phalanx: two real replicas under faults, checked against invariants I1-I8.
 #[derive(Debug, Parser)]
 #[command(name = "phalanx-chaos")]
 struct Args {

@@ -176,7 +176,7 @@ impl SuiteReport {
         }
         let total = self.violations().len();
         if total == 0 {
-            let _ = writeln!(s, "no violation of I1-I7");
+            let _ = writeln!(s, "no violation of I1-I8");
         } else {
             let _ = writeln!(s, "{total} violation(s):");
         }

@@ -1,5 +1,5 @@
 //! A whole suite: set up the cluster, the observer and the replicas, run the negative controls, then every fault
-//! its number of times, each run checked against I1-I7.
+//! its number of times, each run checked against I1-I8.
 //!
 //! One run: a fresh namespace, gangs arriving and finishing (not for `preempt-kill`, which brings its own pods),
 //! the fault once the load is flowing, the load stopped when the fault is over, then I3 (gangs whole or empty

@@ -1,6 +1,6 @@
 //! The chaos suite's short subset inside `cargo test` / `make test`: one run of every fault against the real
 //! `phalanx` binary, on a control plane this test starts itself (a few minutes on 2 cores). It fails on any
-//! violation of I1-I7 and on any harness failure; it never skips. `make chaos` runs the full suite.
+//! violation of I1-I8 and on any harness failure; it never skips. `make chaos` runs the full suite.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -83,7 +83,7 @@ fn chaos_smoke() {
     );
     assert!(
         report.ok(),
-        "{} violation(s) of I1-I7; the report is above and in {}",
+        "{} violation(s) of I1-I8; the report is above and in {}",
         report.violations().len(),
         work_dir.join("violations.txt").display()
     );
