@@ -24,7 +24,9 @@ pub struct OwnerFacts {
     pub name: String,
     /// `metadata.uid`.
     pub uid: String,
-    /// `spec.parallelism` (Jobs), else `spec.replicas`; `None` when the kind has neither.
+    /// `spec.replicas`, or for a Job the pods it still runs at once: `min(parallelism, completions -
+    /// status.succeeded)`, at least 1 (a Job with `completions` below `parallelism` never creates `parallelism`
+    /// pods); `None` when the kind has neither.
     pub replicas: Option<i64>,
     /// `spec.suspend` is true (a suspended Job creates no pods; its group is created when it is resumed).
     pub suspended: bool,
@@ -43,7 +45,19 @@ impl OwnerFacts {
         };
         let kind = s("/kind");
         let replicas = if kind == "Job" {
-            v.pointer("/spec/parallelism").and_then(Value::as_i64).or(Some(1))
+            let parallelism = v
+                .pointer("/spec/parallelism")
+                .and_then(Value::as_i64)
+                .unwrap_or(1);
+            let remaining = v.pointer("/spec/completions").and_then(Value::as_i64).map(|c| {
+                let done = v
+                    .pointer("/status/succeeded")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(0);
+                c.saturating_sub(done).max(1)
+            });
+            // parallelism 0 (a paused Job) stays 0 and is refused as today.
+            Some(remaining.map_or(parallelism, |r| parallelism.min(r)))
         } else {
             v.pointer("/spec/replicas")
                 .or_else(|| v.pointer("/spec/parallelism"))
@@ -200,6 +214,23 @@ mod tests {
         assert_eq!(min_count(None, &f), Ok(None));
         assert!(job(None, true).suspended);
         assert_eq!(job(None, false).replicas, Some(1), "parallelism defaults to 1");
+    }
+
+    #[test]
+    fn a_job_needs_no_more_pods_than_its_remaining_completions() {
+        let facts = |p: i64, c: i64, done: i64| {
+            OwnerFacts::from_json(&json!({
+                "apiVersion": "batch/v1", "kind": "Job",
+                "metadata": { "name": "train", "namespace": "ns", "uid": "u1" },
+                "spec": { "parallelism": p, "completions": c },
+                "status": { "succeeded": done },
+            }))
+            .replicas
+        };
+        assert_eq!(facts(5, 3, 0), Some(3), "completions below parallelism");
+        assert_eq!(facts(3, 4, 0), Some(3));
+        assert_eq!(facts(3, 4, 2), Some(2), "two done, two to go");
+        assert_eq!(facts(3, 4, 4), Some(1), "complete: never 0");
     }
 
     #[test]
