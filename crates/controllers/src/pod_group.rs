@@ -302,11 +302,12 @@ pub async fn reconcile(pg: Arc<PodGroup>, ctx: Ctx) -> Result<Action> {
     let (restarts, last_restart) = restart_record(&ctx, &uid, &current);
     let now = Timestamp::now();
     let deleting = pg.metadata.deletion_timestamp.is_some();
+    let policy = recovery::effective_policy(&ctx.store, &pg);
     let step = if deleting {
         recovery::Step::Nothing
     } else {
         recovery::decide(recovery::Facts {
-            policy: pg.spec.recovery_policy.as_ref(),
+            policy: policy.as_ref(),
             satisfied: satisfied.as_ref(),
             failed: existing_failed.as_ref().is_some_and(|c| c.status == "True"),
             restarts: restarts.unwrap_or(0),

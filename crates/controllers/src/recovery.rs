@@ -14,8 +14,47 @@ use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+use kube::runtime::reflector::ObjectRef;
 use phalanx_api::conditions::{POD_GROUP_FAILED, reasons, status};
-use phalanx_api::v1beta1::{RecoveryAction, RecoveryPolicy};
+use phalanx_api::v1beta1::{
+    CompositePodGroupTemplate, PodGroup, PodGroupTemplate, RecoveryAction, RecoveryPolicy, Workload,
+    WorkloadSpec,
+};
+use phalanx_store::Store;
+
+/// The recovery policy that applies to `pg`: its own `spec.recoveryPolicy`, else that of the Workload template its
+/// `spec.workloadRef` names (searched through the CompositePodGroup templates too), else none.
+pub fn effective_policy(store: &Store, pg: &PodGroup) -> Option<RecoveryPolicy> {
+    if let Some(p) = &pg.spec.recovery_policy {
+        return Some(p.clone());
+    }
+    let r = pg.spec.workload_ref.as_ref()?;
+    let ns = pg.namespace()?;
+    let w = store
+        .workloads()
+        .get(&ObjectRef::<Workload>::new(&r.workload_name).within(&ns))?;
+    template_policy(&w.spec, &r.template_name)
+}
+
+/// The `recoveryPolicy` of the PodGroupTemplate `name` anywhere in `spec`.
+fn template_policy(spec: &WorkloadSpec, name: &str) -> Option<RecoveryPolicy> {
+    fn in_pgs(list: Option<&Vec<PodGroupTemplate>>, name: &str) -> Option<Option<RecoveryPolicy>> {
+        list?
+            .iter()
+            .find(|t| t.name == name)
+            .map(|t| t.recovery_policy.clone())
+    }
+    fn in_cpgs(list: Option<&Vec<CompositePodGroupTemplate>>, name: &str) -> Option<Option<RecoveryPolicy>> {
+        list?.iter().find_map(|c| {
+            in_pgs(c.pod_group_templates.as_ref(), name)
+                .or_else(|| in_cpgs(c.composite_pod_group_templates.as_ref(), name))
+        })
+    }
+    in_pgs(spec.pod_group_templates.as_ref(), name)
+        .or_else(|| in_cpgs(spec.composite_pod_group_templates.as_ref(), name))
+        .flatten()
+}
 
 /// What the controller does about a group's recovery policy now.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -247,6 +286,28 @@ mod tests {
             }),
             Step::Nothing
         );
+    }
+
+    #[test]
+    fn a_template_policy_is_found_in_nested_composite_templates() {
+        let spec: WorkloadSpec = serde_json::from_value(serde_json::json!({
+            "podGroupTemplates": [{"name": "driver", "schedulingPolicy": {"basic": {}}}],
+            "compositePodGroupTemplates": [{
+                "name": "root", "schedulingPolicy": {"basic": {}},
+                "compositePodGroupTemplates": [{
+                    "name": "mid", "schedulingPolicy": {"basic": {}},
+                    "podGroupTemplates": [{"name": "workers", "schedulingPolicy": {"gang": {"minCount": 2}},
+                                           "recoveryPolicy": {"action": "Fail"}}],
+                }],
+            }],
+        }))
+        .expect("spec");
+        assert_eq!(
+            template_policy(&spec, "workers").and_then(|p| p.action),
+            Some(RecoveryAction::Fail)
+        );
+        assert!(template_policy(&spec, "driver").is_none());
+        assert!(template_policy(&spec, "nope").is_none());
     }
 
     #[test]

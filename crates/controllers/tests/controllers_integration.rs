@@ -1498,3 +1498,99 @@ async fn a_replica_that_is_not_leader_never_reconciles_or_writes() -> Result<()>
         .context("controllers did not stop on shutdown")???;
     Ok(())
 }
+
+/// A PodGroup without its own `recoveryPolicy` takes the one of the Workload template it names: a gang of 2 created
+/// from a template with `action: Fail`, scheduled (its pods bound by hand, `PodGroupInitiallyScheduled=True` written as
+/// the scheduler would), loses a member and gets `PodGroupFailed=True/MembersLost` at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_template_recovery_policy_applies_to_its_pod_groups() -> Result<()> {
+    let (client, ns) = setup("ctl-rp").await?;
+    let node = format!("{ns}-n1");
+    FakeNode::new(&node)
+        .cpu("8")
+        .memory("16Gi")
+        .pods(110)
+        .test_namespace(&ns)
+        .create(&client)
+        .await?;
+    let wl: Workload = serde_json::from_value(json!({
+        "apiVersion": "scheduling.phalanx.dev/v1beta1", "kind": "Workload",
+        "metadata": { "name": "w" },
+        "spec": { "podGroupTemplates": [{ "name": "workers", "schedulingPolicy": { "gang": { "minCount": 2 } },
+                                         "recoveryPolicy": { "action": "Fail" } }] }
+    }))?;
+    Api::<Workload>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &wl)
+        .await?;
+    let pgs: Api<PodGroup> = Api::namespaced(client.clone(), &ns);
+    pgs.create(
+        &PostParams::default(),
+        &pg(
+            "g",
+            Some(("w", "workers")),
+            None,
+            json!({ "schedulingPolicy": { "gang": { "minCount": 2 } } }),
+        )?,
+    )
+    .await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    for i in 0..2 {
+        pods.create(&PostParams::default(), &member_pod(&format!("p{i}"), "g")?)
+            .await?;
+        bind_pod(&client, &ns, &format!("p{i}"), &node).await?;
+    }
+    let now = k8s_openapi::jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    pgs.patch_status(
+        "g",
+        &kube::api::PatchParams::apply("test-scheduler").force(),
+        &kube::api::Patch::Apply(json!({
+            "apiVersion": "scheduling.phalanx.dev/v1beta1", "kind": "PodGroup",
+            "status": { "conditions": [{ "type": "PodGroupInitiallyScheduled", "status": "True",
+                                         "reason": "Scheduled", "message": "", "lastTransitionTime": now }] }
+        })),
+    )
+    .await?;
+    let condition = |type_: &'static str| {
+        let pgs = pgs.clone();
+        move || {
+            let pgs = pgs.clone();
+            async move {
+                let st = status_of(&pgs.get("g").await?);
+                anyhow::Ok(
+                    st["conditions"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .find(|c| c["type"] == type_)
+                        .map(|c| {
+                            (
+                                c["status"].as_str().unwrap_or_default().to_owned(),
+                                c["reason"].as_str().unwrap_or_default().to_owned(),
+                            )
+                        }),
+                )
+            }
+        }
+    };
+    wait_for("PodGroupSatisfied=True", Duration::from_secs(30), || {
+        let c = condition("PodGroupSatisfied");
+        async move { Ok(c().await?.filter(|(s, _)| s == "True")) }
+    })
+    .await?;
+    pods.patch_status(
+        "p0",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(json!({ "status": { "phase": "Failed" } })),
+    )
+    .await?;
+    let failed = wait_for("PodGroupFailed=True", Duration::from_secs(30), || {
+        let c = condition("PodGroupFailed");
+        async move { Ok(c().await?.filter(|(s, _)| s == "True")) }
+    })
+    .await?;
+    ensure!(failed.1 == "MembersLost", "PodGroupFailed reason {failed:?}");
+    ensure!(pods.get_opt("p1").await?.is_some(), "Fail deletes nothing");
+    Ok(())
+}

@@ -1343,3 +1343,58 @@ impl Ctx {
         .await
     }
 }
+
+/// A gang preempted whole (`disruptionMode: all`) by a higher-priority pod: the scheduler marks the group
+/// `DisruptionTarget` and deletes its members, and the controller reports `PodGroupSatisfied=False/MembersDisrupted`
+/// with a Warning event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_preempted_gang_is_members_disrupted() -> Result<()> {
+    let c = setup("oi-preempted", 1, "2").await?;
+    let classes: Api<k8s_openapi::api::scheduling::v1::PriorityClass> = Api::all(c.client.clone());
+    for (name, value) in [(format!("{}-low", c.ns), 10), (format!("{}-high", c.ns), 1000)] {
+        let pc = serde_json::from_value(json!({ "metadata": { "name": name }, "value": value }))?;
+        classes.create(&PostParams::default(), &pc).await?;
+    }
+    let pg: PodGroup = serde_json::from_value(json!({
+        "apiVersion": "scheduling.phalanx.dev/v1beta1", "kind": "PodGroup",
+        "metadata": { "name": "low" },
+        "spec": { "schedulingPolicy": { "gang": { "minCount": 2 } }, "disruptionMode": { "all": {} },
+                  "priorityClassName": format!("{}-low", c.ns) }
+    }))?;
+    c.groups().create(&PostParams::default(), &pg).await?;
+    let pods: Api<Pod> = Api::namespaced(c.client.clone(), &c.ns);
+    let pod = |name: &str, class: &str, group: Option<&str>| -> Result<Pod> {
+        let labels = group.map_or(json!({}), |g| json!({ phalanx_api::labels::POD_GROUP: g }));
+        Ok(serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": { "name": name, "labels": labels },
+            "spec": {
+                "schedulerName": c.sched, "priorityClassName": format!("{}-{class}", c.ns),
+                "terminationGracePeriodSeconds": 0,
+                "containers": [{ "name": "c", "image": "busybox", "resources": { "requests": { "cpu": "1" } } }],
+            }
+        }))?)
+    };
+    for n in ["low-0", "low-1"] {
+        pods.create(&PostParams::default(), &pod(n, "low", Some("low"))?)
+            .await?;
+    }
+    c.wait_satisfied("low", "True", "Satisfied").await?;
+    pods.create(&PostParams::default(), &pod("urgent", "high", None)?)
+        .await?;
+    let msg = c.wait_satisfied("low", "False", "MembersDisrupted").await?;
+    ensure!(
+        msg.starts_with("0 of minCount 2"),
+        "MembersDisrupted message: {msg}"
+    );
+    c.wait_group_event("low", "MembersDisrupted", "Warning").await?;
+    wait_for("urgent bound", WAIT, || async {
+        let p = pods.get("urgent").await?;
+        Ok(p.spec.and_then(|s| s.node_name).map(|_| ()))
+    })
+    .await?;
+    for (name, _) in [(format!("{}-low", c.ns), 0), (format!("{}-high", c.ns), 0)] {
+        let _ = classes.delete(&name, &DeleteParams::default()).await;
+    }
+    Ok(())
+}

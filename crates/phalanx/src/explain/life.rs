@@ -81,7 +81,8 @@ pub fn gather(store: &Store, g: &GroupKey, members: &[Arc<Pod>], now: Timestamp)
     let find = |t: &str| status.conditions.iter().find(|c| c.type_ == t);
     let satisfied = find(POD_GROUP_SATISFIED);
     let failed = find(POD_GROUP_FAILED).filter(|c| c.status == "True");
-    let policy = pg.spec.recovery_policy.as_ref();
+    let effective = recovery::effective_policy(store, &pg);
+    let policy = effective.as_ref();
     if satisfied.is_none() && policy.is_none() {
         return None;
     }
