@@ -416,18 +416,8 @@ async fn act(
 ) -> Result<()> {
     match step {
         recovery::Step::Restart { number } => {
-            let bound: Vec<&Arc<Pod>> = members
-                .iter()
-                .filter(|p| !is_terminal(p))
-                .filter(|p| {
-                    p.spec
-                        .as_ref()
-                        .and_then(|s| s.node_name.as_deref())
-                        .is_some_and(|n| !n.is_empty())
-                })
-                .collect();
             let mut deleted = 0;
-            for p in &bound {
+            for p in recovery::bound_members(members) {
                 if restart_member(ctx, p).await? {
                     deleted += 1;
                 }

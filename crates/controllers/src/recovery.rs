@@ -10,7 +10,10 @@
 //! `RestartGroup` deletes the members that are still bound (and not terminal): those are what a
 //! partial gang holds. Members still pending hold nothing; a gang with none bound waits as it is.
 
+use std::sync::Arc;
 use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
@@ -54,6 +57,13 @@ fn template_policy(spec: &WorkloadSpec, name: &str) -> Option<RecoveryPolicy> {
     in_pgs(spec.pod_group_templates.as_ref(), name)
         .or_else(|| in_cpgs(spec.composite_pod_group_templates.as_ref(), name))
         .flatten()
+}
+
+/// The members a `RestartGroup` deletes: not terminal and bound to a node.
+pub fn bound_members(members: &[Arc<Pod>]) -> impl Iterator<Item = &Arc<Pod>> {
+    members
+        .iter()
+        .filter(|p| !phalanx_scheduler::is_terminal(p) && phalanx_store::pod_node(p).is_some())
 }
 
 /// What the controller does about a group's recovery policy now.

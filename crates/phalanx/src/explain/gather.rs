@@ -333,7 +333,8 @@ fn has_children(store: &Store, g: Option<&GroupKey>) -> bool {
     g.is_some_and(|g| !store.hierarchy().children(g).is_empty())
 }
 
-fn condition_facts(c: &Condition) -> ConditionFacts {
+/// A condition as `explain` shows it.
+pub(super) fn condition_facts(c: &Condition) -> ConditionFacts {
     ConditionFacts {
         type_: c.type_.clone(),
         status: c.status.clone(),

@@ -9,11 +9,12 @@ use k8s_openapi::jiff::Timestamp;
 use phalanx_api::conditions::{POD_GROUP_FAILED, POD_GROUP_SATISFIED};
 use phalanx_api::v1beta1::{RecoveryAction, RecoveryPolicy};
 use phalanx_controllers::recovery::{self, Step};
-use phalanx_scheduler::{GroupKey, GroupKind, is_terminal};
+use phalanx_scheduler::{GroupKey, GroupKind};
 use phalanx_store::Store;
 use serde::Serialize;
 
 use super::ConditionFacts;
+use super::gather::condition_facts;
 
 /// The life facts of a PodGroup (`life` in `-o json`); `None` for a group that was never placed and has no policy.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -31,16 +32,6 @@ pub struct LifeFacts {
     pub failed: Option<ConditionFacts>,
     /// What the controller does next, e.g. `restart in 42 s`.
     pub next: String,
-}
-
-fn facts(c: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition) -> ConditionFacts {
-    ConditionFacts {
-        type_: c.type_.clone(),
-        status: c.status.clone(),
-        reason: c.reason.clone(),
-        message: c.message.clone(),
-        since: Some(c.last_transition_time.0.to_string()),
-    }
 }
 
 fn action(a: RecoveryAction) -> &'static str {
@@ -86,16 +77,7 @@ pub fn gather(store: &Store, g: &GroupKey, members: &[Arc<Pod>], now: Timestamp)
     if satisfied.is_none() && policy.is_none() {
         return None;
     }
-    let bound = members
-        .iter()
-        .filter(|p| !is_terminal(p))
-        .filter(|p| {
-            p.spec
-                .as_ref()
-                .and_then(|s| s.node_name.as_deref())
-                .is_some_and(|n| !n.is_empty())
-        })
-        .count();
+    let bound = recovery::bound_members(members).count();
     let step = recovery::decide(recovery::Facts {
         policy,
         satisfied,
@@ -116,11 +98,11 @@ pub fn gather(store: &Store, g: &GroupKey, members: &[Arc<Pod>], now: Timestamp)
         (Step::Fail { reason, .. }, _, _) => format!("fail now ({reason})"),
     };
     Some(LifeFacts {
-        satisfied: satisfied.map(facts),
+        satisfied: satisfied.map(condition_facts),
         policy: policy.map(describe),
         restarts: status.restarts.unwrap_or(0),
         last_restart: status.last_restart_time.as_ref().map(|t| t.0.to_string()),
-        failed: failed.map(facts),
+        failed: failed.map(condition_facts),
         next,
     })
 }
