@@ -339,7 +339,7 @@ pub async fn reconcile(pg: Arc<PodGroup>, ctx: Ctx) -> Result<Action> {
         act(&ctx, &uid, &reference, &step, &members, &live).await?;
     }
     let wait = match step {
-        recovery::Step::Wait(d) => Some(d),
+        recovery::Step::Wait { left, .. } => Some(left),
         _ => None,
     };
     // The verdict's event goes out with the status write it announces (see `report_validity`).
@@ -423,7 +423,7 @@ async fn act(
                 }
             }
             let note = format!(
-                "recoveryPolicy RestartGroup: restart {number}: deleted {deleted} bound member pod(s) so that the                  gang is placed again whole ({})",
+                "recoveryPolicy RestartGroup: restart {number}: deleted {deleted} bound member pod(s) so that the gang is placed again whole ({})",
                 live.satisfied
                     .as_ref()
                     .map(|c| c.message.as_str())
@@ -455,7 +455,7 @@ async fn act(
                 .await;
             }
         }
-        recovery::Step::Nothing | recovery::Step::Wait(_) => {}
+        recovery::Step::Nothing | recovery::Step::Wait { .. } => {}
     }
     Ok(())
 }

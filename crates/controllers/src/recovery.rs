@@ -72,8 +72,14 @@ pub enum Step {
     /// Nothing: no policy or `None`, the gang is satisfied or completed, it already failed, or
     /// `RestartGroup` has no bound member to delete.
     Nothing,
-    /// `RestartGroup` within its grace period: look again after this long.
-    Wait(Duration),
+    /// `RestartGroup` within its grace period: look again after this long. `fail`: `maxRestarts` is
+    /// reached, so the end of the grace period fails the group instead of restarting it.
+    Wait {
+        /// Time left of the grace period.
+        left: Duration,
+        /// What comes at its end: `PodGroupFailed` (true) or a restart.
+        fail: bool,
+    },
     /// `RestartGroup` now: delete the bound members. `number` is this restart's (1 for the first).
     Restart {
         /// The restart count once this one is made.
@@ -124,29 +130,33 @@ pub fn decide(f: Facts<'_>) -> Step {
             message: format!("recoveryPolicy Fail: {}", sat.message),
         },
         RecoveryAction::RestartGroup => {
-            if let Some(max) = policy.max_restarts
-                && f.restarts >= max
-            {
-                return Step::Fail {
-                    reason: reasons::MAX_RESTARTS_REACHED.to_string(),
-                    message: format!(
-                        "recoveryPolicy RestartGroup: restarted {} time(s) (maxRestarts {max}) and below \
-                         minCount again: {}",
-                        f.restarts, sat.message
-                    ),
-                };
-            }
+            // A gang with nothing bound holds nothing: it waits whole, like a new one (also right after a
+            // restart, while its owner recreates the pods).
             if f.bound == 0 {
                 return Step::Nothing;
             }
+            let exhausted = policy.max_restarts.filter(|max| f.restarts >= *max);
             let since = f
                 .last_restart
                 .map_or(sat.last_transition_time.0, |r| r.max(sat.last_transition_time.0));
             let grace = Duration::from_secs(u64::try_from(policy.grace_seconds()).unwrap_or(0));
             let elapsed = f.now.duration_since(since).try_into().unwrap_or(Duration::ZERO);
-            match grace.checked_sub(elapsed) {
-                Some(left) if !left.is_zero() => Step::Wait(left),
-                _ => Step::Restart {
+            match (grace.checked_sub(elapsed), exhausted) {
+                (Some(left), _) if !left.is_zero() => Step::Wait {
+                    left,
+                    fail: exhausted.is_some(),
+                },
+                (_, Some(max)) => Step::Fail {
+                    reason: reasons::MAX_RESTARTS_REACHED.to_string(),
+                    message: format!(
+                        "recoveryPolicy RestartGroup: restarted {} time(s) (maxRestarts {max}) and below minCount \
+                         again for {} s: {}",
+                        f.restarts,
+                        grace.as_secs(),
+                        sat.message
+                    ),
+                },
+                (_, None) => Step::Restart {
                     number: f.restarts.saturating_add(1),
                 },
             }
@@ -221,14 +231,26 @@ mod tests {
     fn restart_after_the_grace_period_counted_from_the_loss_or_the_last_restart() {
         let p = policy(RecoveryAction::RestartGroup, Some(2));
         let c = lost("MembersLost", at(0));
-        assert_eq!(decide(facts(&p, &c, at(20))), Step::Wait(Duration::from_secs(40)));
+        assert_eq!(
+            decide(facts(&p, &c, at(20))),
+            Step::Wait {
+                left: Duration::from_secs(40),
+                fail: false
+            }
+        );
         assert_eq!(decide(facts(&p, &c, at(60))), Step::Restart { number: 1 });
         let after_restart = Facts {
             restarts: 1,
             last_restart: Some(at(60)),
             ..facts(&p, &c, at(90))
         };
-        assert_eq!(decide(after_restart), Step::Wait(Duration::from_secs(30)));
+        assert_eq!(
+            decide(after_restart),
+            Step::Wait {
+                left: Duration::from_secs(30),
+                fail: false
+            }
+        );
         // Nothing bound: nothing to restart (the recreated gang waits whole).
         assert_eq!(
             decide(Facts {
@@ -240,13 +262,26 @@ mod tests {
     }
 
     #[test]
-    fn max_restarts_ends_in_failure() {
+    fn max_restarts_ends_in_failure_after_the_grace_period() {
         let p = policy(RecoveryAction::RestartGroup, Some(2));
-        let c = lost("MembersLost", at(0));
-        let Step::Fail { reason, message } = decide(Facts {
+        let c = lost("MembersLost", at(100));
+        let exhausted = |now, last_restart, bound| Facts {
             restarts: 2,
-            ..facts(&p, &c, at(1))
-        }) else {
+            last_restart,
+            bound,
+            ..facts(&p, &c, now)
+        };
+        // Right after the last allowed restart the recreated gang waits whole: nothing to do.
+        assert_eq!(decide(exhausted(at(101), Some(at(100)), 0)), Step::Nothing);
+        // A loss with members bound gets the grace period too, then fails instead of restarting.
+        assert_eq!(
+            decide(exhausted(at(130), Some(at(50)), 2)),
+            Step::Wait {
+                left: Duration::from_secs(30),
+                fail: true
+            }
+        );
+        let Step::Fail { reason, message } = decide(exhausted(at(160), Some(at(50)), 2)) else {
             panic!("expected Fail");
         };
         assert_eq!(reason, "MaxRestartsReached");

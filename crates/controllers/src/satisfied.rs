@@ -69,15 +69,22 @@ pub fn condition(pg: &PodGroup, existing: Option<&Condition>, c: Counts) -> Opti
         } else {
             reasons::MEMBERS_LOST
         };
+        // The parts add up to minCount: bound or succeeded, waiting, disrupted, and missing (deleted, on its way
+        // out, or not recreated yet). Failed pod objects a Job keeps are counted apart: their slots may be
+        // refilled already.
+        let waiting = c.pods.saturating_sub(c.scheduled);
+        let missing = min
+            .saturating_sub(held)
+            .saturating_sub(waiting)
+            .saturating_sub(c.disrupted)
+            .max(0);
         (
             false,
             reason,
             format!(
-                "{held} of minCount {min} members bound or succeeded: {} failed, {} disrupted, {} \
-                 waiting for a node",
-                c.failed,
-                c.disrupted,
-                c.pods.saturating_sub(c.scheduled)
+                "{held} of minCount {min} members bound or succeeded: {waiting} waiting for a node, {} disrupted, \
+                 {missing} missing ({} Failed pod(s) kept)",
+                c.disrupted, c.failed
             ),
         )
     };
@@ -174,7 +181,13 @@ mod tests {
         );
         assert_eq!(
             lost.message,
-            "2 of minCount 3 members bound or succeeded: 1 failed, 0 disrupted, 1 waiting for a node"
+            "2 of minCount 3 members bound or succeeded: 1 waiting for a node, 0 disrupted, 0 missing (1 Failed pod(s) kept)"
+        );
+        // After a restart, before the owner recreates the pods: they are missing.
+        let gone = c(counts(0, 0, 0, 0, 1));
+        assert_eq!(
+            gone.message,
+            "0 of minCount 3 members bound or succeeded: 0 waiting for a node, 0 disrupted, 3 missing (1 Failed pod(s) kept)"
         );
         assert_eq!(c(counts(3, 2, 1, 0, 0)).reason, "MembersDisrupted");
         let done = c(counts(0, 0, 0, 3, 1));

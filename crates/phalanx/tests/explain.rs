@@ -375,7 +375,7 @@ async fn explain_a_gang_below_its_quorum_and_its_recovery_policy() -> anyhow::Re
                     { "type": "PodGroupInitiallyScheduled", "status": "True", "reason": "Scheduled", "message": "",
                       "lastTransitionTime": t(300) },
                     { "type": "PodGroupSatisfied", "status": "False", "reason": "MembersLost",
-                      "message": "1 of minCount 2 members bound or succeeded: 1 failed, 0 disrupted, 1 waiting for a node",
+                      "message": "1 of minCount 2 members bound or succeeded: 1 waiting for a node, 0 disrupted, 0 missing (1 Failed pod(s) kept)",
                       "lastTransitionTime": t(10) },
                 ],
                 "restarts": 1,

@@ -88,6 +88,20 @@ use crate::schema::{
         priority = 1
     ),
     printcolumn(
+        name = "Restarts",
+        type_ = "integer",
+        json_path = ".status.restarts",
+        description = "Restarts made by recoveryPolicy RestartGroup",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Gave-Up",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"PodGroupFailed\")].reason",
+        description = "Reason of the terminal PodGroupFailed condition (recoveryPolicy Fail, or MaxRestartsReached)",
+        priority = 1
+    ),
+    printcolumn(
         name = "Status",
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"PodGroupInitiallyScheduled\")].reason",

@@ -93,7 +93,15 @@ pub fn gather(store: &Store, g: &GroupKey, members: &[Arc<Pod>], now: Timestamp)
         (Step::Nothing, _, Some(c)) if c.status == "True" => "nothing: the gang holds its quorum".to_string(),
         (Step::Nothing, _, _) if policy.is_none() => "nothing: no recoveryPolicy (report only)".to_string(),
         (Step::Nothing, _, _) => "nothing to do now".to_string(),
-        (Step::Wait(d), _, _) => format!("restart in {} s unless the gang recovers", d.as_secs().max(1)),
+        (Step::Wait { left, fail }, _, _) => format!(
+            "{} in {} s unless the gang recovers",
+            if *fail {
+                "fail (maxRestarts reached)"
+            } else {
+                "restart"
+            },
+            left.as_secs().max(1)
+        ),
         (Step::Restart { number }, _, _) => format!("restart {number} now"),
         (Step::Fail { reason, .. }, _, _) => format!("fail now ({reason})"),
     };
