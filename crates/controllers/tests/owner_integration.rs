@@ -925,19 +925,7 @@ async fn a_job_gang_finishes_its_tail_because_succeeded_members_count() -> Resul
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pod_group_satisfied_follows_losses_and_recoveries() -> Result<()> {
     let c = setup("oi-live", 1, "4").await?;
-    let job: Job = serde_json::from_value(json!({
-        "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": { "name": "live", "annotations": { GANG: "true" } },
-        "spec": {
-            "parallelism": 3,
-            "completions": 3,
-            "backoffLimit": 10,
-            "completionMode": "Indexed",
-            "template": pod_template(&c.sched, "1", "Never"),
-        }
-    }))?;
-    c.jobs().create(&PostParams::default(), &job).await?;
-    c.wait_bound("live", 3).await?;
+    c.gang_job("live", 3).await?;
     c.wait_satisfied("live-job", "True", "Satisfied").await?;
 
     let pods: Api<Pod> = Api::namespaced(c.client.clone(), &c.ns);

@@ -189,10 +189,17 @@ impl Driver {
         classes: &[Arc<k8s_openapi::api::scheduling::v1::PriorityClass>],
     ) -> phalanx_scheduler::GroupInfo {
         let mut info = convert::group_info(pg, classes);
-        self.sized_groups.retain(|_, g| g != key);
+        // The controller reference does not change, so the map changes only for a new or a deleted group (and
+        // a PodGroup object replaced under its name); no scan on the hot path of status updates.
         if let Some((owner, _)) = crate::resize::sized_owner(pg) {
-            self.sized_groups.insert(owner.uid, key.clone());
+            if self.sized_owner_of.get(key) != Some(&owner.uid) {
+                self.forget_sized(key);
+                self.sized_owner_of.insert(key.clone(), owner.uid.clone());
+                self.sized_groups.insert(owner.uid, key.clone());
+            }
             info.resizing = crate::resize::resizing(&self.store, pg).map(Arc::from);
+        } else {
+            self.forget_sized(key);
         }
         info
     }
@@ -223,7 +230,17 @@ impl Driver {
         }
     }
 
+    /// Drops `key` from the owner -> sized group maps.
+    fn forget_sized(&mut self, key: &GroupKey) {
+        if let Some(uid) = self.sized_owner_of.remove(key)
+            && self.sized_groups.get(&uid) == Some(key)
+        {
+            self.sized_groups.remove(&uid);
+        }
+    }
+
     pub(crate) fn forget_group(&mut self, g: &GroupKey, now: Instant) {
+        self.forget_sized(g);
         self.group_infos.remove(g);
         self.composite_infos.remove(g);
         // The conditions last wanted on it: a write still queued finds none and writes nothing, and a group

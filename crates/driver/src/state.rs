@@ -98,6 +98,8 @@ pub(crate) struct Driver {
     pub(crate) group_infos: HashMap<GroupKey, Arc<phalanx_scheduler::GroupInfo>>,
     /// Owner uid -> the PodGroup sized from it (annotation `owner-generation`, see [`crate::resize`]).
     pub(crate) sized_groups: HashMap<String, GroupKey>,
+    /// The reverse of `sized_groups`: PodGroup -> the owner uid it was sized from.
+    pub(crate) sized_owner_of: HashMap<GroupKey, String>,
     pub(crate) composite_infos: HashMap<GroupKey, Arc<phalanx_scheduler::CompositeGroupInfo>>,
     /// Nominations, bind reservations, pods terminating by preemption and preemptions in flight: one owner.
     pub(crate) preemption: crate::preemption_tracker::PreemptionTracker,
@@ -151,6 +153,7 @@ impl Driver {
             writer,
             group_infos: HashMap::new(),
             sized_groups: HashMap::new(),
+            sized_owner_of: HashMap::new(),
             composite_infos: HashMap::new(),
             preemption: Default::default(),
             evict_tx,
