@@ -30,6 +30,7 @@ SUITE=(
   "group-conditions|--workspace --test controllers_integration|invalid_hierarchies_are_reported_on_every_group priority_class_resolution deletion_waits_for_member_pods"
   "annotated-job|--workspace --test owner_integration|annotated_job_is_one_gang_without_a_hand_written_pod_group"
   "one-leader|--workspace --test leader|one_leader_standby_takes_over_and_lost_lease_stops"
+  "volumes|--workspace --test scheduling_volumes|a_gang_binds_each_member_to_its_own_local_volume dynamic_provisioning_selects_the_nodes_and_binds_only_after_the_volumes_exist a_read_write_once_pod_claim_in_use_keeps_the_second_pod_pending a_csi_node_limit_of_two_keeps_a_third_volume_off_the_node"
   "chart|--workspace --test chart_cluster|"
   "explain|--workspace --test explain|explain_quorum explain_resources explain_topology explain_preemption"
 )

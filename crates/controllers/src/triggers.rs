@@ -304,7 +304,12 @@ pub async fn run(store: Store, queues: Queues, shutdown: CancellationToken) {
         };
         match ev {
             Ok(StoreEvent::Pod { group: Some(g), .. }) => mapper.queues.group(&g),
-            Ok(StoreEvent::Pod { group: None, .. } | StoreEvent::Node(_) | StoreEvent::Owner(_)) => {}
+            Ok(
+                StoreEvent::Pod { group: None, .. }
+                | StoreEvent::Node(_)
+                | StoreEvent::Owner(_)
+                | StoreEvent::Volume,
+            ) => {}
             Ok(StoreEvent::Group(key)) => mapper.group_changed(&key),
             Ok(StoreEvent::Other) => mapper.other_changed(),
             Ok(StoreEvent::Resync) => mapper.everything(),

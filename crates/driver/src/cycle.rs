@@ -15,6 +15,7 @@ use phalanx_store::pod_node;
 
 use crate::{
     BindOutcome, names,
+    prebind::PreBindJob,
     state::{BindJob, BindResult, Driver},
 };
 
@@ -48,6 +49,7 @@ impl Driver {
             }
         }
         snap.set_completed(completed);
+        snap.set_volumes(self.volume_catalog());
         snap.clear_preemption_inputs();
         self.preemption_inputs(&mut snap);
         (snap, extras)
@@ -98,7 +100,17 @@ impl Driver {
             .attempt(kind, result, started.elapsed().as_secs_f64());
     }
 
-    pub(crate) fn apply(&mut self, d: Decision) {
+    pub(crate) fn apply(&mut self, mut d: Decision) {
+        // A decision with volumes to bind binds no pod before PreBind has bound every claim of every pod.
+        let mut prebind = d
+            .bindings
+            .iter()
+            .any(|b| !b.volumes.is_empty())
+            .then(|| PreBindJob {
+                binds: Vec::new(),
+                actions: Vec::new(),
+                conditions: std::mem::take(&mut d.conditions),
+            });
         for b in &d.bindings {
             let key = b.pod.clone();
             let Some(pod) = self.store.pod(&key) else { continue };
@@ -107,12 +119,26 @@ impl Driver {
             }
             let node = b.node.to_string();
             self.store.assume(pod.clone(), &node);
-            self.pending_binds.push_back(BindJob {
+            let job = BindJob {
                 key,
                 pod,
                 node,
                 queued: Instant::now(),
-            });
+            };
+            match &mut prebind {
+                Some(p) => {
+                    p.binds.push(job);
+                    for a in &b.volumes {
+                        if !p.actions.iter().any(|x| x.claim() == a.claim()) {
+                            p.actions.push(a.clone());
+                        }
+                    }
+                }
+                None => self.pending_binds.push_back(job),
+            }
+        }
+        if let Some(p) = prebind {
+            self.start_prebind(p);
         }
         self.start_binds();
         self.apply_preemption(&d);

@@ -26,6 +26,8 @@ pub struct Attempt {
     /// The considered nodes as the cycle's snapshot held them before the core ran (allocatable, requested, the pods
     /// on each); empty when the driver decided without the core (a member of another scheduler).
     pub nodes: Vec<NodeInfo>,
+    /// The claims, volumes and classes the cycle's volume plugins read.
+    pub volumes: std::sync::Arc<phalanx_scheduler::volumes::VolumeCatalog>,
 }
 
 /// Everything a dry run found.
@@ -89,14 +91,15 @@ pub fn dry_run(
             // Its first decision is the answer; a second one would only repeat it against its own assumptions.
             continue;
         }
-        let (decision, nodes) = match d.foreign_decision(&entity) {
-            Some(dec) => (dec, Vec::new()),
+        let (decision, nodes, volumes) = match d.foreign_decision(&entity) {
+            Some(dec) => (dec, Vec::new(), Default::default()),
             None => {
                 // A fresh snapshot per cycle (none is kept: `base_snapshot` builds a full one), so it holds the
                 // placements assumed below.
                 let (mut snap, _extras) = d.snapshot(&entity);
                 let nodes = snap.nodes().to_vec();
-                (d.scheduler.schedule(&mut snap, &entity), nodes)
+                let volumes = snap.volumes().clone();
+                (d.scheduler.schedule(&mut snap, &entity), nodes, volumes)
             }
         };
         for b in &decision.bindings {
@@ -109,6 +112,7 @@ pub fn dry_run(
             entity,
             decision,
             nodes,
+            volumes,
         });
         progress(out.attempts.len(), total);
     }

@@ -40,6 +40,10 @@ impl Driver {
                 }
             }
             StoreEvent::Other => {}
+            StoreEvent::Volume => {
+                self.volume_catalog = None;
+                self.queue.on_event(ClusterEvent::StorageChanged, now);
+            }
             StoreEvent::Resync => self.resync(),
         }
     }

@@ -30,6 +30,7 @@ mod members;
 pub mod metrics;
 pub mod names;
 pub mod node_filter;
+mod prebind;
 mod preempt;
 mod preemption_tracker;
 pub mod progress;
@@ -39,6 +40,7 @@ mod snapshot;
 mod snapshot_cache;
 mod state;
 pub mod status;
+mod volumes;
 mod writes;
 
 use std::{future::Future, time::Duration};
@@ -64,6 +66,9 @@ pub struct SchedulerOptions {
     pub bind_concurrency: usize,
     /// Timeout of one bind call (default 10 s); a timed-out bind is forgotten and the pod requeued.
     pub bind_timeout: Duration,
+    /// How long PreBind waits for a gang's claims to be bound before it gives up and binds no pod of it
+    /// (default 600 s, upstream VolumeBinding's `bindTimeoutSeconds`).
+    pub volume_bind_timeout: Duration,
     /// Maximum status patches and events in flight (default 16).
     pub status_concurrency: usize,
     /// Emit a `Scheduled` event for every bound pod, as kube-scheduler does (default true).
@@ -93,6 +98,7 @@ impl Default for SchedulerOptions {
             scheduler_name: phalanx_api::DEFAULT_SCHEDULER_NAME.to_owned(),
             bind_concurrency: 16,
             bind_timeout: Duration::from_secs(10),
+            volume_bind_timeout: Duration::from_secs(600),
             status_concurrency: 16,
             scheduled_events: true,
             node_selector: None,

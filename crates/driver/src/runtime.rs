@@ -27,6 +27,7 @@ enum Wake {
     Event(Result<StoreEvent, tokio::sync::broadcast::error::RecvError>),
     Bind(Option<BindResult>),
     Evict(Option<crate::preempt::EvictReport>),
+    PreBind(Option<crate::prebind::PreBindResult>),
     Leader,
     Timer,
 }
@@ -118,6 +119,9 @@ impl Driver {
             while let Ok(r) = self.evict_rx.try_recv() {
                 self.on_evict_report(r);
             }
+            while let Ok(r) = self.prebind_rx.try_recv() {
+                self.on_prebind_result(r);
+            }
             self.start_binds();
             while self.tasks.try_join_next().is_some() {}
             let leader = self.is_leader();
@@ -156,6 +160,7 @@ impl Driver {
                 ev = events.recv() => Wake::Event(ev),
                 r = self.bind_rx.recv() => Wake::Bind(r),
                 r = self.evict_rx.recv() => Wake::Evict(r),
+                r = self.prebind_rx.recv() => Wake::PreBind(r),
                 r = self.leader_rx.changed(), if leader_open => {
                     if r.is_err() {
                         self.leader_open = false;
@@ -173,7 +178,8 @@ impl Driver {
                     self.start_binds();
                 }
                 Wake::Evict(Some(r)) => self.on_evict_report(r),
-                Wake::Bind(None) | Wake::Evict(None) | Wake::Leader | Wake::Timer => {}
+                Wake::PreBind(Some(r)) => self.on_prebind_result(r),
+                Wake::Bind(None) | Wake::Evict(None) | Wake::PreBind(None) | Wake::Leader | Wake::Timer => {}
             }
         }
         // Graceful: let binds in flight and queued finish (bounded by the bind timeout) so no assumption is left

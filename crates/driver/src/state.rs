@@ -112,6 +112,15 @@ pub(crate) struct Driver {
     pub(crate) bind_rx: mpsc::UnboundedReceiver<BindResult>,
     /// The snapshot kept between cycles (see [`crate::snapshot_cache`]).
     pub(crate) snapshots: crate::snapshot_cache::SnapshotCache,
+    /// The storage facts of the next cycles; `None` after a storage event or a change of `volumes_in_flight`
+    /// (rebuilt on demand, [`Driver::volume_catalog`]).
+    pub(crate) volume_catalog: Option<Arc<phalanx_scheduler::volumes::VolumeCatalog>>,
+    /// Claims whose binding PreBind is writing or waiting for ([`crate::prebind`]).
+    pub(crate) volumes_in_flight:
+        HashMap<phalanx_scheduler::volumes::ClaimKey, phalanx_scheduler::volumes::VolumeAction>,
+    /// PreBind results, sent back to the loop.
+    pub(crate) prebind_tx: mpsc::UnboundedSender<crate::prebind::PreBindResult>,
+    pub(crate) prebind_rx: mpsc::UnboundedReceiver<crate::prebind::PreBindResult>,
 }
 
 impl Driver {
@@ -133,6 +142,7 @@ impl Driver {
         };
         let (bind_tx, bind_rx) = mpsc::unbounded_channel();
         let (evict_tx, evict_rx) = mpsc::unbounded_channel();
+        let (prebind_tx, prebind_rx) = mpsc::unbounded_channel();
         let writer = StatusWriter::new(client.clone(), reporter, leader.clone());
         let fresh_client = client.clone();
         Self {
@@ -178,6 +188,10 @@ impl Driver {
             bind_tx,
             bind_rx,
             snapshots: Default::default(),
+            volume_catalog: None,
+            volumes_in_flight: HashMap::new(),
+            prebind_tx,
+            prebind_rx,
             opts,
         }
     }

@@ -50,6 +50,10 @@ pub struct BinderConfig {
     /// Timeout of one `pods/binding` call in seconds (1-300, default 10). A timed-out bind is forgotten and the pod
     /// retried, so one slow API call cannot hold a gang's capacity forever.
     pub timeout_seconds: u64,
+    /// How long PreBind waits for a gang's PersistentVolumeClaims to be bound (by kube-controller-manager's PV
+    /// controller, or a provisioner for a `WaitForFirstConsumer` class) before it binds no pod of the gang and
+    /// retries it (1-86400 seconds, default 600: upstream VolumeBinding's `bindTimeoutSeconds`).
+    pub volume_bind_timeout_seconds: u64,
     /// Status patches and events in flight (1-1024, default 16).
     pub status_concurrency: u32,
     /// Emit the `Scheduled` event for every bound pod (default true), as kube-scheduler does
@@ -63,6 +67,7 @@ impl Default for BinderConfig {
     fn default() -> Self {
         Self {
             timeout_seconds: 10,
+            volume_bind_timeout_seconds: 600,
             status_concurrency: 16,
             scheduled_events: true,
         }
@@ -222,6 +227,13 @@ impl PhalanxConfig {
         })?;
         let (b, c) = (&self.binder, &self.controllers);
         in_range(origin, "binder.timeoutSeconds", b.timeout_seconds, 1, 300)?;
+        in_range(
+            origin,
+            "binder.volumeBindTimeoutSeconds",
+            b.volume_bind_timeout_seconds,
+            1,
+            86_400,
+        )?;
         in_range(
             origin,
             "binder.statusConcurrency",

@@ -54,6 +54,7 @@ pub fn scheduler(
         scheduler_name: opts.scheduler_name.clone(),
         bind_concurrency: opts.bind_concurrency as usize,
         bind_timeout: Duration::from_secs(binder.timeout_seconds),
+        volume_bind_timeout: Duration::from_secs(binder.volume_bind_timeout_seconds),
         status_concurrency: binder.status_concurrency as usize,
         scheduled_events: binder.scheduled_events,
         node_selector: (!opts.node_selector.trim().is_empty()).then(|| opts.node_selector.clone()),

@@ -182,6 +182,13 @@ fn cluster_role_is_exactly_least_privilege() {
         expect("", "nodes", &read),
         expect("policy", "poddisruptionbudgets", &read),
         expect("scheduling.k8s.io", "priorityclasses", &read),
+        // patch: VolumeBinding's PreBind sets a volume's claimRef and a claim's selected-node annotation.
+        expect("", "persistentvolumeclaims", &["get", "list", "watch", "patch"]),
+        expect("", "persistentvolumes", &["get", "list", "watch", "patch"]),
+        expect("storage.k8s.io", "storageclasses", &read),
+        expect("storage.k8s.io", "csinodes", &read),
+        expect("storage.k8s.io", "csidrivers", &read),
+        expect("storage.k8s.io", "csistoragecapacities", &read),
     ]);
     // Owner integration: metadata caches and gets of the built-in owners and of the listed custom owners.
     want.insert(expect("batch", "jobs", &read));

@@ -247,7 +247,7 @@ fn evaluate_placements(
     let mut successes = match simulate_placements(
         snapshot,
         placements,
-        Some((key, pods.len(), pinned(snapshot, group))),
+        Some((key, pods, pinned(snapshot, group))),
         limit,
         |snapshot, p| default_algorithm(ctx, snapshot, group, pods, Some(&p.nodes)),
     ) {
@@ -365,13 +365,7 @@ pub(crate) fn closest_domain(
     pods: usize,
     pinned: bool,
 ) -> String {
-    let mut best: Option<(usize, usize)> = None;
-    for (i, &n) in placed.iter().enumerate() {
-        if best.is_none_or(|(_, b)| n > b) {
-            best = Some((i, n));
-        }
-    }
-    match best {
+    match best_placement(placed) {
         Some((i, n)) if pinned && placements.len() == 1 && i == 0 => format!(
             "; topology key {key:?}: the group's scheduled members hold it to domain {key}={}, which is full ({n} of {pods} pods fit)",
             placements[0].name
@@ -382,6 +376,41 @@ pub(crate) fn closest_domain(
         ),
         _ => String::new(),
     }
+}
+
+/// The placement that placed the most pods (the first of them) and how many it placed.
+fn best_placement(placed: &[usize]) -> Option<(usize, usize)> {
+    let mut best: Option<(usize, usize)> = None;
+    for (i, &n) in placed.iter().enumerate() {
+        if best.is_none_or(|(_, b)| n > b) {
+            best = Some((i, n));
+        }
+    }
+    best
+}
+
+/// For the closest domain of a failed topology group: the claim that keeps a pod out of it, when one does
+/// (`; in it, pod p1: claim ns/c1: node(s) didn't find available persistent volumes to bind`; empty for a group
+/// without claims).
+fn volume_note(
+    snapshot: &Snapshot,
+    placements: &[Placement],
+    placed: &[usize],
+    pods: &[Arc<PodInfo>],
+) -> String {
+    let Some((i, _)) = best_placement(placed) else {
+        return String::new();
+    };
+    let Some(p) = placements.get(i) else {
+        return String::new();
+    };
+    if pods.iter().all(|pod| pod.spec.volumes.is_empty()) {
+        return String::new();
+    }
+    let nodes: Vec<&crate::model::NodeInfo> = p.nodes.iter().map(|&n| snapshot.node(n)).collect();
+    crate::volumes::binding::blocking_claim(snapshot.volumes(), pods, nodes.iter().copied())
+        .map(|why| format!("; in it, {why}"))
+        .unwrap_or_default()
 }
 
 /// Whether the group has scheduled members on nodes, which pin its topology domain ([`crate::plugins`]'s
@@ -403,7 +432,7 @@ fn pinned(snapshot: &Snapshot, group: &GroupInfo) -> bool {
 pub(crate) fn simulate_placements<R: PlacementResult>(
     snapshot: &mut Snapshot,
     placements: &[Placement],
-    topology: Option<(&str, usize, bool)>,
+    topology: Option<(&str, &[Arc<PodInfo>], bool)>,
     limit: usize,
     mut run: impl FnMut(&mut Snapshot, &Placement) -> R,
 ) -> Result<Vec<(usize, R)>, R> {
@@ -431,10 +460,13 @@ pub(crate) fn simulate_placements<R: PlacementResult>(
         let mut r = first.unwrap_or_else(R::unschedulable);
         let closest = match (topology, placed.iter().copied().collect::<Option<Vec<usize>>>()) {
             (Some((key, pods, pinned)), Some(placed)) => {
-                let note = closest_domain(key, placements, &placed, pods, pinned);
+                let mut note = closest_domain(key, placements, &placed, pods.len(), pinned);
                 if pinned {
                     // A replacement's own fit error names only nodes: say which domain they are, and why.
                     r.annotate_pods(&note);
+                }
+                if !note.is_empty() {
+                    note.push_str(&volume_note(snapshot, placements, &placed, pods));
                 }
                 note
             }

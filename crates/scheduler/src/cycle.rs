@@ -546,6 +546,7 @@ fn binding(pod: &PodInfo, snapshot: &Snapshot, node: usize) -> Binding {
         pod: pod.key.clone(),
         uid: pod.uid.clone(),
         node: snapshot.node(node).node.name.clone(),
+        volumes: snapshot.volume_overlay().actions_of(&pod.key).to_vec(),
     }
 }
 

@@ -53,6 +53,9 @@ pub struct Binding {
     pub uid: Arc<str>,
     /// Target node.
     pub node: Arc<str>,
+    /// What PreBind writes for the pod's claims before any pod of the decision is bound (VolumeBinding;
+    /// empty for a pod with nothing to bind).
+    pub volumes: Vec<crate::volumes::VolumeAction>,
 }
 
 /// Why a pod was not bound: the reason for its `PodScheduled=False` condition.

@@ -17,6 +17,7 @@
 //! - [`validation`]: upstream `validatePodGroup`, typed;
 //! - [`preemption`]: workload-aware and pod-by-pod preemption (upstream `DefaultPreemption`,
 //!   KEP-4671 / KEP-5710), returned as victims and nominations;
+//! - [`volumes`]: claims, volumes and the cycle's volume choices (upstream `volumebinding`'s assume cache);
 //! - [`cycle`]: [`Scheduler::schedule`], the entity cycle (upstream `schedule_one_podgroup.go`).
 //!
 //! See `docs/scheduler.md` for the design and `docs/architecture.md` for where the core sits.
@@ -42,6 +43,7 @@ pub mod selectors;
 pub mod sibling_search;
 pub mod snapshot;
 pub mod validation;
+pub mod volumes;
 pub mod workload_forest;
 
 pub use config::SchedulerConfig;

@@ -188,6 +188,7 @@ fn leftovers_requeue_immediately_keeping_timestamp_and_arrivals_merge() {
         pod: PodKey::new("ns", "a"),
         uid: "u".into(),
         node: "n".into(),
+        volumes: vec![],
     });
     d.requeue = Some(Requeue {
         pods: vec![PodKey::new("ns", "b")],
@@ -356,6 +357,7 @@ fn failed_bind_backs_off_and_keeps_its_place() {
         pod: first.key.clone(),
         uid: first.uid.clone(),
         node: "n1".into(),
+        volumes: vec![],
     });
     q.done(&d, t);
     assert!(q.pop(t).is_none());
@@ -375,6 +377,7 @@ fn failed_bind_backs_off_and_keeps_its_place() {
         pod: first.key.clone(),
         uid: first.uid.clone(),
         node: "n1".into(),
+        volumes: vec![],
     });
     let t2 = later + Duration::from_secs(1);
     q.done(&d, t2);

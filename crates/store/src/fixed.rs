@@ -55,6 +55,8 @@ pub struct ClusterState {
     pub priority_classes: Vec<PriorityClass>,
     /// PodDisruptionBudgets (`policy/v1`).
     pub pdbs: Vec<PodDisruptionBudget>,
+    /// Claims, volumes, storage classes and the CSI objects (what the volume plugins read).
+    pub volumes: crate::volumes::VolumeObjects,
     /// The metadata of the pods' owners: every Job, ReplicaSet, Deployment and StatefulSet, and every object of the
     /// custom kinds in [`ClusterState::owner_kinds`]. Empty in a state read from manifests: pods of an owner then
     /// wait for the group derived from their controller's name.
@@ -107,6 +109,14 @@ impl ClusterState {
             workloads: list_all(client).await?,
             priority_classes: list_all(client).await?,
             pdbs: list_all(client).await?,
+            volumes: crate::volumes::VolumeObjects {
+                claims: list_all(client).await?,
+                volumes: list_all(client).await?,
+                classes: list_all(client).await?,
+                csi_nodes: list_all(client).await?,
+                csi_drivers: list_all(client).await?,
+                capacities: list_all(client).await?,
+            },
             owners,
             owner_kinds,
         })
@@ -328,6 +338,14 @@ impl Store {
                 workloads: reader(state.workloads),
                 priority_classes: reader(state.priority_classes),
                 pdbs: reader(state.pdbs),
+                volumes: crate::volumes::VolumeReaders {
+                    claims: reader(state.volumes.claims),
+                    volumes: reader(state.volumes.volumes),
+                    classes: reader(state.volumes.classes),
+                    csi_nodes: reader(state.volumes.csi_nodes),
+                    csi_drivers: reader(state.volumes.csi_drivers),
+                    capacities: reader(state.volumes.capacities),
+                },
                 shared: Arc::new(Shared {
                     index: RwLock::new(index),
                     assumed: Mutex::new(AssumeCache::new()),

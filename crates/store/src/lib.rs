@@ -21,6 +21,7 @@ mod reflectors;
 pub mod retry;
 pub mod server;
 pub mod slim;
+pub mod volumes;
 
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 
@@ -91,6 +92,9 @@ pub enum StoreEvent {
     Owner(owners::OwnerRef),
     /// A Workload, PriorityClass or PDB changed (rarely relevant to queueing).
     Other,
+    /// A storage object changed: a claim, volume, class, CSINode, CSIDriver or CSIStorageCapacity
+    /// ([`volumes::VolumeReaders`]).
+    Volume,
     /// A watch re-listed: anything may have changed; subscribers should resync everything.
     Resync,
 }
@@ -103,6 +107,7 @@ pub(crate) struct Inner {
     workloads: Reader<Workload>,
     priority_classes: Reader<PriorityClass>,
     pdbs: Reader<PodDisruptionBudget>,
+    volumes: volumes::VolumeReaders,
     shared: Arc<Shared>,
     ready: tokio::sync::watch::Receiver<usize>,
     tasks: Vec<tokio::task::AbortHandle>,
@@ -231,7 +236,7 @@ pub struct Store {
 }
 
 /// Number of watched kinds; [`Store::wait_ready`] waits for this many initial lists.
-const KINDS: usize = 7 + owners::WATCHED_OWNERS.len();
+const KINDS: usize = 7 + volumes::VOLUME_KINDS + owners::WATCHED_OWNERS.len();
 
 impl Store {
     /// Spawns one watch per kind on the current tokio runtime and returns at once.
@@ -289,6 +294,10 @@ impl Store {
     /// Reader of the PodDisruptionBudget cache.
     pub fn pdbs(&self) -> &Reader<PodDisruptionBudget> {
         &self.inner.pdbs
+    }
+    /// Readers of the storage caches.
+    pub fn volumes(&self) -> &volumes::VolumeReaders {
+        &self.inner.volumes
     }
 
     /// The hierarchy and per-node index (group -> members, parent -> children, pod -> group, node -> pods).

@@ -269,13 +269,63 @@ pub(crate) fn start(client: Client, config: StoreConfig) -> Store {
         Box::new(other_hook),
     );
     let pdbs = spawn::<PodDisruptionBudget>(
-        Api::all(client),
-        wc,
+        Api::all(client.clone()),
+        wc.clone(),
         &shared,
         &ready_tx,
         &mut tasks,
         Box::new(other_hook),
     );
+    let volumes = crate::volumes::VolumeReaders {
+        claims: spawn_storage(
+            &client,
+            &wc,
+            &shared,
+            &ready_tx,
+            &mut tasks,
+            crate::slim::storage_object,
+        ),
+        volumes: spawn_storage(
+            &client,
+            &wc,
+            &shared,
+            &ready_tx,
+            &mut tasks,
+            crate::slim::storage_object,
+        ),
+        classes: spawn_storage(
+            &client,
+            &wc,
+            &shared,
+            &ready_tx,
+            &mut tasks,
+            crate::slim::storage_object,
+        ),
+        csi_nodes: spawn_storage(
+            &client,
+            &wc,
+            &shared,
+            &ready_tx,
+            &mut tasks,
+            crate::slim::csi_node,
+        ),
+        csi_drivers: spawn_storage(
+            &client,
+            &wc,
+            &shared,
+            &ready_tx,
+            &mut tasks,
+            crate::slim::storage_object,
+        ),
+        capacities: spawn_storage(
+            &client,
+            &wc,
+            &shared,
+            &ready_tx,
+            &mut tasks,
+            crate::slim::storage_object,
+        ),
+    };
 
     Store {
         inner: Arc::new(Inner {
@@ -286,6 +336,7 @@ pub(crate) fn start(client: Client, config: StoreConfig) -> Store {
             workloads,
             priority_classes,
             pdbs,
+            volumes,
             shared,
             ready,
             tasks,
@@ -306,6 +357,31 @@ where
 {
     let on = (hook, crate::slim::managed_fields::<K> as fn(&mut K));
     spawn_with(reflector::store::<K>(), api, wc, shared, ready_tx, tasks, on)
+}
+
+/// Watches one storage kind of [`crate::volumes::VolumeReaders`], cluster-wide, slimmed by `slim`; every change is a
+/// [`StoreEvent::Volume`].
+fn spawn_storage<K>(
+    client: &Client,
+    wc: &watcher::Config,
+    shared: &Arc<Shared>,
+    ready_tx: &watch::Sender<usize>,
+    tasks: &mut Vec<tokio::task::AbortHandle>,
+    slim: fn(&mut K),
+) -> Reader<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    let on = (Box::new(volume_hook) as Hook<K>, slim);
+    spawn_with(
+        reflector::store::<K>(),
+        Api::all(client.clone()),
+        wc.clone(),
+        shared,
+        ready_tx,
+        tasks,
+        on,
+    )
 }
 
 /// Watches the metadata of one built-in owner kind: each change re-resolves the pods whose owner chain went
@@ -522,6 +598,14 @@ fn group_hook<K>(
             s.publish(StoreEvent::Resync);
         }
         watcher::Event::Init | watcher::Event::InitApply(_) => {}
+    }
+}
+
+fn volume_hook<K: Resource<DynamicType = ()> + Clone>(ev: &watcher::Event<K>, _: &Reader<K>, s: &Shared) {
+    match ev {
+        watcher::Event::Apply(_) | watcher::Event::Delete(_) => s.publish(StoreEvent::Volume),
+        watcher::Event::InitDone => s.publish(StoreEvent::Resync),
+        _ => {}
     }
 }
 

@@ -1,6 +1,8 @@
 //! What the caches drop from each object before storing it: every kind loses `metadata.managedFields` (large, and
 //! read by no one here). Pods also lose what no scheduler, controller or explain path reads: container commands,
-//! arguments, environment, probes and lifecycle hooks, volumes (no volume plugin runs; claims stay), the
+//! arguments, environment, probes and lifecycle hooks, the volumes the volume plugins do not read (config maps,
+//! secrets, projected, emptyDir and the like; claims, ephemeral claims and single-attach in-tree disks stay, an
+//! ephemeral volume without its claim template), the
 //! `kubectl apply` copy of the whole object in the `kubectl.kubernetes.io/last-applied-configuration` annotation,
 //! and per-container statuses. Scheduling reads resources, ports, affinity, tolerations, topology spread, node
 //! selection, scheduling gates, claims, labels, owners, phase and conditions, all of which stay. Nodes keep their
@@ -42,7 +44,25 @@ pub fn pod(p: &mut Pod) {
         a.remove(LAST_APPLIED);
     }
     if let Some(spec) = p.spec.as_mut() {
-        spec.volumes = None;
+        if let Some(vs) = spec.volumes.as_mut() {
+            vs.retain(|v| {
+                v.persistent_volume_claim.is_some()
+                    || v.ephemeral.is_some()
+                    || v.gce_persistent_disk.is_some()
+                    || v.aws_elastic_block_store.is_some()
+                    || v.iscsi.is_some()
+                    || v.rbd.is_some()
+            });
+            for v in vs.iter_mut() {
+                if let Some(e) = v.ephemeral.as_mut() {
+                    // Only its presence matters: the claim `<pod>-<volume>` is read from the claim cache.
+                    e.volume_claim_template = None;
+                }
+            }
+            if vs.is_empty() {
+                spec.volumes = None;
+            }
+        }
         spec.containers.iter_mut().for_each(container);
         spec.init_containers.iter_mut().flatten().for_each(container);
     }
@@ -50,6 +70,25 @@ pub fn pod(p: &mut Pod) {
         status.container_statuses = None;
         status.init_container_statuses = None;
         status.ephemeral_container_statuses = None;
+    }
+}
+
+/// [`managed_fields`] and the `kubectl apply` copy: what a claim, volume or storage class keeps (their specs and
+/// the binding annotations are what the volume plugins read).
+pub fn storage_object<K: Resource>(o: &mut K) {
+    managed_fields(o);
+    if let Some(a) = o.meta_mut().annotations.as_mut() {
+        a.remove(LAST_APPLIED);
+    }
+}
+
+/// [`managed_fields`], and of each driver of a CSINode all but its name and attach limit (NodeVolumeLimits reads
+/// only `spec.drivers[].allocatable.count`).
+pub fn csi_node(n: &mut k8s_openapi::api::storage::v1::CSINode) {
+    storage_object(n);
+    for d in &mut n.spec.drivers {
+        d.node_id = String::new();
+        d.topology_keys = None;
     }
 }
 

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use phalanx_scheduler::{NodeInfo, PodInfo, resources::Resources};
+use phalanx_scheduler::{NodeInfo, PodInfo, resources::Resources, volumes::VolumeCatalog};
 use serde::Serialize;
 
 /// One resource the pending pods need more of than the considered nodes have free: summed over all nodes, or for
@@ -41,6 +41,10 @@ pub struct DomainFit {
     pub pods: usize,
     /// Summed requests of the pods that do not fit, by resource (same units as [`Shortfall`]).
     pub more_needed: BTreeMap<String, i64>,
+    /// The first claim of a pending pod that no node of the domain can satisfy (`pod p: claim ns/c: <upstream
+    /// reasons>`), when there is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub volumes: Option<String>,
 }
 
 /// A pod that holds capacity on a node the group needs.
@@ -110,22 +114,42 @@ fn fits(free: &Resources, req: &Resources, names: &[String]) -> bool {
     names.iter().all(|r| req.get(r) <= free.get(r))
 }
 
+/// The first pending pod whose claims no node of `nodes` can satisfy once the pods before it took their volumes,
+/// as `pod <name>: claim ns/c: <reasons>` ([`phalanx_scheduler::volumes::binding::blocking_claim`]).
+pub fn volume_blocker<'a>(
+    volumes: &VolumeCatalog,
+    pods: &[std::sync::Arc<PodInfo>],
+    nodes: impl IntoIterator<Item = &'a NodeInfo> + Clone,
+) -> Option<String> {
+    if pods.iter().all(|p| p.spec.volumes.is_empty()) {
+        return None;
+    }
+    phalanx_scheduler::volumes::binding::blocking_claim(volumes, pods, nodes)
+}
+
 /// For each value of `key` among `nodes`: how many of `pods` fit there by resources (first fit), closest domain
 /// (most pods fitting, then name) first. Nodes without the label belong to no domain.
-pub fn domain_fits(nodes: &[NodeInfo], pods: &[std::sync::Arc<PodInfo>], key: &str) -> Vec<DomainFit> {
+pub fn domain_fits(
+    nodes: &[NodeInfo],
+    pods: &[std::sync::Arc<PodInfo>],
+    key: &str,
+    volumes: &VolumeCatalog,
+) -> Vec<DomainFit> {
     let rnames = names(pods);
-    let mut by: BTreeMap<String, Vec<Resources>> = BTreeMap::new();
+    let mut by: BTreeMap<String, (Vec<Resources>, Vec<&NodeInfo>)> = BTreeMap::new();
     for n in nodes {
         if n.node.unschedulable {
             continue;
         }
         if let Some(v) = n.node.labels.get(key) {
-            by.entry(v.clone()).or_default().push(free_of(n));
+            let e = by.entry(v.clone()).or_default();
+            e.0.push(free_of(n));
+            e.1.push(n);
         }
     }
     let mut out: Vec<DomainFit> = by
         .into_iter()
-        .map(|(value, mut free)| {
+        .map(|(value, (mut free, members))| {
             let mut fit = 0;
             let mut more_needed: BTreeMap<String, i64> = BTreeMap::new();
             for p in pods {
@@ -151,6 +175,7 @@ pub fn domain_fits(nodes: &[NodeInfo], pods: &[std::sync::Arc<PodInfo>], key: &s
                 fit,
                 pods: pods.len(),
                 more_needed,
+                volumes: volume_blocker(volumes, pods, members.iter().copied()),
             }
         })
         .collect();
@@ -247,6 +272,65 @@ mod tests {
     }
 
     #[test]
+    fn a_domain_names_the_claim_that_keeps_the_group_out() {
+        use phalanx_scheduler::model::PodVolume;
+        use phalanx_scheduler::selectors::{NodeSelectorTerm, Requirement, SelectorOp};
+        use phalanx_scheduler::volumes::{AccessModes, ClaimInfo, ClaimKey, VolumeInfo, VolumePhase};
+        let nodes = vec![node("a1", 4000, "r1", 0), node("b1", 4000, "r2", 0)];
+        let key = ClaimKey::new("ns", "data");
+        let claim = ClaimInfo {
+            key: key.clone(),
+            uid: "u".into(),
+            deleting: false,
+            volume_name: Some("pv".into()),
+            bound: true,
+            class: String::new(),
+            access: AccessModes(AccessModes::RWO),
+            request: 0,
+            selector: None,
+            block: false,
+            selected_node: None,
+        };
+        let pv = VolumeInfo {
+            name: "pv".into(),
+            resource_version: "1".into(),
+            class: String::new(),
+            access: AccessModes(AccessModes::RWO),
+            capacity: 1,
+            labels: BTreeMap::new(),
+            node_affinity: Some(vec![NodeSelectorTerm {
+                labels: vec![Requirement {
+                    key: "rack".into(),
+                    op: SelectorOp::In,
+                    values: vec!["r2".into()],
+                }],
+                fields: vec![],
+            }]),
+            claim_ref: Some((key.clone(), "u".into())),
+            phase: VolumePhase::Bound,
+            csi: None,
+            block: false,
+            deleting: false,
+        };
+        let mut cat = VolumeCatalog::default();
+        cat.claims.insert(key, Arc::new(claim));
+        cat.volumes.insert("pv".into(), Arc::new(pv));
+        let mut p = PodInfo::simple("ns", "p0", 1000);
+        Arc::make_mut(&mut p.spec).volumes = vec![PodVolume::Claim {
+            name: "data".into(),
+            ephemeral: false,
+        }];
+        let d = domain_fits(&nodes, &[Arc::new(p)], "rack", &cat);
+        let r1 = d.iter().find(|d| d.value == "r1").unwrap();
+        let r2 = d.iter().find(|d| d.value == "r2").unwrap();
+        assert_eq!(
+            r1.volumes.as_deref(),
+            Some("pod p0: claim ns/data: node(s) had volume node affinity conflict")
+        );
+        assert_eq!(r2.volumes, None);
+    }
+
+    #[test]
     fn domains_closest_first_and_shortfall() {
         let nodes = vec![
             node("a1", 4000, "r1", 4000),
@@ -256,8 +340,9 @@ mod tests {
         let pods: Vec<Arc<PodInfo>> = (0..3)
             .map(|i| Arc::new(PodInfo::simple("ns", &format!("p{i}"), 3000)))
             .collect();
-        let d = domain_fits(&nodes, &pods, "rack");
+        let d = domain_fits(&nodes, &pods, "rack", &VolumeCatalog::default());
         assert_eq!((d[0].value.as_str(), d[0].fit, d[0].pods), ("r2", 2, 3));
+        assert_eq!(d[0].volumes, None, "no claims, nothing to say");
         assert_eq!(d[0].more_needed.get("cpu"), Some(&3000));
         assert_eq!((d[1].value.as_str(), d[1].fit), ("r1", 0));
         let s = shortfall(&nodes, &pods);

@@ -189,7 +189,7 @@ pub async fn explain(
         })
         .or_else(|| foreign.clone().filter(|_| standing == Standing::SchedulerError));
     let failing = matches!(standing, Standing::Unschedulable | Standing::Preempting);
-    let (shortfall, domains, holders) = match attempt {
+    let (shortfall, domains, holders, volumes) = match attempt {
         Some(a) if failing && !a.nodes.is_empty() => {
             let key = a
                 .entity
@@ -199,7 +199,7 @@ pub async fn explain(
                 .or_else(|| a.entity.tree.as_ref().and_then(|t| t.root().topology_key.clone()));
             let domains = key
                 .as_deref()
-                .map(|k| facts::domain_fits(&a.nodes, &a.entity.pods, k))
+                .map(|k| facts::domain_fits(&a.nodes, &a.entity.pods, k, &a.volumes))
                 .unwrap_or_default();
             // Who holds the room: on the closest domain's nodes when there is a topology, else on every node.
             let on: Option<Vec<String>> = domains.first().map(|d| {
@@ -212,9 +212,10 @@ pub async fn explain(
             let shortfall = facts::shortfall(&a.nodes, &a.entity.pods);
             let short: Vec<String> = shortfall.iter().map(|x| x.resource.clone()).collect();
             let holders = facts::holders(&a.nodes, &a.entity.pods, on.as_deref(), &short, HOLDERS);
-            (shortfall, domains, holders)
+            let volumes = facts::volume_blocker(&a.volumes, &a.entity.pods, a.nodes.iter());
+            (shortfall, domains, holders, volumes)
         }
-        _ => (vec![], vec![], vec![]),
+        _ => (vec![], vec![], vec![], None),
     };
     let preemption = decision.and_then(|d| {
         let p = d.preemption.as_ref()?;
@@ -306,6 +307,7 @@ pub async fn explain(
         gang_breakers,
         reasons: reasons_text,
         shortfall,
+        volumes,
         domains,
         holders,
         preemption,

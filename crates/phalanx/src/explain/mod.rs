@@ -169,6 +169,8 @@ pub struct Explanation {
     pub reasons: Option<String>,
     /// Resources short in total.
     pub shortfall: Vec<facts::Shortfall>,
+    /// The first claim no considered node can satisfy (`pod p: claim ns/c: <upstream reasons>`).
+    pub volumes: Option<String>,
     /// Topology domains, closest first (groups with a topology constraint).
     pub domains: Vec<facts::DomainFit>,
     /// Pods holding the room the group needs, lowest priority first.

@@ -92,6 +92,9 @@ pub fn text(e: &Explanation) -> String {
             let _ = writeln!(s, "{line}");
         }
     }
+    if let Some(v) = &e.volumes {
+        let _ = writeln!(s, "  Volumes: {v}");
+    }
     if !e.domains.is_empty() {
         let _ = writeln!(s, "  Topology domains (closest first):");
         for d in &e.domains {
@@ -111,6 +114,9 @@ pub fn text(e: &Explanation) -> String {
                 "    {} {}: {} of {} pods fit{tail}",
                 d.key, d.value, d.fit, d.pods
             );
+            if let Some(v) = &d.volumes {
+                let _ = writeln!(s, "      volumes: {v}");
+            }
         }
     }
     if !e.holders.is_empty() {

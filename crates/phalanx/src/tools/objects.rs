@@ -61,9 +61,16 @@ fn add_value(doc: Value, at: &str, state: &mut ClusterState) -> anyhow::Result<(
         ("scheduling.phalanx.dev/v1beta1", "Workload") => state.workloads.push(typed(doc, &at)?),
         ("scheduling.k8s.io/v1", "PriorityClass") => state.priority_classes.push(typed(doc, &at)?),
         ("policy/v1", "PodDisruptionBudget") => state.pdbs.push(typed(doc, &at)?),
+        ("v1", "PersistentVolumeClaim") => state.volumes.claims.push(typed(doc, &at)?),
+        ("v1", "PersistentVolume") => state.volumes.volumes.push(typed(doc, &at)?),
+        ("storage.k8s.io/v1", "StorageClass") => state.volumes.classes.push(typed(doc, &at)?),
+        ("storage.k8s.io/v1", "CSINode") => state.volumes.csi_nodes.push(typed(doc, &at)?),
+        ("storage.k8s.io/v1", "CSIDriver") => state.volumes.csi_drivers.push(typed(doc, &at)?),
+        ("storage.k8s.io/v1", "CSIStorageCapacity") => state.volumes.capacities.push(typed(doc, &at)?),
         (v, k) => bail!(
             "{at}: {v} {k} is not read by the simulator (it reads Pods, PodGroups, CompositePodGroups, Workloads, \
-             Nodes, PriorityClasses and PodDisruptionBudgets)"
+             Nodes, PriorityClasses, PodDisruptionBudgets, PersistentVolumeClaims, PersistentVolumes, \
+             StorageClasses, CSINodes, CSIDrivers and CSIStorageCapacities)"
         ),
     }
     Ok(())
@@ -139,6 +146,13 @@ pub fn to_list(state: &ClusterState) -> anyhow::Result<Value> {
     push_all(&mut items, &state.workloads)?;
     push_all(&mut items, &state.priority_classes)?;
     push_all(&mut items, &state.pdbs)?;
+    let v = &state.volumes;
+    push_all(&mut items, &v.claims)?;
+    push_all(&mut items, &v.volumes)?;
+    push_all(&mut items, &v.classes)?;
+    push_all(&mut items, &v.csi_nodes)?;
+    push_all(&mut items, &v.csi_drivers)?;
+    push_all(&mut items, &v.capacities)?;
     Ok(serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items}))
 }
 

@@ -6,6 +6,9 @@
 
 mod node;
 mod pod;
+mod volumes;
+
+pub use volumes::{ANN_SELECTED_NODE, csi_node_limits};
 
 pub use pod::{is_succeeded, is_terminal};
 

@@ -52,7 +52,8 @@ impl PodInfo {
         let group_name = group.filter(|g| !g.is_empty()).map(Arc::from);
         let namespace = meta.namespace.clone().unwrap_or_else(|| "default".to_string());
         let mut invalid = None;
-        let spec_info = match build_spec_info(&spec, &namespace, &labels) {
+        let spec_info = match build_spec_info(&spec, meta.name.as_deref().unwrap_or(""), &namespace, &labels)
+        {
             Ok(s) => s,
             Err(e) => {
                 invalid = Some(e.to_string());
@@ -236,6 +237,7 @@ fn affinity_term(
 
 fn build_spec_info(
     spec: &core::PodSpec,
+    pod_name: &str,
     namespace: &str,
     labels: &BTreeMap<String, String>,
 ) -> Result<PodSpecInfo, ConvertError> {
@@ -392,5 +394,6 @@ fn build_spec_info(
         spread,
         affinity,
         node_name: None,
+        volumes: super::volumes::pod_volumes(spec, pod_name),
     })
 }

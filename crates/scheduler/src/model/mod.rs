@@ -17,5 +17,6 @@ pub use group::{
 pub use keys::{EntityKey, GroupKey, GroupKind, PodKey};
 pub use node::{NodeInfo, NodeStatic};
 pub use pod::{
-    AffinityTerm, HostPort, PodAffinitySpec, PodInfo, PodSpecInfo, SpreadConstraint, WhenUnsatisfiable,
+    AffinityTerm, DiskKind, HostPort, InlineDisk, PodAffinitySpec, PodInfo, PodSpecInfo, PodVolume,
+    SpreadConstraint, WhenUnsatisfiable,
 };

@@ -129,6 +129,8 @@ pub struct PodSpecInfo {
     pub affinity: PodAffinitySpec,
     /// `spec.nodeName` of a pod that is still pending (NodeName plugin).
     pub node_name: Option<String>,
+    /// The volumes the volume plugins look at: claims and single-node in-tree disks, in spec order.
+    pub volumes: Vec<PodVolume>,
 }
 
 impl PodSpecInfo {
@@ -145,6 +147,74 @@ impl PodSpecInfo {
                 .required_node_affinity
                 .as_ref()
                 .is_none_or(|terms| terms.iter().any(|t| t.matches(node_name, labels)))
+    }
+}
+
+/// A pod volume the volume plugins look at (upstream reads `pod.Spec.Volumes` in each plugin).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum PodVolume {
+    /// A `persistentVolumeClaim` volume, or an `ephemeral` one (its claim is `<pod>-<volume>`, upstream
+    /// `ephemeral.VolumeClaimName`, created by kube-controller-manager's ephemeral-volume controller).
+    Claim {
+        /// The claim's name (same namespace as the pod).
+        name: Arc<str>,
+        /// From an `ephemeral` volume.
+        ephemeral: bool,
+    },
+    /// An in-tree disk that one node at a time may use (VolumeRestrictions).
+    Disk(InlineDisk),
+}
+
+impl PodVolume {
+    /// The claim name of a claim volume.
+    pub fn claim(&self) -> Option<&Arc<str>> {
+        match self {
+            PodVolume::Claim { name, .. } => Some(name),
+            PodVolume::Disk(_) => None,
+        }
+    }
+}
+
+/// The in-tree volume types upstream VolumeRestrictions checks for conflicts (`isVolumeConflict`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DiskKind {
+    /// gcePersistentDisk (pdName): conflicts unless both mounts are read-only.
+    GcePersistentDisk,
+    /// awsElasticBlockStore (volumeID): always conflicts.
+    AwsElasticBlockStore,
+    /// iscsi (iqn): conflicts unless both mounts are read-only.
+    Iscsi,
+    /// rbd (pool/image, on overlapping monitors): conflicts unless both mounts are read-only.
+    Rbd,
+}
+
+/// One in-tree disk of a pod.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct InlineDisk {
+    /// The volume type.
+    pub kind: DiskKind,
+    /// pdName, volumeID, iqn, or `pool/image`.
+    pub id: String,
+    /// rbd monitors (empty for the other kinds).
+    pub monitors: Vec<String>,
+    /// readOnly.
+    pub read_only: bool,
+}
+
+impl InlineDisk {
+    /// Whether two pods mounting these disks may not share a node (upstream `isVolumeConflict`).
+    pub fn conflicts(&self, other: &InlineDisk) -> bool {
+        if self.kind != other.kind || self.id != other.id {
+            return false;
+        }
+        match self.kind {
+            DiskKind::AwsElasticBlockStore => true,
+            DiskKind::GcePersistentDisk | DiskKind::Iscsi => !(self.read_only && other.read_only),
+            DiskKind::Rbd => {
+                self.monitors.iter().any(|m| other.monitors.contains(m))
+                    && !(self.read_only && other.read_only)
+            }
+        }
     }
 }
 

@@ -19,12 +19,16 @@ pub mod node_name;
 pub mod node_ports;
 pub mod node_resources;
 pub mod node_unschedulable;
+pub mod node_volume_limits;
 pub mod pod_group_pods_count;
 pub mod pod_topology_spread;
 pub mod registry;
 pub mod taint_toleration;
 pub mod topology_packing;
 pub mod topology_placement;
+pub mod volume_binding;
+pub mod volume_restrictions;
+pub mod volume_zone;
 
 /// Highest normalised node score (upstream `framework.MaxNodeScore`).
 pub const MAX_NODE_SCORE: i64 = 100;

@@ -20,7 +20,8 @@ use crate::model::PodInfo;
 use crate::plugins::cycle_state::{FilterSlot, ScoreSlot, filter_slot, score_slot};
 use crate::plugins::{
     inter_pod_affinity, node_affinity, node_name, node_ports, node_resources, node_unschedulable,
-    pod_topology_spread, taint_toleration,
+    node_volume_limits, pod_topology_spread, taint_toleration, volume_binding, volume_restrictions,
+    volume_zone,
 };
 use crate::snapshot::Snapshot;
 
@@ -145,6 +146,10 @@ impl Registry {
         use crate::plugins::node_unschedulable::NodeUnschedulable;
         use crate::plugins::pod_topology_spread::PodTopologySpread;
         use crate::plugins::taint_toleration::TaintToleration;
+        use crate::plugins::{
+            node_volume_limits::NodeVolumeLimits, volume_binding::VolumeBinding,
+            volume_restrictions::VolumeRestrictions, volume_zone::VolumeZone,
+        };
         let factories: Vec<(&'static str, PluginFactory)> = vec![
             (
                 node_unschedulable::NAME,
@@ -168,6 +173,22 @@ impl Registry {
                         &c.scoring_resources,
                     ))
                 }),
+            ),
+            (
+                volume_restrictions::NAME,
+                Box::new(|_| PluginInstance::filter(VolumeRestrictions)),
+            ),
+            (
+                node_volume_limits::NAME,
+                Box::new(|_| PluginInstance::filter(NodeVolumeLimits)),
+            ),
+            (
+                volume_binding::NAME,
+                Box::new(|_| PluginInstance::filter(VolumeBinding)),
+            ),
+            (
+                volume_zone::NAME,
+                Box::new(|_| PluginInstance::filter(VolumeZone)),
             ),
             (
                 pod_topology_spread::NAME,
@@ -385,6 +406,10 @@ mod tests {
                 "NodeAffinity",
                 "NodePorts",
                 "NodeResourcesFit",
+                "VolumeRestrictions",
+                "NodeVolumeLimits",
+                "VolumeBinding",
+                "VolumeZone",
                 "PodTopologySpread",
                 "InterPodAffinity",
             ]
@@ -415,8 +440,8 @@ mod tests {
             RegistryError::NotRegistered {
                 name: "NodeAfinity".into(),
                 known: "NodeUnschedulable, NodeName, TaintToleration, NodeAffinity, NodePorts, \
-                        NodeResourcesFit, PodTopologySpread, InterPodAffinity, \
-                        NodeResourcesBalancedAllocation"
+                        NodeResourcesFit, VolumeRestrictions, NodeVolumeLimits, VolumeBinding, VolumeZone, \
+                        PodTopologySpread, InterPodAffinity, NodeResourcesBalancedAllocation"
                     .into(),
             }
         );

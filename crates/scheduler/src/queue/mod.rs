@@ -47,6 +47,10 @@ pub enum ClusterEvent {
     },
     /// An assigned pod changed in a way that may free capacity (e.g. resized down).
     AssignedPodUpdated,
+    /// A claim, volume, storage class or CSI object changed (upstream's PersistentVolumeClaim, PersistentVolume,
+    /// StorageClass, CSINode, CSIDriver and CSIStorageCapacity events of the volume plugins): wakes the entities
+    /// with a pod that has volumes.
+    StorageChanged,
 }
 
 /// What `pop` hands to the scheduler.
@@ -365,6 +369,7 @@ impl SchedulingQueue {
             ClusterEvent::NodeAdded | ClusterEvent::NodeUpdated | ClusterEvent::AssignedPodUpdated => {
                 self.wake_all(now)
             }
+            ClusterEvent::StorageChanged => self.wake_where(now, |p| !p.spec.volumes.is_empty()),
         }
     }
 
@@ -380,6 +385,11 @@ impl SchedulingQueue {
     /// topology spread). Coarser than upstream's hints, which also check that the landed pod matches a term: a wasted
     /// retry costs one cycle, a missed one costs the flush interval.
     fn wake_inter_pod(&mut self, now: Instant) {
+        self.wake_where(now, |p| p.spec.has_inter_pod_constraints());
+    }
+
+    /// Wakes the unschedulable entities with a pending pod for which `wanted` holds.
+    fn wake_where(&mut self, now: Instant, wanted: impl Fn(&PodInfo) -> bool) {
         let keys: Vec<EntityKey> = self
             .pool
             .iter()
@@ -387,7 +397,7 @@ impl SchedulingQueue {
             .filter(|k| {
                 self.entries
                     .get(k)
-                    .is_some_and(|e| e.pods.values().any(|(p, _)| p.spec.has_inter_pod_constraints()))
+                    .is_some_and(|e| e.pods.values().any(|(p, _)| wanted(p)))
             })
             .collect();
         for k in keys {

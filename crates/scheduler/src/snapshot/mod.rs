@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crate::model::{GroupKey, NodeInfo, NodeStatic, PodInfo, PodKey};
 use crate::preemption::PreemptionState;
 use crate::preemption::reprieve::Cost;
+use crate::volumes::{VolumeCatalog, VolumeOverlay, binding};
 
 mod diff;
 
@@ -108,6 +109,10 @@ pub struct Snapshot {
     /// `completions > parallelism` is not a lost one, k/k#142330) but hold no capacity, so they are on no node.
     /// A per-cycle input set by the runtime ([`Snapshot::set_completed`]), never touched by assume/revert.
     completed: HashMap<GroupKey, usize>,
+    /// Claims, volumes, classes and CSI facts (set by the runtime, [`Snapshot::set_volumes`]).
+    volumes: Arc<VolumeCatalog>,
+    /// The cycle's volume choices, undone with the assumptions that made them.
+    volume_overlay: VolumeOverlay,
 }
 
 impl PartialEq for Snapshot {
@@ -119,6 +124,8 @@ impl PartialEq for Snapshot {
             && self.affinity_pods == other.affinity_pods
             && self.preemption == other.preemption
             && self.completed == other.completed
+            && self.volumes == other.volumes
+            && self.volume_overlay == other.volume_overlay
     }
 }
 
@@ -138,6 +145,8 @@ impl Clone for Snapshot {
             preemption: self.preemption.clone(),
             victim_costs: self.victim_costs.clone(),
             completed: self.completed.clone(),
+            volumes: self.volumes.clone(),
+            volume_overlay: self.volume_overlay.clone(),
         }
     }
 }
@@ -165,11 +174,30 @@ impl Snapshot {
             preemption: PreemptionState::default(),
             victim_costs: None,
             completed: HashMap::new(),
+            volumes: Arc::default(),
+            volume_overlay: VolumeOverlay::default(),
         };
         for n in nodes {
             s.upsert_node(n);
         }
         s
+    }
+
+    /// Sets the storage facts the volume plugins read, and drops the volume choices of earlier cycles (the runtime's
+    /// catalog carries the ones it is still writing).
+    pub fn set_volumes(&mut self, catalog: Arc<VolumeCatalog>) {
+        self.volumes = catalog;
+        self.volume_overlay = VolumeOverlay::default();
+    }
+
+    /// The storage facts of this snapshot.
+    pub fn volumes(&self) -> &Arc<VolumeCatalog> {
+        &self.volumes
+    }
+
+    /// The volume choices of this cycle.
+    pub fn volume_overlay(&self) -> &VolumeOverlay {
+        &self.volume_overlay
     }
 
     /// Unique id; changes whenever node indices change (evaluation caches key on it).
@@ -404,6 +432,15 @@ impl Snapshot {
     /// Assumes `pod` on node `node` (upstream `AssumeAndReserveInSnapshot`); recorded in the
     /// undo log. O(1) apart from the pod's scalar resources.
     pub fn assume(&mut self, pod: Arc<PodInfo>, node: usize) {
+        if !pod.spec.volumes.is_empty() {
+            // Reserve (upstream VolumeBinding `Reserve` → `AssumePodVolumes`): the claims the pod still has to bind
+            // take their volume or node here, so the next pod of the gang cannot take the same volume.
+            let actions = binding::reserve(&self.volumes, &self.volume_overlay, &pod, &self.nodes[node]);
+            if !actions.is_empty() {
+                self.volume_overlay
+                    .record(self.undo.len(), pod.key.clone(), actions);
+            }
+        }
         let group = pod.group_key();
         let name = self.nodes[node].node.name.clone();
         if let Some(g) = &group {
@@ -531,6 +568,7 @@ impl Snapshot {
     /// Reverts every assumption and eviction made after `mark`, newest first; the state, node
     /// generations included, is then exactly what it was at `mark`.
     pub fn revert_to(&mut self, mark: usize) {
+        self.volume_overlay.revert_to(mark);
         while self.undo.len() > mark {
             let Some(entry) = self.undo.pop() else { break };
             match entry {
@@ -587,6 +625,7 @@ impl Snapshot {
     /// Keeps every assumption made so far (clears the undo log).
     pub fn commit(&mut self) {
         self.undo.clear();
+        self.volume_overlay.commit();
     }
 }
 

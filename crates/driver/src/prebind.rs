@@ -1,0 +1,223 @@
+//! PreBind of the volume plugins (upstream VolumeBinding `PreBind` → `BindPodVolumes`, `volumebinding/binder.go`),
+//! for a whole decision at once: the pods of a gang are bound only after every claim of every member is bound.
+//!
+//! The writes are upstream's `bindAPIUpdate`: a chosen volume gets the claim as its `claimRef` (with
+//! `pv.kubernetes.io/bound-by-controller: "yes"`, under the volume's resourceVersion as the precondition), a claim
+//! to provision gets `volume.kubernetes.io/selected-node`. Then the task waits, up to the configured timeout
+//! (upstream `bindTimeoutSeconds`, 600 s), until kube-controller-manager's PV controller reports each claim Bound
+//! (upstream `checkBindings`). Any failure binds no pod: the loop forgets the assumed pods, requeues them with
+//! backoff, and names the claim in the pods' and the group's conditions.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::reflector::ObjectRef;
+use phalanx_api::conditions::reasons;
+use phalanx_scheduler::convert::ANN_SELECTED_NODE;
+use phalanx_scheduler::volumes::{ClaimKey, VolumeAction};
+use phalanx_scheduler::{GroupCondition, is_terminal};
+use phalanx_store::{Store, pod_node};
+
+use crate::names;
+use crate::state::{BindJob, Driver};
+
+/// Upstream `pvutil.AnnBoundByController`.
+const ANN_BOUND_BY_CONTROLLER: &str = "pv.kubernetes.io/bound-by-controller";
+/// How often the wait reads the store.
+const POLL: Duration = Duration::from_millis(200);
+
+/// A decision whose pods wait for their volumes.
+pub(crate) struct PreBindJob {
+    /// The binds to start once the volumes are bound (the pods are assumed in the store already).
+    pub(crate) binds: Vec<BindJob>,
+    /// Every claim's action, one per claim.
+    pub(crate) actions: Vec<VolumeAction>,
+    /// The decision's group conditions, written only once the volumes are bound.
+    pub(crate) conditions: Vec<GroupCondition>,
+}
+
+/// The outcome of one [`PreBindJob`], sent back to the loop.
+pub(crate) struct PreBindResult {
+    pub(crate) job: PreBindJob,
+    /// `Err` names the claim and why.
+    pub(crate) result: Result<(), String>,
+}
+
+impl Driver {
+    /// Starts PreBind for a decision; its result comes back through `prebind_rx`.
+    pub(crate) fn start_prebind(&mut self, job: PreBindJob) {
+        for a in &job.actions {
+            self.volumes_in_flight.insert(a.claim().clone(), a.clone());
+        }
+        self.volume_catalog = None;
+        let (client, store, writer, tx) = (
+            self.client.clone(),
+            self.store.clone(),
+            self.writer.clone(),
+            self.prebind_tx.clone(),
+        );
+        let timeout = self.opts.volume_bind_timeout;
+        self.tasks.spawn(async move {
+            let result = if writer.is_leader() {
+                bind_volumes(&client, &store, &job.actions, timeout).await
+            } else {
+                Err("lost leadership before binding volumes".into())
+            };
+            let _ = tx.send(PreBindResult { job, result });
+        });
+    }
+
+    pub(crate) fn on_prebind_result(&mut self, r: PreBindResult) {
+        let PreBindResult { job, result } = r;
+        for a in &job.actions {
+            self.volumes_in_flight.remove(a.claim());
+        }
+        self.volume_catalog = None;
+        let message = match result {
+            Ok(()) => {
+                self.pending_binds.extend(job.binds);
+                for c in job.conditions {
+                    self.spawn_group_condition(
+                        c.group,
+                        names::condition_type(c.type_),
+                        c.status,
+                        names::condition_reason(c.reason),
+                        c.message,
+                    );
+                }
+                self.start_binds();
+                return;
+            }
+            Err(m) => format!("running PreBind plugin \"VolumeBinding\": {m}"),
+        };
+        tracing::info!(
+            message,
+            pods = job.binds.len(),
+            "volume binding failed; no pod of the decision is bound"
+        );
+        let now = Instant::now();
+        for b in job.binds {
+            self.store.forget(&b.key);
+            self.snapshots.pod_changed(&b.key);
+            let Some(p) = self.store.pod(&b.key) else { continue };
+            if pod_node(&p).is_some() || is_terminal(&p) || !self.ours(&p) {
+                continue;
+            }
+            let info = self.cache.pod(&p, self.store.group_of_pod(&p));
+            self.known.insert(b.key.clone(), info.clone());
+            self.queue.bind_failed(info, now);
+            self.submit_pod_condition(
+                b.key,
+                p.metadata.uid.clone(),
+                reasons::SCHEDULER_ERROR,
+                message.clone(),
+                true,
+            );
+        }
+        for c in job.conditions {
+            self.spawn_group_condition(
+                c.group,
+                names::condition_type(c.type_),
+                false,
+                reasons::SCHEDULER_ERROR,
+                message.clone(),
+            );
+        }
+    }
+}
+
+/// Writes the actions, then waits until every claim is bound; `Err` names the first claim that failed.
+async fn bind_volumes(
+    client: &kube::Client,
+    store: &Store,
+    actions: &[VolumeAction],
+    timeout: Duration,
+) -> Result<(), String> {
+    let pp = PatchParams::default();
+    for a in actions {
+        match a {
+            VolumeAction::Bind {
+                claim,
+                claim_uid,
+                volume,
+                resource_version,
+            } => {
+                let api: Api<PersistentVolume> = Api::all(client.clone());
+                let patch = serde_json::json!({
+                    "metadata": {
+                        "resourceVersion": &**resource_version,
+                        "annotations": { ANN_BOUND_BY_CONTROLLER: "yes" },
+                    },
+                    "spec": { "claimRef": {
+                        "kind": "PersistentVolumeClaim",
+                        "apiVersion": "v1",
+                        "namespace": &*claim.namespace,
+                        "name": &*claim.name,
+                        "uid": &**claim_uid,
+                    }},
+                });
+                api.patch(volume, &pp, &Patch::Merge(&patch))
+                    .await
+                    .map_err(|e| format!("binding volume {volume:?} to claim {claim}: {e}"))?;
+            }
+            VolumeAction::Provision { claim, node } => {
+                let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &claim.namespace);
+                let patch = serde_json::json!({
+                    "metadata": { "annotations": { ANN_SELECTED_NODE: &**node } },
+                });
+                api.patch(&claim.name, &pp, &Patch::Merge(&patch))
+                    .await
+                    .map_err(|e| format!("selecting node {node:?} for claim {claim}: {e}"))?;
+            }
+        }
+    }
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let mut waiting: BTreeMap<&ClaimKey, &'static str> = BTreeMap::new();
+        for a in actions {
+            let claim = a.claim();
+            let obj = store
+                .volumes()
+                .claims
+                .get(&ObjectRef::new(&claim.name).within(&claim.namespace));
+            let Some(c) = obj else {
+                return Err(format!(
+                    "claim {claim} was deleted while its volume was being bound"
+                ));
+            };
+            let spec_volume = c.spec.as_ref().and_then(|s| s.volume_name.as_deref());
+            let bound = c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
+            match a {
+                VolumeAction::Bind { volume, .. } => {
+                    if bound && spec_volume == Some(&**volume) {
+                        continue;
+                    }
+                    if let Some(other) = spec_volume.filter(|v| *v != &**volume) {
+                        return Err(format!(
+                            "claim {claim} was bound to volume {other:?}, not {volume:?}"
+                        ));
+                    }
+                    waiting.insert(claim, "the PV controller to bind it");
+                }
+                VolumeAction::Provision { .. } => {
+                    if bound && spec_volume.is_some() {
+                        continue;
+                    }
+                    waiting.insert(claim, "its provisioner to create a volume");
+                }
+            }
+        }
+        let Some((claim, what)) = waiting.into_iter().next() else {
+            return Ok(());
+        };
+        if tokio::time::Instant::now() >= deadline {
+            return Err(format!(
+                "claim {claim} was not bound within {}s (waiting for {what})",
+                timeout.as_secs()
+            ));
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
