@@ -56,6 +56,11 @@ pub mod reasons {
     /// (upstream's `waitingOnPreemption`); `status.nominatedNodeName` names the node kept for it. Phalanx's own
     /// reason: upstream writes `Unschedulable` with the preemption message.
     pub const WAITING_FOR_PREEMPTION: &str = "WaitingForPreemption";
+    /// Pod `PodScheduled=False` and group `*InitiallyScheduled=False`: the pods are placed and PreBind is binding
+    /// their PersistentVolumeClaims (kube-controller-manager's PV controller, or a provisioner for a
+    /// `WaitForFirstConsumer` class) before any pod is bound. Phalanx's own reason: upstream's binding cycle
+    /// writes nothing while it waits.
+    pub const WAITING_FOR_VOLUME_BINDING: &str = "WaitingForVolumeBinding";
     /// Pod `PodScheduled=False`: the pod has `spec.schedulingGates` (core `PodReasonSchedulingGated`, written by the
     /// API server itself).
     pub const SCHEDULING_GATED: &str = "SchedulingGated";

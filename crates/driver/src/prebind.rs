@@ -52,6 +52,22 @@ impl Driver {
             self.volumes_in_flight.insert(a.claim().clone(), a.clone());
         }
         self.volume_catalog = None;
+        // Say what the placed pods wait for: without it the group would keep its last condition (often
+        // WaitingForQuorum) for up to the whole timeout.
+        let message = format!(
+            "placed; waiting up to {}s for {} to be bound before the pods are bound",
+            self.opts.volume_bind_timeout.as_secs(),
+            claim_list(job.actions.iter().map(VolumeAction::claim))
+        );
+        for c in &job.conditions {
+            self.spawn_group_condition(
+                c.group.clone(),
+                names::condition_type(c.type_),
+                false,
+                reasons::WAITING_FOR_VOLUME_BINDING,
+                message.clone(),
+            );
+        }
         let (client, store, writer, tx) = (
             self.client.clone(),
             self.store.clone(),
@@ -61,6 +77,22 @@ impl Driver {
         let timeout = self.opts.volume_bind_timeout;
         self.tasks.spawn(async move {
             let result = if writer.is_leader() {
+                // In the task, before any volume write: the condition is on the pods before they can be bound, so
+                // a late write cannot contradict the binding's PodScheduled=True.
+                for b in &job.binds {
+                    match writer
+                        .pod_unschedulable(&b.pod, reasons::WAITING_FOR_VOLUME_BINDING, &message)
+                        .await
+                    {
+                        Ok(true) => {
+                            writer
+                                .event_failed(&b.pod, reasons::WAITING_FOR_VOLUME_BINDING, &message)
+                                .await
+                        }
+                        Ok(false) => {}
+                        Err(e) => tracing::debug!(pod = %b.key, error = %e, "pod condition not written"),
+                    }
+                }
                 bind_volumes(&client, &store, &job.actions, timeout).await
             } else {
                 Err("lost leadership before binding volumes".into())
@@ -125,6 +157,17 @@ impl Driver {
                 message.clone(),
             );
         }
+    }
+}
+
+/// `claim ns/a`, `claims ns/a, ns/b`, or `claims ns/a, ns/b, ns/c and 4 more`.
+fn claim_list<'a>(claims: impl Iterator<Item = &'a ClaimKey>) -> String {
+    const SHOWN: usize = 3;
+    let all: Vec<String> = claims.map(ToString::to_string).collect();
+    match all.len() {
+        1 => format!("claim {}", all[0]),
+        n if n <= SHOWN => format!("claims {}", all.join(", ")),
+        n => format!("claims {} and {} more", all[..SHOWN].join(", "), n - SHOWN),
     }
 }
 
@@ -199,22 +242,25 @@ async fn bind_volumes(
                             "claim {claim} was bound to volume {other:?}, not {volume:?}"
                         ));
                     }
-                    waiting.insert(claim, "the PV controller to bind it");
+                    waiting.insert(claim, "the PV controller");
                 }
                 VolumeAction::Provision { .. } => {
                     if bound && spec_volume.is_some() {
                         continue;
                     }
-                    waiting.insert(claim, "its provisioner to create a volume");
+                    waiting.insert(claim, "the provisioner");
                 }
             }
         }
-        let Some((claim, what)) = waiting.into_iter().next() else {
+        let Some((_, what)) = waiting.iter().next() else {
             return Ok(());
         };
         if tokio::time::Instant::now() >= deadline {
+            let one = waiting.len() == 1;
             return Err(format!(
-                "claim {claim} was not bound within {}s (waiting for {what})",
+                "{} {} not bound within {}s (waiting for {what})",
+                claim_list(waiting.keys().copied()),
+                if one { "was" } else { "were" },
                 timeout.as_secs()
             ));
         }

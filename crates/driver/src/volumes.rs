@@ -64,6 +64,7 @@ impl Driver {
                 .iter()
                 .map(|c| CapacityInfo::from_api(c))
                 .collect(),
+            unreadable: self.store.unreadable_storage(),
         };
         // The bindings PreBind is writing hold until the caches show them: the volume is taken, the claim is bound
         // to it (or waits for its provisioner on the chosen node).

@@ -414,6 +414,20 @@ async fn dynamic_provisioning_selects_the_nodes_and_binds_only_after_the_volumes
     })
     .await?;
     ctx.stays_unbound(&["g-0", "g-1"], Duration::from_secs(3)).await?;
+    // While PreBind waits, the group and its pods say so.
+    let cond = ctx.wait_pg("g", "False", "WaitingForVolumeBinding").await?;
+    ensure!(
+        cond.message
+            .contains(&format!("claims {0}/c0, {0}/c1 to be bound", ctx.ns)),
+        "group message: {}",
+        cond.message
+    );
+    let p = ctx.pods().get("g-0").await?;
+    let (_, reason, _) = pod_scheduled(&p).context("g-0 has no PodScheduled")?;
+    ensure!(
+        reason == "WaitingForVolumeBinding",
+        "g-0 PodScheduled reason {reason}"
+    );
     let prov = provisioner(&ctx, class.clone(), Duration::from_millis(500));
     let got = ctx.wait_bound(&["g-0", "g-1"]).await?;
     prov.abort();
@@ -444,8 +458,11 @@ async fn a_provisioner_that_never_answers_leaves_the_gang_unbound_with_a_message
     }
     let sched = ctx.start_with(|o| o.volume_bind_timeout = Duration::from_secs(3));
     let cond = ctx.wait_pg("g", "False", "SchedulerError").await?;
+    let (c0, c1) = (format!("{}/c0", ctx.ns), format!("{}/c1", ctx.ns));
     ensure!(
-        cond.message.contains("was not bound within 3s") && cond.message.contains("/c"),
+        cond.message
+            .contains(&format!("claims {c0}, {c1} were not bound within 3s"))
+            && cond.message.contains("(waiting for the provisioner)"),
         "group message: {}",
         cond.message
     );

@@ -353,6 +353,7 @@ impl Store {
                     pods,
                     owners,
                     custom,
+                    forbidden: Mutex::new(Default::default()),
                 }),
                 ready,
                 tasks: Vec::new(),

@@ -121,6 +121,9 @@ pub(crate) struct Shared {
     pods: Reader<Pod>,
     owners: reflectors::OwnerReaders,
     custom: custom_owners::CustomOwners,
+    /// Storage kinds (plural names) the scheduler may not list: counted as ready and empty (see
+    /// [`Store::unreadable_storage`]).
+    forbidden: Mutex<std::collections::BTreeSet<String>>,
 }
 
 impl Shared {
@@ -298,6 +301,20 @@ impl Store {
     /// Readers of the storage caches.
     pub fn volumes(&self) -> &volumes::VolumeReaders {
         &self.inner.volumes
+    }
+    /// The storage kinds (plural names, e.g. `persistentvolumeclaims`) whose list was refused (403): their caches
+    /// count as ready and stay empty while the watch keeps retrying, so that a scheduler without the storage RBAC
+    /// still schedules pods without volumes; the volume plugins then hold pods with claims with this list in
+    /// their message. Empty normally.
+    pub fn unreadable_storage(&self) -> Vec<String> {
+        self.inner
+            .shared
+            .forbidden
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .cloned()
+            .collect()
     }
 
     /// The hierarchy and per-node index (group -> members, parent -> children, pod -> group, node -> pods).

@@ -155,6 +155,7 @@ pub(crate) fn start(client: Client, config: StoreConfig) -> Store {
             stateful_sets,
         },
         custom,
+        forbidden: Mutex::new(Default::default()),
     });
     let (ready_tx, ready) = watch::channel(0usize);
     let wc = watcher::Config::default()
@@ -169,7 +170,7 @@ pub(crate) fn start(client: Client, config: StoreConfig) -> Store {
         &shared,
         &ready_tx,
         &mut tasks,
-        (Box::new(node_hook), crate::slim::node),
+        (Box::new(node_hook), crate::slim::node, false),
     );
     let pods = spawn_with::<Pod>(
         (pods_reader, pods_writer),
@@ -178,7 +179,7 @@ pub(crate) fn start(client: Client, config: StoreConfig) -> Store {
         &shared,
         &ready_tx,
         &mut tasks,
-        (Box::new(pod_hook), crate::slim::pod),
+        (Box::new(pod_hook), crate::slim::pod, false),
     );
     spawn_owner::<Job>(
         jobs_w,
@@ -234,6 +235,7 @@ pub(crate) fn start(client: Client, config: StoreConfig) -> Store {
                 })
             }),
             crate::slim::group_managed_fields::<PodGroup>,
+            false,
         ),
     );
     let composite_pod_groups = spawn_with(
@@ -250,6 +252,7 @@ pub(crate) fn start(client: Client, config: StoreConfig) -> Store {
                 })
             }),
             crate::slim::group_managed_fields::<CompositePodGroup>,
+            false,
         ),
     );
     let workloads = spawn::<Workload>(
@@ -355,7 +358,7 @@ fn spawn<K>(
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
-    let on = (hook, crate::slim::managed_fields::<K> as fn(&mut K));
+    let on = (hook, crate::slim::managed_fields::<K> as fn(&mut K), false);
     spawn_with(reflector::store::<K>(), api, wc, shared, ready_tx, tasks, on)
 }
 
@@ -372,16 +375,30 @@ fn spawn_storage<K>(
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
-    let on = (Box::new(volume_hook) as Hook<K>, slim);
+    let on = (Box::new(volume_hook) as Hook<K>, slim, true);
+    let api = Api::all(client.clone());
     spawn_with(
         reflector::store::<K>(),
-        Api::all(client.clone()),
+        api,
         wc.clone(),
         shared,
         ready_tx,
         tasks,
         on,
     )
+}
+
+/// Records whether a storage kind may be listed; true when that changed.
+fn set_forbidden(shared: &Shared, plural: &str, forbidden: bool) -> bool {
+    let mut set = shared
+        .forbidden
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if forbidden {
+        set.insert(plural.to_owned())
+    } else {
+        set.remove(plural)
+    }
 }
 
 /// Watches the metadata of one built-in owner kind: each change re-resolves the pods whose owner chain went
@@ -438,6 +455,10 @@ fn spawn_owner<K>(
     tasks.push(task.abort_handle());
 }
 
+/// Watches one kind into `reader`/`writer`: each event goes to `hook` after the cache is updated, each object is
+/// slimmed by `slim` first, and readiness is counted at the first complete list. With `tolerate_forbidden` (the
+/// storage kinds) a refused list (403) counts as ready too, and the kind is recorded as unreadable until a list
+/// succeeds.
 fn spawn_with<K>(
     (reader, writer): (Reader<K>, Writer<K>),
     api: Api<K>,
@@ -445,7 +466,7 @@ fn spawn_with<K>(
     shared: &Arc<Shared>,
     ready_tx: &watch::Sender<usize>,
     tasks: &mut Vec<tokio::task::AbortHandle>,
-    (hook, slim): (Hook<K>, fn(&mut K)),
+    (hook, slim, tolerate_forbidden): (Hook<K>, fn(&mut K), bool),
 ) -> Reader<K>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
@@ -454,6 +475,7 @@ where
     let ready_tx = ready_tx.clone();
     let r = reader.clone();
     let kind = K::kind(&()).to_string();
+    let plural = K::plural(&()).to_string();
     let task = tokio::spawn(async move {
         let mut counted = false;
         let stream = watcher(api, wc).default_backoff().modify(slim).reflect(writer);
@@ -461,11 +483,35 @@ where
         while let Some(item) = stream.next().await {
             match item {
                 Ok(ev) => {
+                    if tolerate_forbidden
+                        && matches!(ev, watcher::Event::InitDone)
+                        && set_forbidden(&shared, &plural, false)
+                    {
+                        tracing::info!(kind, "{plural} readable again");
+                    }
                     hook(&ev, &r, &shared);
                     if matches!(ev, watcher::Event::InitDone) && !counted {
                         counted = true;
                         ready_tx.send_modify(|n| *n += 1);
                         tracing::debug!(kind, objects = r.len(), "cache synced");
+                    }
+                }
+                // Without the storage RBAC (a hand-made ClusterRole from before volumes, `rbac.create=false`) the
+                // scheduler still schedules pods without volumes; the watch retries with backoff meanwhile.
+                Err(watcher::Error::InitialListFailed(kube::Error::Api(st)))
+                    if tolerate_forbidden && st.code == 403 =>
+                {
+                    if set_forbidden(&shared, &plural, true) {
+                        tracing::warn!(
+                            kind,
+                            "may not list {plural}: pods with volumes wait until the scheduler's ServiceAccount may \
+                             get, list and watch it (see the chart's ClusterRole)"
+                        );
+                        shared.publish(StoreEvent::Volume);
+                    }
+                    if !counted {
+                        counted = true;
+                        ready_tx.send_modify(|n| *n += 1);
                     }
                 }
                 // Errors are stream items; the watcher retries with backoff and the stream continues.

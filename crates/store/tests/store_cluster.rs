@@ -316,3 +316,64 @@ async fn server_probe_matches_the_control_plane() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// Without the storage RBAC (a ClusterRole from before the volume plugins) the store still becomes ready: the six
+/// storage kinds count as ready and empty, and `unreadable_storage` names them for the volume plugins' message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_without_storage_rbac_is_ready_and_names_what_it_may_not_read() -> anyhow::Result<()> {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    let env = TestEnv::shared();
+    let admin = env.client().await?;
+    phalanx_testenv::apply_crds(&admin, &phalanx_api::crds::to_yaml()).await?;
+    let ns = create_namespace(&admin, "nostorage").await?;
+    let user = format!("{ns}-user");
+    let read = json!(["get", "list", "watch"]);
+    let role: ClusterRole = serde_json::from_value(json!({
+        "metadata": { "name": &user },
+        "rules": [
+            { "apiGroups": [""], "resources": ["pods", "nodes"], "verbs": read },
+            { "apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": read },
+            { "apiGroups": ["scheduling.k8s.io"], "resources": ["priorityclasses"], "verbs": read },
+            { "apiGroups": ["scheduling.phalanx.dev"], "resources": ["workloads", "podgroups", "compositepodgroups"], "verbs": read },
+            { "apiGroups": ["batch"], "resources": ["jobs"], "verbs": read },
+            { "apiGroups": ["apps"], "resources": ["replicasets", "deployments", "statefulsets"], "verbs": read },
+        ],
+    }))?;
+    let binding: ClusterRoleBinding = serde_json::from_value(json!({
+        "metadata": { "name": &user },
+        "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": &user },
+        "subjects": [{ "apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": &user }],
+    }))?;
+    let pp = PostParams::default();
+    Api::<ClusterRole>::all(admin.clone()).create(&pp, &role).await?;
+    Api::<ClusterRoleBinding>::all(admin.clone())
+        .create(&pp, &binding)
+        .await?;
+    let mut config = env.config().await?;
+    config.auth_info.impersonate = Some(user.clone());
+    let client = kube::Client::try_from(config)?;
+    let store = Store::start(client, StoreConfig::default());
+    tokio::time::timeout(T, store.wait_ready())
+        .await
+        .map_err(|_| anyhow::anyhow!("the store was not ready within {T:?} without the storage RBAC"))?;
+    let mut unreadable = store.unreadable_storage();
+    unreadable.sort();
+    anyhow::ensure!(
+        unreadable
+            == [
+                "csidrivers",
+                "csinodes",
+                "csistoragecapacities",
+                "persistentvolumeclaims",
+                "persistentvolumes",
+                "storageclasses"
+            ],
+        "unreadable: {unreadable:?}"
+    );
+    let dp = DeleteParams::default();
+    Api::<ClusterRoleBinding>::all(admin.clone())
+        .delete(&user, &dp)
+        .await?;
+    Api::<ClusterRole>::all(admin).delete(&user, &dp).await?;
+    Ok(())
+}

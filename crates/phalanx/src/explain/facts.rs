@@ -127,6 +127,57 @@ pub fn volume_blocker<'a>(
     phalanx_scheduler::volumes::binding::blocking_claim(volumes, pods, nodes)
 }
 
+/// The pending pods' claims that wait for their provisioner on a node already chosen (the
+/// `volume.kubernetes.io/selected-node` annotation, set by an earlier PreBind), e.g. `claims ns/a (on n1), ns/b (on
+/// n2) wait for provisioner "example.com/x" to create their volumes; the pods bind once the claims are Bound`.
+/// `None` when there are none.
+pub fn provisioning_waits(volumes: &VolumeCatalog, pods: &[std::sync::Arc<PodInfo>]) -> Option<String> {
+    let mut waiting: Vec<(String, String, String)> = Vec::new();
+    for p in pods {
+        for name in p.spec.volumes.iter().filter_map(|v| v.claim()) {
+            let key = phalanx_scheduler::volumes::ClaimKey {
+                namespace: p.key.namespace.clone(),
+                name: name.clone(),
+            };
+            let Some(c) = volumes.claim(&key) else { continue };
+            let Some(node) = c.selected_node.as_deref().filter(|_| !c.bound) else {
+                continue;
+            };
+            let provisioner = volumes
+                .classes
+                .get(&c.class)
+                .map_or_else(|| "?".to_owned(), |k| k.provisioner.to_string());
+            let entry = (key.to_string(), node.to_owned(), provisioner);
+            if !waiting.contains(&entry) {
+                waiting.push(entry);
+            }
+        }
+    }
+    if waiting.is_empty() {
+        return None;
+    }
+    let mut provisioners: Vec<&str> = waiting.iter().map(|w| w.2.as_str()).collect();
+    provisioners.sort();
+    provisioners.dedup();
+    let list: Vec<String> = waiting.iter().map(|(c, n, _)| format!("{c} (on {n})")).collect();
+    let provisioners: Vec<String> = provisioners.iter().map(|p| format!("{p:?}")).collect();
+    let (claims, verb, what, they) = if waiting.len() == 1 {
+        ("claim", "waits", "its volume", "it is")
+    } else {
+        ("claims", "wait", "their volumes", "they are")
+    };
+    let by = if provisioners.len() == 1 {
+        "provisioner"
+    } else {
+        "provisioners"
+    };
+    Some(format!(
+        "{claims} {} {verb} for {by} {} to create {what}; the pods bind once {they} Bound",
+        list.join(", "),
+        provisioners.join(", ")
+    ))
+}
+
 /// For each value of `key` among `nodes`: how many of `pods` fit there by resources (first fit), closest domain
 /// (most pods fitting, then name) first. Nodes without the label belong to no domain.
 pub fn domain_fits(
@@ -328,6 +379,54 @@ mod tests {
             Some("pod p0: claim ns/data: node(s) had volume node affinity conflict")
         );
         assert_eq!(r2.volumes, None);
+    }
+
+    #[test]
+    fn claims_waiting_for_their_provisioner_are_named() {
+        use phalanx_scheduler::model::PodVolume;
+        use phalanx_scheduler::volumes::{AccessModes, ClaimInfo, ClaimKey, ClassInfo};
+        let mut cat = VolumeCatalog::default();
+        cat.classes.insert(
+            "slow".into(),
+            ClassInfo {
+                provisioner: "example.com/none".into(),
+                wait_for_first_consumer: true,
+                allowed_topologies: None,
+            },
+        );
+        let key = ClaimKey::new("ns", "data");
+        cat.claims.insert(
+            key.clone(),
+            Arc::new(ClaimInfo {
+                key,
+                uid: "u".into(),
+                deleting: false,
+                volume_name: None,
+                bound: false,
+                class: "slow".into(),
+                access: AccessModes(AccessModes::RWO),
+                request: 0,
+                selector: None,
+                block: false,
+                selected_node: Some("n1".into()),
+            }),
+        );
+        let mut p = PodInfo::simple("ns", "p0", 100);
+        Arc::make_mut(&mut p.spec).volumes = vec![PodVolume::Claim {
+            name: "data".into(),
+            ephemeral: false,
+        }];
+        assert_eq!(
+            provisioning_waits(&cat, &[Arc::new(p)]).as_deref(),
+            Some(
+                "claim ns/data (on n1) waits for provisioner \"example.com/none\" to create its volume; the pods bind \
+                 once it is Bound"
+            )
+        );
+        assert_eq!(
+            provisioning_waits(&cat, &[Arc::new(PodInfo::simple("ns", "q", 100))]),
+            None
+        );
     }
 
     #[test]

@@ -211,10 +211,22 @@ pub async fn explain(
             });
             let shortfall = facts::shortfall(&a.nodes, &a.entity.pods);
             let short: Vec<String> = shortfall.iter().map(|x| x.resource.clone()).collect();
-            let holders = facts::holders(&a.nodes, &a.entity.pods, on.as_deref(), &short, HOLDERS);
             let volumes = facts::volume_blocker(&a.volumes, &a.entity.pods, a.nodes.iter());
+            // When volumes keep the group out and no resource is short, the pods on the nodes hold no room it needs.
+            let holders = if volumes.is_some() && shortfall.is_empty() {
+                vec![]
+            } else {
+                facts::holders(&a.nodes, &a.entity.pods, on.as_deref(), &short, HOLDERS)
+            };
             (shortfall, domains, holders, volumes)
         }
+        // A group that fits may still wait for a provisioner: say so.
+        Some(a) => (
+            vec![],
+            vec![],
+            vec![],
+            facts::provisioning_waits(&a.volumes, &a.entity.pods),
+        ),
         _ => (vec![], vec![], vec![], None),
     };
     let preemption = decision.and_then(|d| {

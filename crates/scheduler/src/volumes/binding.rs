@@ -68,12 +68,19 @@ pub struct PlanError(pub String);
 
 /// Upstream `GetPodVolumeClaims` + the per-claim half of `FindPodVolumes`: sorts the pod's claims into bound,
 /// pinned and to-match, with the candidates each may take. Errors: a missing claim, a claim being deleted, an
-/// unbound claim of an `Immediate` class (the PV controller binds those, the pod waits).
+/// unbound claim of an `Immediate` class (the PV controller binds those, the pod waits), storage the runtime may
+/// not read ([`VolumeCatalog::unreadable`]).
 pub fn plan(
     catalog: &VolumeCatalog,
     overlay: &VolumeOverlay,
     pod: &PodInfo,
 ) -> Result<Vec<ClaimPlan>, PlanError> {
+    if !catalog.unreadable.is_empty() && pod.spec.volumes.iter().any(|v| v.claim().is_some()) {
+        return Err(PlanError(format!(
+            "the scheduler may not read {} (grant its ServiceAccount get, list and watch)",
+            catalog.unreadable.join(", ")
+        )));
+    }
     let mut out = Vec::new();
     let mut unbound_immediate = false;
     for v in &pod.spec.volumes {

@@ -207,6 +207,8 @@ pub struct VolumeCatalog {
     pub capacity_drivers: HashSet<String>,
     /// CSIStorageCapacity objects.
     pub capacities: Vec<CapacityInfo>,
+    /// Storage kinds (plural names) the runtime may not read: a pod with claims cannot be judged and waits.
+    pub unreadable: Vec<String>,
 }
 
 impl VolumeCatalog {
