@@ -131,7 +131,8 @@ fi
 
 progress "verifying"
 "$out/kube-apiserver" --version
-"$out/etcd" --version | head -1
-"$out/kwok" --version 2>/dev/null | head -1 || true
+# sed reads all of the output: `head -1` would exit first and, under pipefail, etcd's SIGPIPE would fail the build.
+"$out/etcd" --version | sed -n 1p
+"$out/kwok" --version 2>/dev/null | sed -n 1p || true
 "$out/helm" version --short
 echo "[build-bins] done in $(( SECONDS - t_all )) s: binaries in $out"

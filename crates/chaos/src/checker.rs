@@ -595,6 +595,23 @@ impl Checker {
         out
     }
 
+    /// The unbound, live pods of `ns`, each with its `PodScheduled` condition, for evidence when a setup step waits
+    /// in vain (`"a PodScheduled=False/Unschedulable: 0/6 nodes are available: ..."`).
+    pub fn unbound_pods(&self, ns: &str) -> Vec<String> {
+        let s = self.lock();
+        let mut out: Vec<String> = s
+            .pods
+            .values()
+            .filter(|p| p.namespace == ns && p.node.is_none() && !p.deleting && !p.terminal)
+            .map(|p| match &p.scheduled {
+                Some((st, reason, msg)) => format!("{} PodScheduled={st}/{reason}: {msg}", p.name),
+                None => format!("{} without PodScheduled", p.name),
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
     /// Pods of `ns` ever seen bound.
     pub fn bound_count(&self, ns: &str) -> usize {
         let prefix = format!("{ns}/");

@@ -177,8 +177,10 @@ async fn run(ctx: &Ctx, ns: &str, killed: &mut Option<String>) -> anyhow::Result
     create_gang(&ctx.client, ns, &spec(ctx, "low", fillers, &half, LOW, true)).await?;
     anyhow::ensure!(
         until(WAIT, || ctx.checker.bound_count(ns) >= fillers).await,
-        "{} of {fillers} low-priority pods bound within {WAIT:?}",
-        ctx.checker.bound_count(ns)
+        "{} of {fillers} low-priority pods bound within {WAIT:?}; unbound: {}; free: {}",
+        ctx.checker.bound_count(ns),
+        ctx.checker.unbound_pods(ns).join("; "),
+        ctx.checker.free_capacity()
     );
     let (leader, _) = ctx.wait_leader(true, WAIT).await?;
     let watch = first_terminating(&ctx.client, ns);

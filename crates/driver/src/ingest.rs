@@ -62,7 +62,20 @@ impl Driver {
             // Any pod may be a victim terminating by preemption; ours are handled with their queue model below.
             Some(p) if is_terminal(p) || !self.ours(p) => self.preemption.on_pod(p, None),
             Some(_) => {}
-            None => self.preemption.on_pod_deleted(&key),
+            None => {
+                if self.preemption.on_pod_deleted(&key) {
+                    // A pending pod with room kept for it (a nomination or a bind reservation): what waited behind
+                    // that room may fit now. Upstream's queue gets the deletion of an unscheduled pod as the
+                    // `UnscheduledPodDelete` cluster event (`pkg/scheduler/eventhandlers.go`).
+                    self.queue.on_event(
+                        ClusterEvent::AssignedPodDeleted {
+                            pod: key.clone(),
+                            group: None,
+                        },
+                        now,
+                    );
+                }
+            }
         }
         match pod {
             Some(p) if !is_terminal(&p) && self.ours(&p) => {

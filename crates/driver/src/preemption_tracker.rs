@@ -194,11 +194,15 @@ impl PreemptionTracker {
         }
     }
 
-    /// A pod was deleted (the watch gives only its key).
-    pub(crate) fn on_pod_deleted(&mut self, key: &PodKey) {
-        if let Some(uid) = self.uids.get(key).cloned() {
-            self.forget(&uid);
-        }
+    /// A pod was deleted (the watch gives only its key). Returns whether it had room kept on a node (a nomination
+    /// or a bind reservation): that room is free now, which may let a waiting pod fit.
+    pub(crate) fn on_pod_deleted(&mut self, key: &PodKey) -> bool {
+        let Some(uid) = self.uids.get(key).cloned() else {
+            return false;
+        };
+        let held = self.nominated.contains_key(&uid) || self.reserved.contains_key(&uid);
+        self.forget(&uid);
+        held
     }
 
     /// Rebuilds the state from the whole pod cache (start, relist, lagged events): what the cluster says replaces
@@ -537,8 +541,9 @@ mod tests {
         t.on_pod(&bound("web-0", "u-new", "n1"), None);
         assert!(!snapshot_of(&t).preemption_state().is_terminating(&key("web-0")));
         t.on_pod(&nominated("pre", "u-pre", "n1"), Some(&info("pre", "u-pre")));
-        t.on_pod_deleted(&key("pre"));
+        assert!(t.on_pod_deleted(&key("pre")), "its nomination kept room on n1");
         assert_eq!(snapshot_of(&t).nominated_node(&key("pre")), None);
+        assert!(!t.on_pod_deleted(&key("pre")), "nothing is left to free");
     }
 
     #[test]

@@ -171,6 +171,65 @@ fn event_during_cycle_skips_the_pool() {
     assert_eq!(q.counts().backoff, 1);
 }
 
+/// A targeted event (here storage, which wakes only pods with volumes) that arrives while a pod is being
+/// scheduled makes that pod retry after its cycle, as every other event does; a pod it does not concern parks.
+#[test]
+fn targeted_event_during_cycle_skips_the_pool_only_for_the_pods_it_concerns() {
+    let mut q = SchedulingQueue::new(&SchedulerConfig::default());
+    let t = Instant::now();
+    let mut with_claim = PodInfo::simple("ns", "claim", 100);
+    Arc::make_mut(&mut with_claim.spec)
+        .volumes
+        .push(phalanx_scheduler::model::PodVolume::Claim {
+            name: "data".into(),
+            ephemeral: false,
+        });
+    q.add_pod(Arc::new(with_claim), t);
+    q.add_pod(pod("plain", None, 0), t);
+    let a = q.pop(t).unwrap();
+    let b = q.pop(t).unwrap();
+    q.on_event(ClusterEvent::StorageChanged, t);
+    for e in [a, b] {
+        let names: Vec<&str> = e.pods.iter().map(|p| &*p.key.name).collect();
+        q.done(&unschedulable(e.key.clone(), &names), t);
+    }
+    assert_eq!(q.counts().unschedulable, 1, "the plain pod parks");
+    assert_eq!(q.counts().backoff, 1, "the pod with a claim retries");
+    let next = q.pop(t + Duration::from_secs(20)).map(|e| e.key);
+    assert_eq!(next, Some(EntityKey::Pod(PodKey::new("ns", "claim"))));
+}
+
+/// A standalone pod that a cycle decided to bind and that is deleted before the watch shows it bound held room as an
+/// assumed pod: its deletion wakes the unschedulable entities, as an assigned pod's would.
+#[test]
+fn deleting_a_pod_whose_bind_was_decided_wakes_the_pool() {
+    let mut q = SchedulingQueue::new(&SchedulerConfig::default());
+    let t = Instant::now();
+    let bound = pod("bound", None, 0);
+    q.add_pod(bound.clone(), t);
+    q.add_pod(pod("waiting", None, 0), t);
+    let first = q.pop(t).unwrap();
+    let mut d = Decision::empty(first.key.clone(), Outcome::Scheduled);
+    d.bindings.push(phalanx_scheduler::decision::Binding {
+        pod: first.pods[0].key.clone(),
+        uid: "uid".into(),
+        node: "n1".into(),
+        volumes: Vec::new(),
+    });
+    q.done(&d, t);
+    let second = q.pop(t).unwrap();
+    let names: Vec<&str> = second.pods.iter().map(|p| &*p.key.name).collect();
+    q.done(&unschedulable(second.key.clone(), &names), t);
+    assert_eq!(q.counts().unschedulable, 1);
+    let decided = if &*first.pods[0].key.name == "bound" {
+        bound
+    } else {
+        pod("waiting", None, 0)
+    };
+    q.delete_pod(&decided, t);
+    assert_eq!(q.counts().unschedulable, 0, "the deletion freed the assumed room");
+}
+
 #[test]
 fn leftovers_requeue_immediately_keeping_timestamp_and_arrivals_merge() {
     let mut q = SchedulingQueue::new(&SchedulerConfig::default());

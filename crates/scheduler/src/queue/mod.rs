@@ -294,11 +294,13 @@ impl SchedulingQueue {
     }
 
     /// Deletes a pod (pending or assigned). Deleting an assigned pod frees capacity and wakes
-    /// unschedulable entities.
+    /// unschedulable entities. So does deleting a pod whose bind was decided but not yet seen by the watch: it
+    /// held room as an assumed pod (upstream wakes on the rejection of an assumed, waiting pod the same way,
+    /// `deletePodFromSchedulingQueue` in `pkg/scheduler/eventhandlers.go`).
     pub fn delete_pod(&mut self, pod: &PodInfo, now: Instant) {
-        self.sent.remove(&pod.key);
+        let decided = self.sent.remove(&pod.key).is_some();
         let key = self.entity_of(pod);
-        let mut was_assigned = pod.node_name.is_some();
+        let mut was_assigned = pod.node_name.is_some() || decided;
         if let Some(e) = self.entries.get_mut(&key) {
             e.pods.remove(&pod.key);
             was_assigned |= e.assigned.remove(&pod.key).is_some();
@@ -402,6 +404,16 @@ impl SchedulingQueue {
             .collect();
         for k in keys {
             self.wake(&k, now);
+        }
+        // An entity being scheduled saw its snapshot before this event: it retries instead of parking (as in
+        // wake_all), or a storage or pod-affinity change during its cycle would wait for the flush.
+        for k in &self.in_flight {
+            if let Some(e) = self.entries.get_mut(k)
+                && let Loc::InFlight { event_seen, .. } = &mut e.loc
+                && e.pods.values().any(|(p, _)| wanted(p))
+            {
+                *event_seen = true;
+            }
         }
     }
 
