@@ -30,6 +30,7 @@ pub mod config;
 pub mod convert;
 pub mod cycle;
 pub mod decision;
+pub mod dra;
 pub mod framework;
 pub mod hierarchy;
 pub mod model;
