@@ -308,7 +308,8 @@ pub async fn run(store: Store, queues: Queues, shutdown: CancellationToken) {
                 StoreEvent::Pod { group: None, .. }
                 | StoreEvent::Node(_)
                 | StoreEvent::Owner(_)
-                | StoreEvent::Volume,
+                | StoreEvent::Volume
+                | StoreEvent::Devices,
             ) => {}
             Ok(StoreEvent::Group(key)) => mapper.group_changed(&key),
             Ok(StoreEvent::Other) => mapper.other_changed(),

@@ -44,6 +44,11 @@ impl Driver {
                 self.volume_catalog = None;
                 self.queue.on_event(ClusterEvent::StorageChanged, now);
             }
+            // Devices: same wake as storage until the DRA plugin has its own event
+            StoreEvent::Devices => {
+                self.volume_catalog = None;
+                self.queue.on_event(ClusterEvent::StorageChanged, now);
+            }
             StoreEvent::Resync => self.resync(),
         }
     }

@@ -189,6 +189,16 @@ fn cluster_role_is_exactly_least_privilege() {
         expect("storage.k8s.io", "csinodes", &read),
         expect("storage.k8s.io", "csidrivers", &read),
         expect("storage.k8s.io", "csistoragecapacities", &read),
+        // DRA caches; update/patch: the DRA plugin writes a claim's finalizer, allocation and reservedFor.
+        expect("resource.k8s.io", "deviceclasses", &read),
+        expect("resource.k8s.io", "resourceslices", &read),
+        expect("resource.k8s.io", "resourceclaimtemplates", &read),
+        expect(
+            "resource.k8s.io",
+            "resourceclaims",
+            &["get", "list", "watch", "update", "patch"],
+        ),
+        expect("resource.k8s.io", "resourceclaims/status", &["update", "patch"]),
     ]);
     // Owner integration: metadata caches and gets of the built-in owners and of the listed custom owners.
     want.insert(expect("batch", "jobs", &read));

@@ -10,7 +10,10 @@
 //! the live store's metadata caches hold them. Without it a Deployment's pods would resolve to their ReplicaSet's
 //! group, a group that does not exist, and `phalanx explain` would disagree with the scheduler.
 
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{
+    Arc, Mutex, RwLock,
+    atomic::{AtomicBool, AtomicUsize},
+};
 
 use k8s_openapi::api::{
     apps::v1::{Deployment, ReplicaSet, StatefulSet},
@@ -57,6 +60,11 @@ pub struct ClusterState {
     pub pdbs: Vec<PodDisruptionBudget>,
     /// Claims, volumes, storage classes and the CSI objects (what the volume plugins read).
     pub volumes: crate::volumes::VolumeObjects,
+    /// DeviceClasses, ResourceSlices, ResourceClaims and ResourceClaimTemplates (`resource.k8s.io/v1`, what the
+    /// DRA plugin reads); `None` when the API server does not serve that version, and in a state read from
+    /// manifests until it holds such an object. [`Store::from_state`] has DRA caches ([`Store::dra`]) exactly when
+    /// this is `Some`.
+    pub dra: Option<crate::dra::DraObjects>,
     /// The metadata of the pods' owners: every Job, ReplicaSet, Deployment and StatefulSet, and every object of the
     /// custom kinds in [`ClusterState::owner_kinds`]. Empty in a state read from manifests: pods of an owner then
     /// wait for the group derived from their controller's name.
@@ -94,6 +102,10 @@ impl ClusterState {
     /// Lists every kind once (pages of 500). Errors: the first failed LIST, naming the kind (a missing CRD gives
     /// the API's 404 for that kind, a missing `list` permission its 403).
     ///
+    /// The DRA kinds are listed when one discovery request (`GET /apis/resource.k8s.io/v1`, not retried) finds
+    /// them served, else [`ClusterState::dra`] is `None`; a failure of that request other than 404 is an error
+    /// (kind `resource.k8s.io/v1 discovery`).
+    ///
     /// The owners are read as metadata only (verb `list` on jobs, replicasets, deployments and statefulsets, and
     /// on each custom kind the pods' owner chains reach, found by discovery). A custom kind that is not served or
     /// may not be listed (404, 403) is left out, as the live store leaves it unwatched; any other failure is an
@@ -117,10 +129,28 @@ impl ClusterState {
                 csi_drivers: list_all(client).await?,
                 capacities: list_all(client).await?,
             },
+            dra: list_dra(client).await?,
             owners,
             owner_kinds,
         })
     }
+}
+
+/// The DRA objects, `None` when the server does not serve them.
+async fn list_dra(client: &Client) -> Result<Option<crate::dra::DraObjects>, ListError> {
+    let served = crate::dra::discover(client).await.map_err(|source| ListError {
+        kind: format!("{} discovery", crate::server::DRA_GROUP_VERSION),
+        source,
+    })?;
+    if !served {
+        return Ok(None);
+    }
+    Ok(Some(crate::dra::DraObjects {
+        classes: list_all(client).await?,
+        slices: list_all(client).await?,
+        claims: list_all(client).await?,
+        templates: list_all(client).await?,
+    }))
 }
 
 /// The built-in owners, then the custom kinds reached from the pods' controller references (and from theirs, up to
@@ -266,7 +296,8 @@ where
     }
 }
 
-fn reader<K>(objects: Vec<K>) -> reflector::Store<K>
+/// A reader holding exactly `objects`, as after a complete list.
+pub(crate) fn reader<K>(objects: Vec<K>) -> reflector::Store<K>
 where
     K: Resource<DynamicType = ()> + Clone + 'static,
 {
@@ -325,7 +356,9 @@ impl Store {
             ),
         );
         let (events, _) = broadcast::channel(16);
-        let (_ready_tx, ready) = watch::channel(KINDS);
+        let dra_served = state.dra.is_some();
+        let target = KINDS + if dra_served { crate::dra::DRA_KINDS } else { 0 };
+        let (_ready_tx, ready) = watch::channel(target);
         let pods = reader(state.pods);
         let owners = crate::reflectors::OwnerReaders::from_objects(&state.owners);
         let custom = crate::custom_owners::CustomOwners::fixed(&state.owner_kinds, &state.owners);
@@ -346,6 +379,7 @@ impl Store {
                     csi_drivers: reader(state.volumes.csi_drivers),
                     capacities: reader(state.volumes.capacities),
                 },
+                dra: crate::dra::DraReaders::from_objects(state.dra.unwrap_or_default()),
                 shared: Arc::new(Shared {
                     index: RwLock::new(index),
                     assumed: Mutex::new(AssumeCache::new()),
@@ -354,6 +388,9 @@ impl Store {
                     owners,
                     custom,
                     forbidden: Mutex::new(Default::default()),
+                    forbidden_devices: Mutex::new(Default::default()),
+                    dra_served: AtomicBool::new(dra_served),
+                    ready_target: AtomicUsize::new(target),
                 }),
                 ready,
                 tasks: Vec::new(),

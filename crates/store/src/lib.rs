@@ -1,7 +1,9 @@
 //! phalanx-store: reflector-fed caches shared by the scheduler and the controllers.
 //!
 //! One [`Store`] per process watches Nodes, Pods, PodGroups, CompositePodGroups, Workloads, PriorityClasses and
-//! PodDisruptionBudgets, and the metadata of the built-in pod owners (Jobs, ReplicaSets, Deployments, StatefulSets)
+//! PodDisruptionBudgets, the storage kinds the volume plugins read ([`volumes`]), the Dynamic Resource Allocation
+//! kinds when the API server serves them ([`dra`]), and the metadata of the built-in pod owners (Jobs, ReplicaSets,
+//! Deployments, StatefulSets)
 //! so that pods of an annotated owner join its PodGroup without naming it ([`owners`]), keeps them in `kube::runtime::reflector` stores, maintains secondary indexes (pods per node,
 //! pods per group, the group tree; see [`index`]) and the assume/forget overlay ([`assumed`]) the scheduler uses to
 //! account for binds the watch has not confirmed yet ([`Store::from_state`] builds the same store over a fixed set of
@@ -11,6 +13,7 @@
 
 pub mod assumed;
 mod custom_owners;
+pub mod dra;
 pub mod events;
 pub mod fixed;
 pub mod index;
@@ -23,7 +26,10 @@ pub mod server;
 pub mod slim;
 pub mod volumes;
 
-use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard};
+use std::sync::{
+    Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard,
+    atomic::{AtomicBool, AtomicUsize, Ordering},
+};
 
 use k8s_openapi::api::{
     core::v1::{Node, Pod},
@@ -95,6 +101,9 @@ pub enum StoreEvent {
     /// A storage object changed: a claim, volume, class, CSINode, CSIDriver or CSIStorageCapacity
     /// ([`volumes::VolumeReaders`]).
     Volume,
+    /// A Dynamic Resource Allocation object changed: a DeviceClass, ResourceSlice, ResourceClaim or
+    /// ResourceClaimTemplate ([`dra::DraReaders`]), or one of those kinds turned out unreadable (403).
+    Devices,
     /// A watch re-listed: anything may have changed; subscribers should resync everything.
     Resync,
 }
@@ -108,6 +117,8 @@ pub(crate) struct Inner {
     priority_classes: Reader<PriorityClass>,
     pdbs: Reader<PodDisruptionBudget>,
     volumes: volumes::VolumeReaders,
+    /// Empty until discovery decided, and for good when the server does not serve DRA (see `Shared::dra_served`).
+    dra: dra::DraReaders,
     shared: Arc<Shared>,
     ready: tokio::sync::watch::Receiver<usize>,
     tasks: Vec<tokio::task::AbortHandle>,
@@ -124,6 +135,13 @@ pub(crate) struct Shared {
     /// Storage kinds (plural names) the scheduler may not list: counted as ready and empty (see
     /// [`Store::unreadable_storage`]).
     forbidden: Mutex<std::collections::BTreeSet<String>>,
+    /// Likewise for the DRA kinds ([`Store::unreadable_devices`]).
+    forbidden_devices: Mutex<std::collections::BTreeSet<String>>,
+    /// Whether the DRA kinds are watched: set once, before discovery counts toward readiness ([`dra`]).
+    dra_served: AtomicBool,
+    /// How many counts readiness waits for: [`KINDS`], plus [`dra::DRA_KINDS`] once discovery found DRA served
+    /// (raised before the discovery's own count, so readiness is never reached without them).
+    ready_target: AtomicUsize,
 }
 
 impl Shared {
@@ -238,31 +256,41 @@ pub struct Store {
     inner: Arc<Inner>,
 }
 
-/// Number of watched kinds; [`Store::wait_ready`] waits for this many initial lists.
-const KINDS: usize = 7 + volumes::VOLUME_KINDS + owners::WATCHED_OWNERS.len();
+/// Counts readiness always waits for: one initial list per kind watched unconditionally, and the discovery of DRA
+/// (one count once it decided). When DRA is served its four kinds add [`dra::DRA_KINDS`] (`Shared::ready_target`).
+const KINDS: usize = 7 + volumes::VOLUME_KINDS + owners::WATCHED_OWNERS.len() + 1;
 
 impl Store {
     /// Spawns one watch per kind on the current tokio runtime and returns at once.
     ///
     /// The watches retry with kube's default backoff, so a kind whose CRD is not installed yet keeps the store
-    /// unready instead of failing. Pods are slimmed (`managedFields` cleared) before they are cached.
+    /// unready instead of failing. Pods are slimmed (`managedFields` cleared) before they are cached. The DRA kinds
+    /// are watched only if discovery finds `resource.k8s.io/v1` served (see [`dra`]).
     pub fn start(client: kube::Client, config: StoreConfig) -> Store {
         reflectors::start(client, config)
     }
 
-    /// Resolves once every kind has completed its first list and the indexes are built.
+    /// Resolves once every watched kind has completed its first list (the DRA kinds only when served) and the
+    /// indexes are built.
     pub async fn wait_ready(&self) {
         let mut rx = self.inner.ready.clone();
+        let target = &self.inner.shared.ready_target;
         // The sender lives in the watch tasks; if they all ended the store can never become ready, so wait forever
         // rather than report a half-filled cache as ready.
-        if rx.wait_for(|n| *n >= KINDS).await.is_err() {
+        if rx
+            .wait_for(|n| *n >= target.load(Ordering::SeqCst))
+            .await
+            .is_err()
+        {
             std::future::pending::<()>().await;
         }
     }
 
-    /// True once every kind has completed its first list.
+    /// True once every watched kind has completed its first list.
     pub fn is_ready(&self) -> bool {
-        *self.inner.ready.borrow() >= KINDS
+        // The count before the target: a count that includes DRA's discovery was sent after the target was raised.
+        let counted = *self.inner.ready.borrow();
+        counted >= self.inner.shared.ready_target.load(Ordering::SeqCst)
     }
 
     /// Subscribes to change notifications (published after caches and indexes are updated).
@@ -310,6 +338,33 @@ impl Store {
         self.inner
             .shared
             .forbidden
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .cloned()
+            .collect()
+    }
+
+    /// Readers of the Dynamic Resource Allocation caches (`resource.k8s.io/v1`: DeviceClasses, ResourceSlices,
+    /// ResourceClaims, ResourceClaimTemplates), `None` when the API server does not serve that version (see
+    /// [`dra`]). Decided by one discovery when the store starts: `None` also before that (at most
+    /// [`dra::DISCOVERY_PATIENCE`] after [`Store::start`]); settled once [`Store::wait_ready`] resolved.
+    pub fn dra(&self) -> Option<&dra::DraReaders> {
+        self.dra_served().then_some(&self.inner.dra)
+    }
+    /// Whether the DRA kinds are watched (`resource.k8s.io/v1` served): [`Store::dra`] is `Some`. False until
+    /// discovery decided; settled once [`Store::wait_ready`] resolved.
+    pub fn dra_served(&self) -> bool {
+        self.inner.shared.dra_served.load(Ordering::SeqCst)
+    }
+    /// The DRA kinds (plural names: `deviceclasses`, `resourceslices`, `resourceclaims`,
+    /// `resourceclaimtemplates`) whose list was refused (403), sorted: as for [`Store::unreadable_storage`], their
+    /// caches count as ready and stay empty while the watch keeps retrying, so that a scheduler without the DRA
+    /// RBAC still schedules pods without resource claims. Empty normally, and when DRA is not served.
+    pub fn unreadable_devices(&self) -> Vec<String> {
+        self.inner
+            .shared
+            .forbidden_devices
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .iter()

@@ -9,7 +9,10 @@
 
 use std::{
     fmt::Debug,
-    sync::{Arc, Mutex, RwLock},
+    sync::{
+        Arc, Mutex, RwLock,
+        atomic::{AtomicBool, AtomicUsize},
+    },
 };
 
 use futures::StreamExt;
@@ -44,7 +47,7 @@ use crate::{
 };
 
 /// What one kind does with each watch event after the reflector applied it.
-type Hook<K> = Box<dyn Fn(&watcher::Event<K>, &Reader<K>, &Shared) + Send + Sync>;
+pub(crate) type Hook<K> = Box<dyn Fn(&watcher::Event<K>, &Reader<K>, &Shared) + Send + Sync>;
 
 /// Metadata-only caches of the built-in owners ([`owners::WATCHED_OWNERS`]).
 pub(crate) struct OwnerReaders {
@@ -156,6 +159,9 @@ pub(crate) fn start(client: Client, config: StoreConfig) -> Store {
         },
         custom,
         forbidden: Mutex::new(Default::default()),
+        forbidden_devices: Mutex::new(Default::default()),
+        dra_served: AtomicBool::new(false),
+        ready_target: AtomicUsize::new(crate::KINDS),
     });
     let (ready_tx, ready) = watch::channel(0usize);
     let wc = watcher::Config::default()
@@ -170,7 +176,7 @@ pub(crate) fn start(client: Client, config: StoreConfig) -> Store {
         &shared,
         &ready_tx,
         &mut tasks,
-        (Box::new(node_hook), crate::slim::node, false),
+        (Box::new(node_hook), crate::slim::node, Tolerate::No),
     );
     let pods = spawn_with::<Pod>(
         (pods_reader, pods_writer),
@@ -179,7 +185,7 @@ pub(crate) fn start(client: Client, config: StoreConfig) -> Store {
         &shared,
         &ready_tx,
         &mut tasks,
-        (Box::new(pod_hook), crate::slim::pod, false),
+        (Box::new(pod_hook), crate::slim::pod, Tolerate::No),
     );
     spawn_owner::<Job>(
         jobs_w,
@@ -235,7 +241,7 @@ pub(crate) fn start(client: Client, config: StoreConfig) -> Store {
                 })
             }),
             crate::slim::group_managed_fields::<PodGroup>,
-            false,
+            Tolerate::No,
         ),
     );
     let composite_pod_groups = spawn_with(
@@ -252,7 +258,7 @@ pub(crate) fn start(client: Client, config: StoreConfig) -> Store {
                 })
             }),
             crate::slim::group_managed_fields::<CompositePodGroup>,
-            false,
+            Tolerate::No,
         ),
     );
     let workloads = spawn::<Workload>(
@@ -329,6 +335,7 @@ pub(crate) fn start(client: Client, config: StoreConfig) -> Store {
             crate::slim::storage_object,
         ),
     };
+    let dra = crate::dra::spawn(&client, &wc, &shared, &ready_tx, &mut tasks);
 
     Store {
         inner: Arc::new(Inner {
@@ -340,6 +347,7 @@ pub(crate) fn start(client: Client, config: StoreConfig) -> Store {
             priority_classes,
             pdbs,
             volumes,
+            dra,
             shared,
             ready,
             tasks,
@@ -358,7 +366,7 @@ fn spawn<K>(
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
-    let on = (hook, crate::slim::managed_fields::<K> as fn(&mut K), false);
+    let on = (hook, crate::slim::managed_fields::<K> as fn(&mut K), Tolerate::No);
     spawn_with(reflector::store::<K>(), api, wc, shared, ready_tx, tasks, on)
 }
 
@@ -375,7 +383,7 @@ fn spawn_storage<K>(
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
-    let on = (Box::new(volume_hook) as Hook<K>, slim, true);
+    let on = (Box::new(volume_hook) as Hook<K>, slim, Tolerate::Storage);
     let api = Api::all(client.clone());
     spawn_with(
         reflector::store::<K>(),
@@ -388,12 +396,34 @@ where
     )
 }
 
-/// Records whether a storage kind may be listed; true when that changed.
-fn set_forbidden(shared: &Shared, plural: &str, forbidden: bool) -> bool {
-    let mut set = shared
-        .forbidden
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+/// Which kinds a refused list (403) does not hold readiness for, and what the store says then.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Tolerate {
+    /// A refused list is a watch error like any other: the kind stays unready while the watcher retries.
+    No,
+    /// A storage kind of [`crate::volumes::VolumeReaders`] ([`crate::Store::unreadable_storage`]).
+    Storage,
+    /// A Dynamic Resource Allocation kind of [`crate::dra::DraReaders`] ([`crate::Store::unreadable_devices`]).
+    Devices,
+}
+
+impl Tolerate {
+    /// The set of unreadable plurals this kind is recorded in; `None` for [`Tolerate::No`].
+    fn set(self, shared: &Shared) -> Option<&Mutex<std::collections::BTreeSet<String>>> {
+        match self {
+            Tolerate::No => None,
+            Tolerate::Storage => Some(&shared.forbidden),
+            Tolerate::Devices => Some(&shared.forbidden_devices),
+        }
+    }
+}
+
+/// Records whether a tolerant kind (`plural`) may be listed; true when that changed.
+fn set_forbidden(shared: &Shared, tolerate: Tolerate, plural: &str, forbidden: bool) -> bool {
+    let Some(set) = tolerate.set(shared) else {
+        return false;
+    };
+    let mut set = set.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     if forbidden {
         set.insert(plural.to_owned())
     } else {
@@ -456,9 +486,9 @@ fn spawn_owner<K>(
 }
 
 /// Watches one kind into `reader`/`writer`: each event goes to `hook` after the cache is updated, each object is
-/// slimmed by `slim` first, and readiness is counted at the first complete list. With `tolerate_forbidden` (the
-/// storage kinds) a refused list (403) counts as ready too, and the kind is recorded as unreadable until a list
-/// succeeds.
+/// slimmed by `slim` first, and readiness is counted at the first complete list. A tolerant kind ([`Tolerate`]:
+/// the storage and DRA kinds) counts as ready at a refused list (403) too, and is recorded as unreadable until a
+/// list succeeds.
 fn spawn_with<K>(
     (reader, writer): (Reader<K>, Writer<K>),
     api: Api<K>,
@@ -466,61 +496,80 @@ fn spawn_with<K>(
     shared: &Arc<Shared>,
     ready_tx: &watch::Sender<usize>,
     tasks: &mut Vec<tokio::task::AbortHandle>,
-    (hook, slim, tolerate_forbidden): (Hook<K>, fn(&mut K), bool),
+    on: (Hook<K>, fn(&mut K), Tolerate),
 ) -> Reader<K>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
-    let shared = shared.clone();
-    let ready_tx = ready_tx.clone();
-    let r = reader.clone();
-    let kind = K::kind(&()).to_string();
-    let plural = K::plural(&()).to_string();
-    let task = tokio::spawn(async move {
-        let mut counted = false;
-        let stream = watcher(api, wc).default_backoff().modify(slim).reflect(writer);
-        let mut stream = std::pin::pin!(stream);
-        while let Some(item) = stream.next().await {
-            match item {
-                Ok(ev) => {
-                    if tolerate_forbidden
-                        && matches!(ev, watcher::Event::InitDone)
-                        && set_forbidden(&shared, &plural, false)
-                    {
-                        tracing::info!(kind, "{plural} readable again");
-                    }
-                    hook(&ev, &r, &shared);
-                    if matches!(ev, watcher::Event::InitDone) && !counted {
-                        counted = true;
-                        ready_tx.send_modify(|n| *n += 1);
-                        tracing::debug!(kind, objects = r.len(), "cache synced");
-                    }
-                }
-                // Without the storage RBAC (a hand-made ClusterRole from before volumes, `rbac.create=false`) the
-                // scheduler still schedules pods without volumes; the watch retries with backoff meanwhile.
-                Err(watcher::Error::InitialListFailed(kube::Error::Api(st)))
-                    if tolerate_forbidden && st.code == 403 =>
-                {
-                    if set_forbidden(&shared, &plural, true) {
-                        tracing::warn!(
-                            kind,
-                            "may not list {plural}: pods with volumes wait until the scheduler's ServiceAccount may \
-                             get, list and watch it (see the chart's ClusterRole)"
-                        );
-                        shared.publish(StoreEvent::Volume);
-                    }
-                    if !counted {
-                        counted = true;
-                        ready_tx.send_modify(|n| *n += 1);
-                    }
-                }
-                // Errors are stream items; the watcher retries with backoff and the stream continues.
-                Err(e) => tracing::warn!(kind, error = %e, "watch error, retrying"),
-            }
-        }
-    });
+    let task = tokio::spawn(watch_kind(
+        (reader.clone(), writer),
+        api,
+        wc,
+        shared.clone(),
+        ready_tx.clone(),
+        on,
+    ));
     tasks.push(task.abort_handle());
     reader
+}
+
+/// The loop of [`spawn_with`], for a caller that runs it in a task of its own (the DRA kinds, [`crate::dra`]).
+pub(crate) async fn watch_kind<K>(
+    (r, writer): (Reader<K>, Writer<K>),
+    api: Api<K>,
+    wc: watcher::Config,
+    shared: Arc<Shared>,
+    ready_tx: watch::Sender<usize>,
+    (hook, slim, tolerate): (Hook<K>, fn(&mut K), Tolerate),
+) where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    let kind = K::kind(&()).to_string();
+    let plural = K::plural(&()).to_string();
+    let mut counted = false;
+    let stream = watcher(api, wc).default_backoff().modify(slim).reflect(writer);
+    let mut stream = std::pin::pin!(stream);
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(ev) => {
+                if matches!(ev, watcher::Event::InitDone) && set_forbidden(&shared, tolerate, &plural, false)
+                {
+                    tracing::info!(kind, "{plural} readable again");
+                }
+                hook(&ev, &r, &shared);
+                if matches!(ev, watcher::Event::InitDone) && !counted {
+                    counted = true;
+                    ready_tx.send_modify(|n| *n += 1);
+                    tracing::debug!(kind, objects = r.len(), "cache synced");
+                }
+            }
+            // Without the storage RBAC (a hand-made ClusterRole from before volumes, `rbac.create=false`) the
+            // scheduler still schedules pods without volumes; the watch retries with backoff meanwhile. Likewise
+            // without the DRA RBAC for pods without resource claims.
+            Err(watcher::Error::InitialListFailed(kube::Error::Api(st)))
+                if tolerate != Tolerate::No && st.code == 403 =>
+            {
+                if set_forbidden(&shared, tolerate, &plural, true) {
+                    let (waiting, event) = match tolerate {
+                        Tolerate::Devices => ("pods with resource claims", StoreEvent::Devices),
+                        _ => ("pods with volumes", StoreEvent::Volume),
+                    };
+                    tracing::warn!(
+                        kind,
+                        "may not list {plural}: {waiting} wait until the scheduler's ServiceAccount may get, list \
+                         and watch it (see the chart's ClusterRole)"
+                    );
+                    shared.publish(event);
+                }
+                if !counted {
+                    counted = true;
+                    ready_tx.send_modify(|n| *n += 1);
+                }
+            }
+            // Errors are stream items; the watcher retries with backoff and the stream continues.
+            Err(e) => tracing::warn!(kind, error = %e, "watch error, retrying"),
+        }
+    }
 }
 
 fn node_hook(ev: &watcher::Event<Node>, _: &Reader<Node>, s: &Shared) {

@@ -74,7 +74,8 @@ pub fn pod(p: &mut Pod) {
 }
 
 /// [`managed_fields`] and the `kubectl apply` copy: what a claim, volume or storage class keeps (their specs and
-/// the binding annotations are what the volume plugins read).
+/// the binding annotations are what the volume plugins read), and every DRA kind ([`crate::dra`]: device classes,
+/// slices, claims and templates are read whole by the DRA plugin).
 pub fn storage_object<K: Resource>(o: &mut K) {
     managed_fields(o);
     if let Some(a) = o.meta_mut().annotations.as_mut() {

@@ -1,5 +1,6 @@
 //! The store against a real control plane (phalanx-testenv): readiness, slimming, the per-node and per-group
-//! indexes, the group tree, and the assume overlay confirmed by the watch.
+//! indexes, the group tree, the assume overlay confirmed by the watch, the storage and DRA caches without their
+//! RBAC, and a server that does not serve DRA (a control plane of its own).
 
 use std::time::Duration;
 
@@ -358,6 +359,22 @@ async fn a_store_without_storage_rbac_is_ready_and_names_what_it_may_not_read() 
         .map_err(|_| anyhow::anyhow!("the store was not ready within {T:?} without the storage RBAC"))?;
     let mut unreadable = store.unreadable_storage();
     unreadable.sort();
+    // Likewise the DRA kinds (served here, not readable by this user).
+    anyhow::ensure!(
+        store.dra_served(),
+        "resource.k8s.io/v1 is served by the test control plane"
+    );
+    let devices = store.unreadable_devices();
+    anyhow::ensure!(
+        devices
+            == [
+                "deviceclasses",
+                "resourceclaims",
+                "resourceclaimtemplates",
+                "resourceslices"
+            ],
+        "unreadable devices: {devices:?}"
+    );
     anyhow::ensure!(
         unreadable
             == [
@@ -375,5 +392,159 @@ async fn a_store_without_storage_rbac_is_ready_and_names_what_it_may_not_read() 
         .delete(&user, &dp)
         .await?;
     Api::<ClusterRole>::all(admin).delete(&user, &dp).await?;
+    Ok(())
+}
+
+/// The DRA caches follow the cluster: a DeviceClass, a ResourceSlice, a ResourceClaim and a ResourceClaimTemplate
+/// appear in the readers, slimmed, and each change is published as `StoreEvent::Devices`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dra_caches_follow_the_cluster() -> anyhow::Result<()> {
+    use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice};
+    use kube::runtime::reflector::ObjectRef;
+    let env = TestEnv::shared();
+    let client = env.client().await?;
+    phalanx_testenv::apply_crds(&client, &phalanx_api::crds::to_yaml()).await?;
+    let ns = create_namespace(&client, "dra").await?;
+    let store = Store::start(client.clone(), StoreConfig::default());
+    let mut events = store.subscribe();
+    tokio::time::timeout(T, store.wait_ready()).await?;
+    anyhow::ensure!(
+        store.dra_served(),
+        "resource.k8s.io/v1 is served by the test control plane"
+    );
+    let dra = store
+        .dra()
+        .ok_or_else(|| anyhow::anyhow!("dra() is Some when served"))?;
+    assert!(store.unreadable_devices().is_empty());
+
+    // Cluster-scoped objects are named after the test namespace: the control plane is shared by the binary.
+    let class = format!("{ns}-gpu");
+    let slice = format!("{ns}-node-a-gpu");
+    let pp = PostParams::default();
+    let dc: DeviceClass = serde_json::from_value(json!({
+        "metadata": { "name": &class, "annotations": { phalanx_store::slim::LAST_APPLIED: "{}" } },
+        "spec": { "selectors": [{ "cel": { "expression": "device.driver == 'gpu.example.com'" } }] },
+    }))?;
+    Api::<DeviceClass>::all(client.clone()).create(&pp, &dc).await?;
+    let rs: ResourceSlice = serde_json::from_value(json!({
+        "metadata": { "name": &slice },
+        "spec": {
+            "driver": "gpu.example.com",
+            "pool": { "name": "node-a", "generation": 1, "resourceSliceCount": 1 },
+            "nodeName": "node-a",
+            "devices": [{ "name": "gpu-0" }],
+        },
+    }))?;
+    Api::<ResourceSlice>::all(client.clone()).create(&pp, &rs).await?;
+    let spec =
+        json!({ "devices": { "requests": [{ "name": "gpu", "exactly": { "deviceClassName": &class } }] } });
+    let rc: ResourceClaim = serde_json::from_value(json!({ "metadata": { "name": "claim" }, "spec": spec }))?;
+    Api::<ResourceClaim>::namespaced(client.clone(), &ns)
+        .create(&pp, &rc)
+        .await?;
+    let rct: ResourceClaimTemplate =
+        serde_json::from_value(json!({ "metadata": { "name": "tmpl" }, "spec": { "spec": spec } }))?;
+    Api::<ResourceClaimTemplate>::namespaced(client.clone(), &ns)
+        .create(&pp, &rct)
+        .await?;
+
+    let seen = wait_for("the four DRA objects cached", T, || async {
+        let c = dra.classes.get(&ObjectRef::new(&class));
+        let s = dra.slices.get(&ObjectRef::new(&slice));
+        let rc = dra.claims.get(&ObjectRef::new("claim").within(&ns));
+        let t = dra.templates.get(&ObjectRef::new("tmpl").within(&ns));
+        Ok(match (c, s, rc, t) {
+            (Some(c), Some(s), Some(rc), Some(t)) => Some((c, s, rc, t)),
+            _ => None,
+        })
+    })
+    .await?;
+    let (c, s, rc, t) = seen;
+    assert_eq!(s.spec.driver, "gpu.example.com");
+    assert_eq!(s.spec.pool.name, "node-a");
+    assert_eq!(s.spec.node_name.as_deref(), Some("node-a"));
+    assert_eq!(s.spec.devices.as_ref().map(|d| d[0].name.as_str()), Some("gpu-0"));
+    let requests = rc
+        .spec
+        .as_ref()
+        .and_then(|s| s.devices.as_ref())
+        .and_then(|d| d.requests.as_ref());
+    assert_eq!(
+        requests
+            .and_then(|r| r[0].exactly.as_ref())
+            .map(|e| e.device_class_name.as_str()),
+        Some(class.as_str())
+    );
+    assert_eq!(t.name_any(), "tmpl");
+    for m in [&c.metadata, &s.metadata, &rc.metadata, &t.metadata] {
+        assert!(m.managed_fields.is_none(), "slimmed: {:?}", m.name);
+    }
+    assert!(
+        c.annotations().get(phalanx_store::slim::LAST_APPLIED).is_none(),
+        "the kubectl apply copy is dropped"
+    );
+    let mut devices = 0;
+    while let Ok(ev) = events.try_recv() {
+        devices += usize::from(ev == StoreEvent::Devices);
+    }
+    assert!(
+        devices >= 4,
+        "one Devices event per created object, saw {devices}"
+    );
+
+    // A deletion is published too and leaves the cache.
+    Api::<ResourceSlice>::all(client.clone())
+        .delete(&slice, &DeleteParams::default())
+        .await?;
+    wait_for("the slice removed from the cache", T, || async {
+        Ok(dra.slices.get(&ObjectRef::new(&slice)).is_none().then_some(()))
+    })
+    .await?;
+    assert!(
+        std::iter::from_fn(|| events.try_recv().ok()).any(|ev| ev == StoreEvent::Devices),
+        "a Devices event for the deletion"
+    );
+    Api::<DeviceClass>::all(client.clone())
+        .delete(&class, &DeleteParams::default())
+        .await?;
+    Ok(())
+}
+
+/// On a server that does not serve `resource.k8s.io/v1` (a control plane of its own, its kube-apiserver started
+/// with `--runtime-config=resource.k8s.io/v1=false`) the store watches no DRA kind and is ready without them;
+/// `ClusterState::list` has no DRA objects either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_on_a_server_without_dra_is_ready_without_it() -> anyhow::Result<()> {
+    let env = tokio::task::spawn_blocking(|| {
+        TestEnv::dedicated("no-dra", &["--runtime-config=resource.k8s.io/v1=false"])
+    })
+    .await??;
+    let client = env.client().await?;
+    phalanx_testenv::apply_crds(&client, &phalanx_api::crds::to_yaml()).await?;
+    let features = phalanx_store::server::ServerFeatures::probe(&client).await?;
+    anyhow::ensure!(
+        !features.serves_dra(),
+        "the dedicated control plane still serves resource.k8s.io/v1: {:?}",
+        features.group_versions
+    );
+
+    let store = Store::start(client.clone(), StoreConfig::default());
+    // Well under the discovery's patience (30 s): a 404 is an answer, not retried.
+    let quick = Duration::from_secs(10);
+    anyhow::ensure!(quick < phalanx_store::dra::DISCOVERY_PATIENCE);
+    tokio::time::timeout(quick, store.wait_ready())
+        .await
+        .map_err(|_| anyhow::anyhow!("the store was not ready within {quick:?} on a server without DRA"))?;
+    assert!(store.is_ready());
+    assert!(!store.dra_served());
+    assert!(store.dra().is_none());
+    assert!(store.unreadable_devices().is_empty());
+
+    let state = phalanx_store::ClusterState::list(&client).await?;
+    assert!(state.dra.is_none());
+    assert!(Store::from_state(state).dra().is_none());
+    drop(store);
+    // Stops the dedicated control plane (hack/cluster.sh down); blocking, so off the runtime's threads.
+    tokio::task::spawn_blocking(move || drop(env)).await?;
     Ok(())
 }

@@ -38,6 +38,8 @@ pub struct TestEnv {
     bin_dir: PathBuf,
     log_dir: PathBuf,
     state_dir: Option<PathBuf>,
+    /// Started by [`TestEnv::dedicated`]: stopped (`hack/cluster.sh down`) when dropped.
+    dedicated: bool,
 }
 
 static SHARED: OnceLock<Result<TestEnv, String>> = OnceLock::new();
@@ -85,10 +87,37 @@ impl TestEnv {
                 bin_dir,
                 log_dir,
                 state_dir: None,
+                dedicated: false,
             });
         }
         ensure_binaries(&bin_dir)?;
-        start(bin_dir)
+        let run = target_dir().join("testenv").join(std::process::id().to_string());
+        start(bin_dir, run, &[])
+    }
+
+    /// A control plane of its own for one test, whose kube-apiserver gets `apiserver_args` appended to its flags
+    /// (`APISERVER_EXTRA_ARGS` of `hack/cluster.sh`), e.g. `--runtime-config=resource.k8s.io/v1=false`. It lives in
+    /// `target/testenv/<pid>/<name>/` (`state/`, `logs/`) and is stopped when the value is dropped (and, like the
+    /// shared one, when the test binary exits). Blocking, like [`TestEnv::shared`] (10-30 s warm); it always starts
+    /// a new control plane, also when `$PHALANX_TEST_KUBECONFIG` is set, and builds the binaries first if missing.
+    /// `name` must be a single path component, unique within the test binary.
+    ///
+    /// # Errors
+    /// When the binaries cannot be built or the control plane does not start; the message names the logs.
+    pub fn dedicated(name: &str, apiserver_args: &[&str]) -> anyhow::Result<TestEnv> {
+        anyhow::ensure!(
+            !name.is_empty() && !name.contains(['/', '\\']) && name != "." && name != "..",
+            "phalanx-testenv: dedicated control plane name {name:?} is not a single path component"
+        );
+        let bin_dir = bin_dir()?;
+        ensure_binaries(&bin_dir)?;
+        let run = target_dir()
+            .join("testenv")
+            .join(std::process::id().to_string())
+            .join(name);
+        let mut env = start(bin_dir, run, apiserver_args)?;
+        env.dedicated = true;
+        Ok(env)
     }
 
     /// A kube client configured from the admin kubeconfig (user `phalanx-admin`, group `system:masters`).
@@ -244,13 +273,40 @@ fn ensure_binaries(bin_dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Starts a control plane in `target/testenv/<pid>/` through `hack/cluster.sh up --watch-pid <pid>`.
-fn start(bin_dir: PathBuf) -> anyhow::Result<TestEnv> {
+impl Drop for TestEnv {
+    /// Stops a [`TestEnv::dedicated`] control plane (`hack/cluster.sh down`; logs are kept). Others are left alone.
+    fn drop(&mut self) {
+        let (true, Some(state)) = (self.dedicated, self.state_dir.as_ref()) else {
+            return;
+        };
+        let status = Command::new("bash")
+            .arg(repo_root().join("hack/cluster.sh"))
+            .arg("down")
+            .arg("--state-dir")
+            .arg(state)
+            .arg("--log-dir")
+            .arg(&self.log_dir)
+            .current_dir(repo_root())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        if !matches!(status, Ok(s) if s.success()) {
+            announce(&format!(
+                "stopping the control plane of {} failed ({status:?}); its watchdog stops it when this process exits",
+                state.display()
+            ));
+        }
+    }
+}
+
+/// Starts a control plane in `run` (`target/testenv/<pid>/`, or a subdirectory of it for a dedicated one) through
+/// `hack/cluster.sh up --watch-pid <pid>`, the API server with `apiserver_args` appended.
+fn start(bin_dir: PathBuf, run: PathBuf, apiserver_args: &[&str]) -> anyhow::Result<TestEnv> {
     let root = repo_root();
     let base = target_dir().join("testenv");
     let pid = std::process::id();
     prune_old_runs(&base, pid);
-    let run = base.join(pid.to_string());
     let state_dir = run.join("state");
     let log_dir = run.join("logs");
     fs::create_dir_all(&log_dir)
@@ -260,7 +316,17 @@ fn start(bin_dir: PathBuf) -> anyhow::Result<TestEnv> {
         File::create(&up_log).with_context(|| format!("phalanx-testenv: creating {}", up_log.display()))?;
     announce(&format!("starting the control plane in {}", run.display()));
     let started = std::time::Instant::now();
-    let status = Command::new("bash")
+    let mut cmd = Command::new("bash");
+    if !apiserver_args.is_empty() {
+        // After whatever the caller's environment already appends (e.g. `APISERVER_EXTRA_ARGS=--v=4`).
+        let mut extra = std::env::var("APISERVER_EXTRA_ARGS").unwrap_or_default();
+        for a in apiserver_args {
+            extra.push(' ');
+            extra.push_str(a);
+        }
+        cmd.env("APISERVER_EXTRA_ARGS", extra.trim_start());
+    }
+    let status = cmd
         .arg(root.join("hack/cluster.sh"))
         .arg("up")
         .arg("--state-dir")
@@ -303,11 +369,13 @@ fn start(bin_dir: PathBuf) -> anyhow::Result<TestEnv> {
         bin_dir,
         log_dir,
         state_dir: Some(state_dir),
+        dedicated: false,
     })
 }
 
 /// Removes run directories of earlier test binaries beyond the newest [`KEEP_RUN_DIRS`], never one whose cluster
-/// may still run (its `state/cluster.env` exists until `cluster.sh down`).
+/// may still run (its `state/cluster.env`, or a dedicated one's `<name>/state/cluster.env`, exists until
+/// `cluster.sh down`).
 fn prune_old_runs(base: &Path, own_pid: u32) {
     let Ok(entries) = fs::read_dir(base) else { return };
     let mut runs: Vec<(std::time::SystemTime, PathBuf)> = entries
@@ -317,13 +385,23 @@ fn prune_old_runs(base: &Path, own_pid: u32) {
                 .to_str()
                 .is_some_and(|n| n.parse::<u32>().is_ok_and(|p| p != own_pid))
         })
-        .filter(|e| !e.path().join("state/cluster.env").exists())
+        .filter(|e| !may_run(&e.path()))
         .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
         .collect();
     runs.sort_by_key(|r| std::cmp::Reverse(r.0));
     for (_, dir) in runs.into_iter().skip(KEEP_RUN_DIRS) {
         let _ = fs::remove_dir_all(dir);
     }
+}
+
+/// Whether a control plane of run directory `run` may still be running: its own, or a dedicated one's in a
+/// subdirectory.
+fn may_run(run: &Path) -> bool {
+    run.join("state/cluster.env").exists()
+        || fs::read_dir(run).is_ok_and(|d| {
+            d.filter_map(Result::ok)
+                .any(|e| e.path().join("state/cluster.env").exists())
+        })
 }
 
 /// The last `lines` lines of a log file (at most the last 64 KiB are read), or a note when it cannot be read.

@@ -37,7 +37,8 @@ pub fn offline_client() -> kube::Client {
 /// The client and the state of `source`. For a live cluster: one LIST per kind (read-only; needs `list` on nodes,
 /// pods, podgroups, compositepodgroups, workloads, priorityclasses, poddisruptionbudgets, and the storage kinds the
 /// volume plugins read: persistentvolumeclaims, persistentvolumes, storageclasses, csinodes, csidrivers and
-/// csistoragecapacities). Errors name the file
+/// csistoragecapacities; and, when the server serves `resource.k8s.io/v1`, deviceclasses, resourceslices,
+/// resourceclaims and resourceclaimtemplates). Errors name the file
 /// or the failed LIST.
 pub async fn read_cluster(source: &ClusterSource) -> anyhow::Result<(kube::Client, ClusterState)> {
     match source {
