@@ -50,6 +50,7 @@ impl Driver {
         }
         snap.set_completed(completed);
         snap.set_volumes(self.volume_catalog());
+        snap.set_devices(self.device_catalog());
         snap.clear_preemption_inputs();
         self.preemption_inputs(&mut snap);
         (snap, extras)
@@ -101,14 +102,16 @@ impl Driver {
     }
 
     pub(crate) fn apply(&mut self, mut d: Decision) {
-        // A decision with volumes to bind binds no pod before PreBind has bound every claim of every pod.
+        // A decision with volumes or resource claims to write binds no pod before PreBind has written every claim
+        // of every pod.
         let mut prebind = d
             .bindings
             .iter()
-            .any(|b| !b.volumes.is_empty())
+            .any(|b| !b.volumes.is_empty() || !b.devices.is_empty())
             .then(|| PreBindJob {
                 binds: Vec::new(),
                 actions: Vec::new(),
+                devices: Vec::new(),
                 conditions: std::mem::take(&mut d.conditions),
             });
         for b in &d.bindings {
@@ -132,6 +135,13 @@ impl Driver {
                         if !p.actions.iter().any(|x| x.claim() == a.claim()) {
                             p.actions.push(a.clone());
                         }
+                    }
+                    for w in &b.devices {
+                        crate::devices::ClaimJob::merge(
+                            &mut p.devices,
+                            w,
+                            (b.pod.name.clone(), b.uid.clone()),
+                        );
                     }
                 }
                 None => self.pending_binds.push_back(job),

@@ -28,6 +28,8 @@ pub struct Attempt {
     pub nodes: Vec<NodeInfo>,
     /// The claims, volumes and classes the cycle's volume plugins read.
     pub volumes: std::sync::Arc<phalanx_scheduler::volumes::VolumeCatalog>,
+    /// The devices, classes and resource claims DynamicResources read.
+    pub devices: std::sync::Arc<phalanx_scheduler::dra::DeviceCatalog>,
 }
 
 /// Everything a dry run found.
@@ -91,15 +93,16 @@ pub fn dry_run(
             // Its first decision is the answer; a second one would only repeat it against its own assumptions.
             continue;
         }
-        let (decision, nodes, volumes) = match d.foreign_decision(&entity) {
-            Some(dec) => (dec, Vec::new(), Default::default()),
+        let (decision, nodes, volumes, devices) = match d.foreign_decision(&entity) {
+            Some(dec) => (dec, Vec::new(), Default::default(), Default::default()),
             None => {
                 // A fresh snapshot per cycle (none is kept: `base_snapshot` builds a full one), so it holds the
                 // placements assumed below.
                 let (mut snap, _extras) = d.snapshot(&entity);
                 let nodes = snap.nodes().to_vec();
                 let volumes = snap.volumes().clone();
-                (d.scheduler.schedule(&mut snap, &entity), nodes, volumes)
+                let devices = snap.devices().clone();
+                (d.scheduler.schedule(&mut snap, &entity), nodes, volumes, devices)
             }
         };
         for b in &decision.bindings {
@@ -113,6 +116,7 @@ pub fn dry_run(
             decision,
             nodes,
             volumes,
+            devices,
         });
         progress(out.attempts.len(), total);
     }

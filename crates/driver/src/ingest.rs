@@ -44,10 +44,9 @@ impl Driver {
                 self.volume_catalog = None;
                 self.queue.on_event(ClusterEvent::StorageChanged, now);
             }
-            // Devices: same wake as storage until the DRA plugin has its own event
             StoreEvent::Devices => {
-                self.volume_catalog = None;
-                self.queue.on_event(ClusterEvent::StorageChanged, now);
+                self.device_catalog = None;
+                self.queue.on_event(ClusterEvent::DevicesChanged, now);
             }
             StoreEvent::Resync => self.resync(),
         }
@@ -63,6 +62,21 @@ impl Driver {
     ) {
         self.snapshots.pod_changed(&key);
         let pod = if deleted { None } else { self.store.pod(&key) };
+        // The holders of allocated claims follow the pods (DeviceCatalog::held): a pod with claims that got a
+        // node, or any pod deleted while devices are allocated, rebuilds the device catalog.
+        let has_claims = pod
+            .as_ref()
+            .and_then(|p| p.spec.as_ref())
+            .is_some_and(|s| s.resource_claims.as_ref().is_some_and(|c| !c.is_empty()));
+        if has_claims
+            || (deleted
+                && self
+                    .device_catalog
+                    .as_ref()
+                    .is_some_and(|c| !c.allocated.is_empty()))
+        {
+            self.device_catalog = None;
+        }
         match &pod {
             // Any pod may be a victim terminating by preemption; ours are handled with their queue model below.
             Some(p) if is_terminal(p) || !self.ours(p) => self.preemption.on_pod(p, None),

@@ -23,6 +23,7 @@ pub mod binder;
 mod conditions;
 pub mod convert;
 mod cycle;
+mod devices;
 pub mod dry_run;
 pub mod evict;
 mod ingest;

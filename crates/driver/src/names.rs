@@ -38,6 +38,8 @@ pub fn gate_reason(r: GateReason) -> &'static str {
         GateReason::WaitingForPodGroup => reasons::WAITING_FOR_POD_GROUP,
         GateReason::WaitingForQuorum => reasons::WAITING_FOR_QUORUM,
         GateReason::SchedulingGated => reasons::SCHEDULING_GATED,
+        // Upstream's DynamicResources PreEnqueue answers Unschedulable with the message.
+        GateReason::WaitingForResourceClaim => reasons::UNSCHEDULABLE,
         GateReason::InvalidHierarchy => reasons::SCHEDULER_ERROR,
     }
 }
@@ -50,8 +52,9 @@ pub fn gate_reason(r: GateReason) -> &'static str {
 pub fn gate_group_reason(r: GateReason) -> &'static str {
     match r {
         GateReason::InvalidHierarchy => reasons::SCHEDULER_ERROR,
-        GateReason::WaitingForPodGroup | GateReason::WaitingForQuorum | GateReason::SchedulingGated => {
-            gate_reason(r)
-        }
+        GateReason::WaitingForPodGroup
+        | GateReason::WaitingForQuorum
+        | GateReason::SchedulingGated
+        | GateReason::WaitingForResourceClaim => gate_reason(r),
     }
 }

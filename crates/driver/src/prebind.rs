@@ -32,8 +32,10 @@ const POLL: Duration = Duration::from_millis(200);
 pub(crate) struct PreBindJob {
     /// The binds to start once the volumes are bound (the pods are assumed in the store already).
     pub(crate) binds: Vec<BindJob>,
-    /// Every claim's action, one per claim.
+    /// Every volume claim's action, one per claim.
     pub(crate) actions: Vec<VolumeAction>,
+    /// Every resource claim's write, one per claim (DynamicResources).
+    pub(crate) devices: Vec<crate::devices::ClaimJob>,
     /// The decision's group conditions, written only once the volumes are bound.
     pub(crate) conditions: Vec<GroupCondition>,
 }
@@ -41,7 +43,7 @@ pub(crate) struct PreBindJob {
 /// The outcome of one [`PreBindJob`], sent back to the loop.
 pub(crate) struct PreBindResult {
     pub(crate) job: PreBindJob,
-    /// `Err` names the claim and why.
+    /// `Err` names the plugin, the claim and why.
     pub(crate) result: Result<(), String>,
 }
 
@@ -52,21 +54,27 @@ impl Driver {
             self.volumes_in_flight.insert(a.claim().clone(), a.clone());
         }
         self.volume_catalog = None;
+        for j in &job.devices {
+            self.devices_in_flight.insert(j.claim.clone(), j.clone());
+        }
+        self.device_catalog = None;
         // Say what the placed pods wait for: without it the group would keep its last condition (often
-        // WaitingForQuorum) for up to the whole timeout.
+        // WaitingForQuorum) for up to the whole timeout. Device writes take one request each: no wait to tell.
         let message = format!(
             "placed; waiting up to {}s for {} to be bound before the pods are bound",
             self.opts.volume_bind_timeout.as_secs(),
             claim_list(job.actions.iter().map(VolumeAction::claim))
         );
-        for c in &job.conditions {
-            self.spawn_group_condition(
-                c.group.clone(),
-                names::condition_type(c.type_),
-                false,
-                reasons::WAITING_FOR_VOLUME_BINDING,
-                message.clone(),
-            );
+        if !job.actions.is_empty() {
+            for c in &job.conditions {
+                self.spawn_group_condition(
+                    c.group.clone(),
+                    names::condition_type(c.type_),
+                    false,
+                    reasons::WAITING_FOR_VOLUME_BINDING,
+                    message.clone(),
+                );
+            }
         }
         let (client, store, writer, tx) = (
             self.client.clone(),
@@ -76,7 +84,13 @@ impl Driver {
         );
         let timeout = self.opts.volume_bind_timeout;
         self.tasks.spawn(async move {
-            let result = if writer.is_leader() {
+            let result = if !writer.is_leader() {
+                Err("lost leadership before writing the claims".to_string())
+            } else if let Err(e) = crate::devices::bind_devices(&client, &store, &job.devices).await {
+                Err(format!("running PreBind plugin \"DynamicResources\": {e}"))
+            } else if job.actions.is_empty() {
+                Ok(())
+            } else {
                 // In the task, before any volume write: the condition is on the pods before they can be bound, so
                 // a late write cannot contradict the binding's PodScheduled=True.
                 for b in &job.binds {
@@ -93,9 +107,9 @@ impl Driver {
                         Err(e) => tracing::debug!(pod = %b.key, error = %e, "pod condition not written"),
                     }
                 }
-                bind_volumes(&client, &store, &job.actions, timeout).await
-            } else {
-                Err("lost leadership before binding volumes".into())
+                bind_volumes(&client, &store, &job.actions, timeout)
+                    .await
+                    .map_err(|m| format!("running PreBind plugin \"VolumeBinding\": {m}"))
             };
             let _ = tx.send(PreBindResult { job, result });
         });
@@ -107,6 +121,8 @@ impl Driver {
             self.volumes_in_flight.remove(a.claim());
         }
         self.volume_catalog = None;
+        crate::devices::forget(&mut self.devices_in_flight, &job.devices);
+        self.device_catalog = None;
         let message = match result {
             Ok(()) => {
                 self.pending_binds.extend(job.binds);
@@ -122,12 +138,12 @@ impl Driver {
                 self.start_binds();
                 return;
             }
-            Err(m) => format!("running PreBind plugin \"VolumeBinding\": {m}"),
+            Err(m) => m,
         };
         tracing::info!(
             message,
             pods = job.binds.len(),
-            "volume binding failed; no pod of the decision is bound"
+            "PreBind failed; no pod of the decision is bound"
         );
         let now = Instant::now();
         for b in job.binds {

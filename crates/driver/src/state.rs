@@ -118,6 +118,15 @@ pub(crate) struct Driver {
     /// Claims whose binding PreBind is writing or waiting for ([`crate::prebind`]).
     pub(crate) volumes_in_flight:
         HashMap<phalanx_scheduler::volumes::ClaimKey, phalanx_scheduler::volumes::VolumeAction>,
+    /// The DRA facts of the next cycles; `None` after a DRA event, the deletion of a pod with claims, or a change
+    /// of `devices_in_flight` (rebuilt on demand, [`Driver::device_catalog`]).
+    pub(crate) device_catalog: Option<Arc<phalanx_scheduler::dra::DeviceCatalog>>,
+    /// Bumped at each rebuild of the device catalog.
+    pub(crate) device_revision: u64,
+    /// The DRA objects the last rebuild could not use, each warned about once.
+    pub(crate) device_problems: Vec<String>,
+    /// Claims PreBind is writing ([`crate::devices`]).
+    pub(crate) devices_in_flight: HashMap<phalanx_scheduler::volumes::ClaimKey, crate::devices::ClaimJob>,
     /// PreBind results, sent back to the loop.
     pub(crate) prebind_tx: mpsc::UnboundedSender<crate::prebind::PreBindResult>,
     pub(crate) prebind_rx: mpsc::UnboundedReceiver<crate::prebind::PreBindResult>,
@@ -190,6 +199,10 @@ impl Driver {
             snapshots: Default::default(),
             volume_catalog: None,
             volumes_in_flight: HashMap::new(),
+            device_catalog: None,
+            device_revision: 0,
+            device_problems: Vec::new(),
+            devices_in_flight: HashMap::new(),
             prebind_tx,
             prebind_rx,
             opts,

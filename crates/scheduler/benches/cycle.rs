@@ -6,7 +6,8 @@
 //! `percentageOfPlacementsToScore` matters most), `gang8-preferred` / `gang1000-preferred` (a soft `preferredTopology` of rack,
 //! then block: 50 racks in 10 blocks), `gang8-zone-preferred` (required zone, preferred rack then
 //! block), and `gang8-15k` / `gang1000-15k`, the first two on 15,000 nodes (upstream
-//! `test/integration/scheduler_perf`'s largest cluster). The timed loop is what a driver does per entity: `pop`, `schedule`, `done`, on a
+//! `test/integration/scheduler_perf`'s largest cluster), and `gang8-dra` (as `gang8`, each pod claiming one of its
+//! node's 8 DRA devices, `benches/support/dra.rs`). The timed loop is what a driver does per entity: `pop`, `schedule`, `done`, on a
 //! snapshot kept up to date incrementally. Prints one line per case:
 //! `bench: <case> pods_per_sec=<n> cycle_p50_ms=<x> cycle_p99_ms=<y>` (best of `BENCH_REPEAT`
 //! runs, default 3, because the machine is shared; `BENCH_DEBUG=1` lists the slowest cycles;
@@ -17,6 +18,8 @@
 //! Preemption cases (`preempt-gang8`, `preempt-gang1000`, `preempt-pdb-gang8`, also best of
 //! `BENCH_REPEAT` runs) are described in `benches/support/preempt.rs`.
 
+#[path = "support/dra.rs"]
+mod dra;
 #[path = "support/preempt.rs"]
 mod preempt;
 
@@ -66,6 +69,8 @@ struct Case {
     topology: Option<&'static str>,
     /// `preferredTopology` levels, narrowest first.
     preferred: &'static [&'static str],
+    /// Each pod claims one of the node's 8 devices through DRA ([`dra`]).
+    devices: bool,
 }
 
 fn run(case: &Case) -> (f64, f64, f64, usize) {
@@ -102,6 +107,8 @@ fn run(case: &Case) -> (f64, f64, f64, usize) {
     }
     let mut queue = SchedulingQueue::new(&config);
     let mut scheduler = Scheduler::new(config);
+    let mut devices = case.devices.then(|| Arc::new(dra::catalog(case.nodes)));
+    let class_selector = dra::class_selector();
     let t0 = Instant::now();
     for g in 0..case.gangs {
         let name = format!("job-{g}");
@@ -122,6 +129,9 @@ fn run(case: &Case) -> (f64, f64, f64, usize) {
             pod.key = phalanx_scheduler::PodKey::new("bench", &format!("{name}-{p}"));
             pod.uid = format!("uid-{name}-{p}").into();
             pod.group_name = Some(name.as_str().into());
+            if let Some(cat) = &mut devices {
+                dra::claim_for(Arc::make_mut(cat), &mut pod, &class_selector);
+            }
             queue.add_pod(Arc::new(pod), t0);
         }
     }
@@ -133,8 +143,16 @@ fn run(case: &Case) -> (f64, f64, f64, usize) {
     let now = t0;
     while let Some(entity) = queue.pop(now) {
         let c0 = Instant::now();
+        if let Some(cat) = &devices {
+            snapshot.set_devices(cat.clone());
+        }
         let decision = scheduler.schedule(&mut snapshot, &entity);
         cycles.push(c0.elapsed());
+        if let Some(cat) = &mut devices {
+            // The snapshot lets go of the catalog so that the update happens in place (the runtime rebuilds it).
+            snapshot.set_devices(Arc::default());
+            dra::apply(Arc::make_mut(cat), &decision);
+        }
         if debug {
             slow.push((c0.elapsed(), cycles.len(), decision.stats.clone()));
         }
@@ -187,6 +205,7 @@ fn main() {
             size: 8,
             topology: None,
             preferred: &[],
+            devices: false,
         },
         Case {
             name: "gang1000",
@@ -195,6 +214,7 @@ fn main() {
             size: 1000,
             topology: None,
             preferred: &[],
+            devices: false,
         },
         Case {
             name: "gang8-rack",
@@ -203,6 +223,7 @@ fn main() {
             size: 8,
             topology: Some("rack"),
             preferred: &[],
+            devices: false,
         },
         Case {
             name: "gang8-host",
@@ -211,6 +232,7 @@ fn main() {
             size: 8,
             topology: Some("kubernetes.io/hostname"),
             preferred: &[],
+            devices: false,
         },
         Case {
             name: "gang8-preferred",
@@ -219,6 +241,7 @@ fn main() {
             size: 8,
             topology: None,
             preferred: &["rack", "block"],
+            devices: false,
         },
         Case {
             name: "gang8-zone-preferred",
@@ -227,6 +250,7 @@ fn main() {
             size: 8,
             topology: Some("topology.kubernetes.io/zone"),
             preferred: &["rack", "block"],
+            devices: false,
         },
         Case {
             name: "gang1000-preferred",
@@ -235,6 +259,7 @@ fn main() {
             size: 1000,
             topology: None,
             preferred: &["rack", "block"],
+            devices: false,
         },
         Case {
             name: "gang8-15k",
@@ -243,6 +268,7 @@ fn main() {
             size: 8,
             topology: None,
             preferred: &[],
+            devices: false,
         },
         Case {
             name: "gang1000-15k",
@@ -251,6 +277,16 @@ fn main() {
             size: 1000,
             topology: None,
             preferred: &[],
+            devices: false,
+        },
+        Case {
+            name: "gang8-dra",
+            nodes: NODES,
+            gangs: 1000,
+            size: 8,
+            topology: None,
+            preferred: &[],
+            devices: true,
         },
     ];
     for case in &cases {

@@ -390,8 +390,9 @@ fn best_placement(placed: &[usize]) -> Option<(usize, usize)> {
 }
 
 /// For the closest domain of a failed topology group: the claim that keeps a pod out of it, when one does
-/// (`; in it, pod p1: claim ns/c1: node(s) didn't find available persistent volumes to bind`; empty for a group
-/// without claims).
+/// (`; in it, pod p1: claim ns/c1: node(s) didn't find available persistent volumes to bind`), and the device
+/// class it is short of (`; in it, 6 of 8 devices of class gpu.example.com free`); empty for a group without
+/// claims.
 fn volume_note(
     snapshot: &Snapshot,
     placements: &[Placement],
@@ -404,13 +405,21 @@ fn volume_note(
     let Some(p) = placements.get(i) else {
         return String::new();
     };
-    if pods.iter().all(|pod| pod.spec.volumes.is_empty()) {
-        return String::new();
-    }
     let nodes: Vec<&crate::model::NodeInfo> = p.nodes.iter().map(|&n| snapshot.node(n)).collect();
-    crate::volumes::binding::blocking_claim(snapshot.volumes(), pods, nodes.iter().copied())
-        .map(|why| format!("; in it, {why}"))
-        .unwrap_or_default()
+    let mut note = String::new();
+    if pods.iter().any(|pod| !pod.spec.volumes.is_empty())
+        && let Some(why) =
+            crate::volumes::binding::blocking_claim(snapshot.volumes(), pods, nodes.iter().copied())
+    {
+        note = format!("; in it, {why}");
+    }
+    if pods.iter().any(|pod| !pod.spec.resource_claims.is_empty())
+        && let Some(short) =
+            crate::dra::scheduling::domain_shortfall(snapshot.devices(), pods, nodes.iter().copied())
+    {
+        note.push_str(&format!("; in it, {short}"));
+    }
+    note
 }
 
 /// Whether the group has scheduled members on nodes, which pin its topology domain ([`crate::plugins`]'s

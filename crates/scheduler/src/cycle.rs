@@ -547,6 +547,7 @@ fn binding(pod: &PodInfo, snapshot: &Snapshot, node: usize) -> Binding {
         uid: pod.uid.clone(),
         node: snapshot.node(node).node.name.clone(),
         volumes: snapshot.volume_overlay().actions_of(&pod.key).to_vec(),
+        devices: crate::dra::scheduling::writes(snapshot.devices(), snapshot.device_overlay(), pod),
     }
 }
 

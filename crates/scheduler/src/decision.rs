@@ -56,6 +56,10 @@ pub struct Binding {
     /// What PreBind writes for the pod's claims before any pod of the decision is bound (VolumeBinding;
     /// empty for a pod with nothing to bind).
     pub volumes: Vec<crate::volumes::VolumeAction>,
+    /// What PreBind writes to the pod's resource claims before any pod of the decision is bound
+    /// (DynamicResources: the allocation this cycle made, and the pod's `reservedFor` entry); empty for a pod
+    /// without claims to write.
+    pub devices: Vec<crate::dra::ClaimWrite>,
 }
 
 /// Why a pod was not bound: the reason for its `PodScheduled=False` condition.

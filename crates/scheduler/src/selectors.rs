@@ -171,6 +171,19 @@ impl NodeSelectorTerm {
         Ok(NodeSelectorTerm { labels, fields })
     }
 
+    /// The term that selects the node named `node` (`matchFields` `metadata.name In [node]`, as upstream writes a
+    /// node-local allocation's `nodeSelector`).
+    pub fn node_name(node: &str) -> NodeSelectorTerm {
+        NodeSelectorTerm {
+            labels: Vec::new(),
+            fields: vec![Requirement {
+                key: "metadata.name".into(),
+                op: SelectorOp::In,
+                values: vec![node.to_string()],
+            }],
+        }
+    }
+
     /// Whether the term is empty (upstream: an empty term matches no node).
     pub fn is_empty(&self) -> bool {
         self.labels.is_empty() && self.fields.is_empty()

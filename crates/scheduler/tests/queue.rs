@@ -215,6 +215,7 @@ fn deleting_a_pod_whose_bind_was_decided_wakes_the_pool() {
         uid: "uid".into(),
         node: "n1".into(),
         volumes: Vec::new(),
+        devices: vec![],
     });
     q.done(&d, t);
     let second = q.pop(t).unwrap();
@@ -248,6 +249,7 @@ fn leftovers_requeue_immediately_keeping_timestamp_and_arrivals_merge() {
         uid: "u".into(),
         node: "n".into(),
         volumes: vec![],
+        devices: vec![],
     });
     d.requeue = Some(Requeue {
         pods: vec![PodKey::new("ns", "b")],
@@ -417,6 +419,7 @@ fn failed_bind_backs_off_and_keeps_its_place() {
         uid: first.uid.clone(),
         node: "n1".into(),
         volumes: vec![],
+        devices: vec![],
     });
     q.done(&d, t);
     assert!(q.pop(t).is_none());
@@ -437,6 +440,7 @@ fn failed_bind_backs_off_and_keeps_its_place() {
         uid: first.uid.clone(),
         node: "n1".into(),
         volumes: vec![],
+        devices: vec![],
     });
     let t2 = later + Duration::from_secs(1);
     q.done(&d, t2);

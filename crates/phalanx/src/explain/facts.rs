@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use phalanx_scheduler::dra::DeviceCatalog;
 use phalanx_scheduler::{NodeInfo, PodInfo, resources::Resources, volumes::VolumeCatalog};
 use serde::Serialize;
 
@@ -45,6 +46,10 @@ pub struct DomainFit {
     /// reasons>`), when there is one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub volumes: Option<String>,
+    /// The first device class the pending pods want more of than the domain has free (`6 of 8 devices of class
+    /// gpu.example.com free`), when there is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub devices: Option<String>,
 }
 
 /// A pod that holds capacity on a node the group needs.
@@ -185,6 +190,7 @@ pub fn domain_fits(
     pods: &[std::sync::Arc<PodInfo>],
     key: &str,
     volumes: &VolumeCatalog,
+    devices: &DeviceCatalog,
 ) -> Vec<DomainFit> {
     let rnames = names(pods);
     let mut by: BTreeMap<String, (Vec<Resources>, Vec<&NodeInfo>)> = BTreeMap::new();
@@ -227,6 +233,11 @@ pub fn domain_fits(
                 pods: pods.len(),
                 more_needed,
                 volumes: volume_blocker(volumes, pods, members.iter().copied()),
+                devices: phalanx_scheduler::dra::scheduling::domain_shortfall(
+                    devices,
+                    pods,
+                    members.iter().copied(),
+                ),
             }
         })
         .collect();
@@ -371,7 +382,7 @@ mod tests {
             name: "data".into(),
             ephemeral: false,
         }];
-        let d = domain_fits(&nodes, &[Arc::new(p)], "rack", &cat);
+        let d = domain_fits(&nodes, &[Arc::new(p)], "rack", &cat, &DeviceCatalog::default());
         let r1 = d.iter().find(|d| d.value == "r1").unwrap();
         let r2 = d.iter().find(|d| d.value == "r2").unwrap();
         assert_eq!(
@@ -439,7 +450,13 @@ mod tests {
         let pods: Vec<Arc<PodInfo>> = (0..3)
             .map(|i| Arc::new(PodInfo::simple("ns", &format!("p{i}"), 3000)))
             .collect();
-        let d = domain_fits(&nodes, &pods, "rack", &VolumeCatalog::default());
+        let d = domain_fits(
+            &nodes,
+            &pods,
+            "rack",
+            &VolumeCatalog::default(),
+            &DeviceCatalog::default(),
+        );
         assert_eq!((d[0].value.as_str(), d[0].fit, d[0].pods), ("r2", 2, 3));
         assert_eq!(d[0].volumes, None, "no claims, nothing to say");
         assert_eq!(d[0].more_needed.get("cpu"), Some(&3000));

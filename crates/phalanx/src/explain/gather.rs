@@ -152,6 +152,8 @@ pub async fn explain(
             GateReason::WaitingForQuorum => Standing::WaitingForQuorum,
             GateReason::SchedulingGated => Standing::SchedulingGated,
             GateReason::InvalidHierarchy => Standing::SchedulerError,
+            // The claim is kube-controller-manager's to create; the group cannot be tried before it exists.
+            GateReason::WaitingForResourceClaim => Standing::Unschedulable,
         }
     } else if preempting_live
         || decision
@@ -199,7 +201,7 @@ pub async fn explain(
                 .or_else(|| a.entity.tree.as_ref().and_then(|t| t.root().topology_key.clone()));
             let domains = key
                 .as_deref()
-                .map(|k| facts::domain_fits(&a.nodes, &a.entity.pods, k, &a.volumes))
+                .map(|k| facts::domain_fits(&a.nodes, &a.entity.pods, k, &a.volumes, &a.devices))
                 .unwrap_or_default();
             // Who holds the room: on the closest domain's nodes when there is a topology, else on every node.
             let on: Option<Vec<String>> = domains.first().map(|d| {

@@ -117,6 +117,9 @@ pub fn text(e: &Explanation) -> String {
             if let Some(v) = &d.volumes {
                 let _ = writeln!(s, "      volumes: {v}");
             }
+            if let Some(v) = &d.devices {
+                let _ = writeln!(s, "      devices: {v}");
+            }
         }
     }
     if !e.holders.is_empty() {

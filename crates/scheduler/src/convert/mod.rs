@@ -4,10 +4,12 @@
 //! and `framework.NodeInfo` once per object (`pkg/scheduler/framework/types.go`). The runtime
 //! caches the results by resourceVersion.
 
+mod dra;
 mod node;
 mod pod;
 mod volumes;
 
+pub use dra::device_catalog;
 pub use volumes::{ANN_SELECTED_NODE, csi_node_limits};
 
 pub use pod::{is_succeeded, is_terminal};

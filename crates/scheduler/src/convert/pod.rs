@@ -54,7 +54,11 @@ impl PodInfo {
         let mut invalid = None;
         let spec_info = match build_spec_info(&spec, meta.name.as_deref().unwrap_or(""), &namespace, &labels)
         {
-            Ok(s) => s,
+            Ok(mut s) => {
+                // From the status too: a template's claim is named in status.resourceClaimStatuses.
+                s.resource_claims = super::dra::pod_claims(pod);
+                s
+            }
             Err(e) => {
                 invalid = Some(e.to_string());
                 PodSpecInfo::default()
@@ -395,5 +399,6 @@ fn build_spec_info(
         affinity,
         node_name: None,
         volumes: super::volumes::pod_volumes(spec, pod_name),
+        resource_claims: Vec::new(),
     })
 }

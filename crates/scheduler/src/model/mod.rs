@@ -17,6 +17,6 @@ pub use group::{
 pub use keys::{EntityKey, GroupKey, GroupKind, PodKey};
 pub use node::{NodeInfo, NodeStatic};
 pub use pod::{
-    AffinityTerm, DiskKind, HostPort, InlineDisk, PodAffinitySpec, PodInfo, PodSpecInfo, PodVolume,
-    SpreadConstraint, WhenUnsatisfiable,
+    AffinityTerm, DiskKind, HostPort, InlineDisk, PodAffinitySpec, PodClaimSource, PodInfo, PodResourceClaim,
+    PodSpecInfo, PodVolume, SpreadConstraint, WhenUnsatisfiable,
 };

@@ -131,6 +131,31 @@ pub struct PodSpecInfo {
     pub node_name: Option<String>,
     /// The volumes the volume plugins look at: claims and single-node in-tree disks, in spec order.
     pub volumes: Vec<PodVolume>,
+    /// `spec.resourceClaims`, resolved to claim names (DynamicResources), in spec order.
+    pub resource_claims: Vec<PodResourceClaim>,
+}
+
+/// One entry of a pod's `spec.resourceClaims`, resolved as upstream `resourceclaim.Name` does
+/// (`staging/src/k8s.io/dynamic-resource-allocation/resourceclaim/resourceclaim.go`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PodResourceClaim {
+    /// The entry's `name`, which containers' `resources.claims` refer to.
+    pub name: Arc<str>,
+    /// The claim it stands for.
+    pub source: PodClaimSource,
+}
+
+/// What a pod's resource claim entry resolves to.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum PodClaimSource {
+    /// The ResourceClaim of this name in the pod's namespace: `resourceClaimName`, or the claim
+    /// kube-controller-manager generated from `resourceClaimTemplateName` (`status.resourceClaimStatuses`).
+    Claim(Arc<str>),
+    /// From a template whose claim kube-controller-manager has not created yet (no status entry): the pod waits
+    /// at PreEnqueue.
+    NotCreated,
+    /// A status entry without a claim name: no claim was needed.
+    NotNeeded,
 }
 
 impl PodSpecInfo {

@@ -12,6 +12,7 @@ use std::borrow::Cow;
 use crate::framework::Code;
 
 mod cycle_state;
+pub mod dynamic_resources;
 pub mod gang_scheduling;
 pub mod inter_pod_affinity;
 pub mod node_affinity;

@@ -19,9 +19,9 @@ use crate::framework::{FilterPlugin, Plugin, ScorePlugin};
 use crate::model::PodInfo;
 use crate::plugins::cycle_state::{FilterSlot, ScoreSlot, filter_slot, score_slot};
 use crate::plugins::{
-    inter_pod_affinity, node_affinity, node_name, node_ports, node_resources, node_unschedulable,
-    node_volume_limits, pod_topology_spread, taint_toleration, volume_binding, volume_restrictions,
-    volume_zone,
+    dynamic_resources, inter_pod_affinity, node_affinity, node_name, node_ports, node_resources,
+    node_unschedulable, node_volume_limits, pod_topology_spread, taint_toleration, volume_binding,
+    volume_restrictions, volume_zone,
 };
 use crate::snapshot::Snapshot;
 
@@ -138,6 +138,7 @@ impl Registry {
     /// upstream's default profile (`getDefaultPlugins`, MultiPoint): that order is the Filter
     /// order of [`Profile::in_tree`].
     pub fn in_tree() -> Registry {
+        use crate::plugins::dynamic_resources::DynamicResources;
         use crate::plugins::inter_pod_affinity::InterPodAffinity;
         use crate::plugins::node_affinity::NodeAffinity;
         use crate::plugins::node_name::NodeName;
@@ -197,6 +198,10 @@ impl Registry {
             (
                 inter_pod_affinity::NAME,
                 Box::new(|_| PluginInstance::filter_and_score(InterPodAffinity)),
+            ),
+            (
+                dynamic_resources::NAME,
+                Box::new(|_| PluginInstance::filter(DynamicResources)),
             ),
             (
                 node_resources::BALANCED_NAME,
@@ -412,6 +417,7 @@ mod tests {
                 "VolumeZone",
                 "PodTopologySpread",
                 "InterPodAffinity",
+                "DynamicResources",
             ]
         );
         assert_eq!(
@@ -441,7 +447,7 @@ mod tests {
                 name: "NodeAfinity".into(),
                 known: "NodeUnschedulable, NodeName, TaintToleration, NodeAffinity, NodePorts, \
                         NodeResourcesFit, VolumeRestrictions, NodeVolumeLimits, VolumeBinding, VolumeZone, \
-                        PodTopologySpread, InterPodAffinity, NodeResourcesBalancedAllocation"
+                        PodTopologySpread, InterPodAffinity, DynamicResources, NodeResourcesBalancedAllocation"
                     .into(),
             }
         );

@@ -41,6 +41,7 @@ impl SchedulingQueue {
                 self.wake_all(now)
             }
             ClusterEvent::StorageChanged => self.wake_where(now, |p| !p.spec.volumes.is_empty()),
+            ClusterEvent::DevicesChanged => self.wake_where(now, |p| !p.spec.resource_claims.is_empty()),
         }
     }
 

@@ -18,6 +18,9 @@ pub enum GateReason {
     WaitingForQuorum,
     /// A pod still has `spec.schedulingGates`.
     SchedulingGated,
+    /// A pod's resource claim from a template has not been created yet (upstream DynamicResources `PreEnqueue`);
+    /// kube-controller-manager's resourceclaim controller creates it and names it in the pod's status.
+    WaitingForResourceClaim,
     /// The group's parent chain is a cycle or too long: the hierarchy is invalid, a SchedulerError (upstream's
     /// `validatePodGroup`), not a wait.
     InvalidHierarchy,
@@ -56,6 +59,18 @@ impl SchedulingQueue {
                 return Some(Gate::same(
                     GateReason::SchedulingGated,
                     format!("waiting for scheduling gates: [{}]", p.scheduling_gates.join(" ")),
+                ));
+            }
+        }
+        for (p, _) in e.pods.values() {
+            if p.spec
+                .resource_claims
+                .iter()
+                .any(|c| c.source == crate::model::PodClaimSource::NotCreated)
+            {
+                return Some(Gate::same(
+                    GateReason::WaitingForResourceClaim,
+                    format!("pod \"{}\": ResourceClaim not created yet", p.key),
                 ));
             }
         }

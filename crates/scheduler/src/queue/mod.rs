@@ -52,6 +52,9 @@ pub enum ClusterEvent {
     /// StorageClass, CSINode, CSIDriver and CSIStorageCapacity events of the volume plugins): wakes the entities
     /// with a pod that has volumes.
     StorageChanged,
+    /// A DeviceClass, ResourceSlice, ResourceClaim or ResourceClaimTemplate changed (upstream DynamicResources'
+    /// `EventsToRegister`): wakes the entities with a pod that has resource claims.
+    DevicesChanged,
 }
 
 /// What `pop` hands to the scheduler.

@@ -10,11 +10,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::dra::{DeviceCatalog, DeviceOverlay};
 use crate::model::{GroupKey, NodeInfo, NodeStatic, PodInfo, PodKey};
 use crate::preemption::PreemptionState;
 use crate::preemption::reprieve::Cost;
 use crate::volumes::{VolumeCatalog, VolumeOverlay, binding};
 
+mod devices;
 mod diff;
 
 static SNAPSHOT_IDS: AtomicU64 = AtomicU64::new(1);
@@ -113,6 +115,10 @@ pub struct Snapshot {
     volumes: Arc<VolumeCatalog>,
     /// The cycle's volume choices, undone with the assumptions that made them.
     volume_overlay: VolumeOverlay,
+    /// Devices, classes and resource claims (set by the runtime, [`Snapshot::set_devices`]).
+    devices: Arc<DeviceCatalog>,
+    /// The cycle's device allocations, undone with the assumptions that made them.
+    device_overlay: DeviceOverlay,
 }
 
 impl PartialEq for Snapshot {
@@ -126,6 +132,8 @@ impl PartialEq for Snapshot {
             && self.completed == other.completed
             && self.volumes == other.volumes
             && self.volume_overlay == other.volume_overlay
+            && self.devices == other.devices
+            && self.device_overlay == other.device_overlay
     }
 }
 
@@ -147,6 +155,8 @@ impl Clone for Snapshot {
             completed: self.completed.clone(),
             volumes: self.volumes.clone(),
             volume_overlay: self.volume_overlay.clone(),
+            devices: self.devices.clone(),
+            device_overlay: self.device_overlay.clone(),
         }
     }
 }
@@ -176,6 +186,8 @@ impl Snapshot {
             completed: HashMap::new(),
             volumes: Arc::default(),
             volume_overlay: VolumeOverlay::default(),
+            devices: Arc::default(),
+            device_overlay: DeviceOverlay::default(),
         };
         for n in nodes {
             s.upsert_node(n);
@@ -441,6 +453,9 @@ impl Snapshot {
                     .record(self.undo.len(), pod.key.clone(), actions);
             }
         }
+        if !pod.spec.resource_claims.is_empty() {
+            self.reserve_devices(&pod, node);
+        }
         let group = pod.group_key();
         let name = self.nodes[node].node.name.clone();
         if let Some(g) = &group {
@@ -569,6 +584,7 @@ impl Snapshot {
     /// generations included, is then exactly what it was at `mark`.
     pub fn revert_to(&mut self, mark: usize) {
         self.volume_overlay.revert_to(mark);
+        self.device_overlay.revert_to(mark);
         while self.undo.len() > mark {
             let Some(entry) = self.undo.pop() else { break };
             match entry {
@@ -626,6 +642,7 @@ impl Snapshot {
     pub fn commit(&mut self) {
         self.undo.clear();
         self.volume_overlay.commit();
+        self.device_overlay.commit();
     }
 }
 

@@ -1,0 +1,346 @@
+//! The DRA facts DynamicResources reads, and its PreBind.
+//!
+//! The store's DeviceClass, ResourceSlice and ResourceClaim caches become one [`DeviceCatalog`], rebuilt only
+//! after a DRA event, the deletion of a pod with claims, or a change of the allocations in flight, with those
+//! allocations applied (upstream's assume cache holds allocated claims the same way until the informer catches
+//! up).
+//!
+//! PreBind is upstream's `bindClaim` (`pkg/scheduler/framework/plugins/dynamicresources/dynamicresources.go`):
+//! a claim this cycle allocated first gets the `resource.kubernetes.io/delete-protection` finalizer, then one
+//! status write sets `status.allocation` and adds the pods to `status.reservedFor`, both under the claim's
+//! resourceVersion, so a claim that changed meanwhile fails the write instead of being overwritten. Every claim
+//! of every pod of the decision is written before any pod is bound; a failed write reverts the claims already
+//! written and binds nothing.
+//!
+//! Who clears what: kube-controller-manager's resourceclaim controller removes a pod from `reservedFor` once the
+//! pod is gone or finished, clears the allocation of a claim that nobody reserves any more (and drops the
+//! finalizer), and deletes the claims it generated from templates when their pod is deleted. The scheduler only
+//! allocates and reserves.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::resource::v1::ResourceClaim;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::reflector::ObjectRef;
+use phalanx_scheduler::convert::device_catalog;
+use phalanx_scheduler::dra::{Allocated, ClaimWrite, Consumer, DeviceAllocation, DeviceCatalog};
+use phalanx_scheduler::model::PodKey;
+use phalanx_scheduler::selectors::NodeSelectorTerm;
+use phalanx_scheduler::volumes::ClaimKey;
+use phalanx_store::{Store, pod_node};
+use serde_json::{Value, json};
+
+use crate::state::Driver;
+
+/// Upstream `resourceapi.Finalizer`: keeps an allocated claim until it is deallocated.
+const FINALIZER: &str = "resource.kubernetes.io/delete-protection";
+/// How long PreBind waits for the store to show the claims it wrote (the pods are bound after it either way).
+const SEEN_WAIT: Duration = Duration::from_secs(10);
+/// How often the wait reads the store.
+const POLL: Duration = Duration::from_millis(100);
+
+/// What PreBind writes to one claim for a whole decision: the allocation when the cycle made it, and every pod
+/// of the decision that uses it.
+#[derive(Debug, Clone)]
+pub(crate) struct ClaimJob {
+    pub(crate) claim: ClaimKey,
+    pub(crate) resource_version: Arc<str>,
+    pub(crate) allocation: Option<DeviceAllocation>,
+    /// `(pod name, pod uid)`.
+    pub(crate) pods: Vec<(Arc<str>, Arc<str>)>,
+}
+
+impl ClaimJob {
+    /// Adds one binding's write for `pod` (name, uid): the first write carries the allocation, later ones add
+    /// their pod.
+    pub(crate) fn merge(jobs: &mut Vec<ClaimJob>, w: &ClaimWrite, pod: (Arc<str>, Arc<str>)) {
+        match jobs.iter_mut().find(|j| j.claim == w.claim) {
+            Some(j) => {
+                if j.allocation.is_none() {
+                    j.allocation = w.allocation.clone();
+                }
+                if !j.pods.contains(&pod) {
+                    j.pods.push(pod);
+                }
+            }
+            None => jobs.push(ClaimJob {
+                claim: w.claim.clone(),
+                resource_version: w.resource_version.clone(),
+                allocation: w.allocation.clone(),
+                pods: vec![pod],
+            }),
+        }
+    }
+}
+
+impl Driver {
+    /// The catalog for the next cycle.
+    pub(crate) fn device_catalog(&mut self) -> Arc<DeviceCatalog> {
+        if let Some(c) = &self.device_catalog {
+            return c.clone();
+        }
+        self.device_revision += 1;
+        let mut cat = match self.store.dra() {
+            None => DeviceCatalog::default(),
+            Some(r) => {
+                let (classes, slices, claims) = (r.classes.state(), r.slices.state(), r.claims.state());
+                let store = &self.store;
+                let (cat, problems) = device_catalog(
+                    classes.iter().map(|c| &**c),
+                    slices.iter().map(|s| &**s),
+                    claims.iter().map(|c| &**c),
+                    |key: &PodKey, uid: &str| {
+                        let p = store.pod(key)?;
+                        (p.metadata.uid.as_deref() == Some(uid))
+                            .then(|| pod_node(&p).map(Arc::from))
+                            .flatten()
+                    },
+                );
+                for p in &problems {
+                    if !self.device_problems.contains(p) {
+                        tracing::warn!(problem = %p, "DRA object not usable for scheduling");
+                    }
+                }
+                self.device_problems = problems;
+                cat
+            }
+        };
+        cat.revision = self.device_revision;
+        cat.unreadable = self.store.unreadable_devices();
+        for job in self.devices_in_flight.values() {
+            apply_in_flight(&mut cat, job);
+        }
+        let cat = Arc::new(cat);
+        self.device_catalog = Some(cat.clone());
+        cat
+    }
+}
+
+/// Applies a write PreBind is making: the claim is allocated and reserved for the job's pods.
+fn apply_in_flight(cat: &mut DeviceCatalog, job: &ClaimJob) {
+    let Some(info) = cat.claims.get_mut(&job.claim) else {
+        return;
+    };
+    let info = Arc::make_mut(info);
+    if info.allocation.is_none()
+        && let Some(a) = &job.allocation
+    {
+        for (_, d, admin) in &a.devices {
+            if !admin {
+                cat.allocated.insert(d.clone(), job.claim.clone());
+            }
+        }
+        info.allocation = Some(Allocated {
+            devices: a.devices.clone(),
+            node_selector: a.node.as_ref().map(|n| vec![NodeSelectorTerm::node_name(n)]),
+        });
+    }
+    for (name, uid) in &job.pods {
+        if !info.reserved_for_pod(uid) {
+            info.reserved_for.push(Consumer {
+                api_group: "".into(),
+                resource: "pods".into(),
+                name: name.clone(),
+                uid: uid.clone(),
+            });
+        }
+    }
+    // The holders are unknown until the store shows the pods bound: the devices stay held.
+    cat.holders.remove(&job.claim);
+}
+
+fn allocation_json(a: &DeviceAllocation) -> Value {
+    let results: Vec<Value> = a
+        .devices
+        .iter()
+        .map(|(request, d, admin)| {
+            let mut r = json!({
+                "request": &**request,
+                "driver": &*d.driver,
+                "pool": &*d.pool,
+                "device": &*d.device,
+            });
+            if *admin {
+                r["adminAccess"] = json!(true);
+            }
+            r
+        })
+        .collect();
+    let mut out = json!({ "devices": { "results": results } });
+    if let Some(n) = &a.node {
+        out["nodeSelector"] = json!({ "nodeSelectorTerms": [{
+            "matchFields": [{ "key": "metadata.name", "operator": "In", "values": [&**n] }]
+        }]});
+    }
+    out
+}
+
+fn consumer_json(name: &str, uid: &str) -> Value {
+    json!({ "resource": "pods", "name": name, "uid": uid })
+}
+
+/// What a written claim was before PreBind, to undo it.
+struct Written {
+    claim: ClaimKey,
+    allocated: bool,
+    finalizer_added: bool,
+    pods: Vec<Arc<str>>,
+}
+
+/// Writes every claim of the decision, then waits (briefly) until the store shows them; `Err` names the claim
+/// that failed, after the claims already written were reverted.
+pub(crate) async fn bind_devices(
+    client: &kube::Client,
+    store: &Store,
+    jobs: &[ClaimJob],
+) -> Result<(), String> {
+    let mut written = Vec::new();
+    for j in jobs {
+        match write_claim(client, store, j).await {
+            Ok(w) => written.push(w),
+            Err(e) => {
+                for w in written.iter().rev() {
+                    if let Err(u) = undo(client, w).await {
+                        tracing::warn!(claim = %w.claim, error = %u, "could not revert a claim PreBind wrote");
+                    }
+                }
+                return Err(e);
+            }
+        }
+    }
+    let deadline = tokio::time::Instant::now() + SEEN_WAIT;
+    while tokio::time::Instant::now() < deadline {
+        let seen = jobs.iter().all(|j| {
+            claim(store, &j.claim).is_some_and(|c| {
+                let st = c.status.as_ref();
+                let reserved = st.and_then(|s| s.reserved_for.as_ref());
+                st.is_some_and(|s| s.allocation.is_some())
+                    && j.pods
+                        .iter()
+                        .all(|(_, uid)| reserved.into_iter().flatten().any(|r| *r.uid == **uid))
+            })
+        });
+        if seen {
+            break;
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    Ok(())
+}
+
+fn claim(store: &Store, key: &ClaimKey) -> Option<Arc<ResourceClaim>> {
+    store
+        .dra()?
+        .claims
+        .get(&ObjectRef::new(&key.name).within(&key.namespace))
+}
+
+async fn write_claim(client: &kube::Client, store: &Store, j: &ClaimJob) -> Result<Written, String> {
+    let key = &j.claim;
+    let api: Api<ResourceClaim> = Api::namespaced(client.clone(), &key.namespace);
+    let Some(mut current) = claim(store, key) else {
+        return Err(format!("claim {key} was deleted before it could be allocated"));
+    };
+    let rv = current.metadata.resource_version.clone().unwrap_or_default();
+    if *rv != *j.resource_version {
+        return Err(format!(
+            "claim {key} changed since the cycle read it (resourceVersion {} → {rv})",
+            j.resource_version
+        ));
+    }
+    let pp = PatchParams::default();
+    let mut finalizer_added = false;
+    if j.allocation.is_some() {
+        let mut finalizers = current.metadata.finalizers.clone().unwrap_or_default();
+        if !finalizers.iter().any(|f| f == FINALIZER) {
+            finalizers.push(FINALIZER.to_string());
+            let patch = json!({ "metadata": { "resourceVersion": rv, "finalizers": finalizers } });
+            current = Arc::new(
+                api.patch(&key.name, &pp, &Patch::Merge(&patch))
+                    .await
+                    .map_err(|e| format!("adding the finalizer to claim {key}: {e}"))?,
+            );
+            finalizer_added = true;
+        }
+    }
+    let rv = current.metadata.resource_version.clone().unwrap_or_default();
+    let status = current.status.as_ref();
+    let mut reserved: Vec<Value> = status
+        .and_then(|s| s.reserved_for.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|r| serde_json::to_value(r).unwrap_or(Value::Null))
+        .collect();
+    let mut pods = Vec::new();
+    for (name, uid) in &j.pods {
+        let has = status
+            .and_then(|s| s.reserved_for.as_ref())
+            .into_iter()
+            .flatten()
+            .any(|r| *r.uid == **uid);
+        if !has {
+            reserved.push(consumer_json(name, uid));
+            pods.push(uid.clone());
+        }
+    }
+    let mut st = json!({ "reservedFor": reserved });
+    let allocated = j.allocation.is_some() && status.and_then(|s| s.allocation.as_ref()).is_none();
+    if let (true, Some(a)) = (allocated, &j.allocation) {
+        st["allocation"] = allocation_json(a);
+    }
+    let patch = json!({ "metadata": { "resourceVersion": rv }, "status": st });
+    api.patch_status(&key.name, &pp, &Patch::Merge(&patch))
+        .await
+        .map_err(|e| format!("writing the allocation of claim {key}: {e}"))?;
+    Ok(Written {
+        claim: key.clone(),
+        allocated,
+        finalizer_added,
+        pods,
+    })
+}
+
+/// Takes back what [`write_claim`] wrote: the pods' reservations, the allocation and the finalizer it added.
+async fn undo(client: &kube::Client, w: &Written) -> Result<(), kube::Error> {
+    let api: Api<ResourceClaim> = Api::namespaced(client.clone(), &w.claim.namespace);
+    let current = api.get_status(&w.claim.name).await?;
+    let status = current.status.as_ref();
+    let kept: Vec<Value> = status
+        .and_then(|s| s.reserved_for.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|r| !w.pods.iter().any(|u| **u == *r.uid))
+        .map(|r| serde_json::to_value(r).unwrap_or(Value::Null))
+        .collect();
+    let mut st =
+        json!({ "reservedFor": if kept.is_empty() { Value::Null } else { Value::Array(kept.clone()) } });
+    if w.allocated && kept.is_empty() {
+        st["allocation"] = Value::Null;
+    }
+    let pp = PatchParams::default();
+    let patch = json!({ "metadata": { "resourceVersion": current.metadata.resource_version }, "status": st });
+    let current = api
+        .patch_status(&w.claim.name, &pp, &Patch::Merge(&patch))
+        .await?;
+    if w.finalizer_added && w.allocated && kept.is_empty() {
+        let finalizers: Vec<String> = current
+            .metadata
+            .finalizers
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|f| f != FINALIZER)
+            .collect();
+        let patch = json!({ "metadata": { "resourceVersion": current.metadata.resource_version, "finalizers": finalizers } });
+        api.patch(&w.claim.name, &pp, &Patch::Merge(&patch)).await?;
+    }
+    Ok(())
+}
+
+/// The in-flight table after a PreBind ends.
+pub(crate) fn forget(in_flight: &mut HashMap<ClaimKey, ClaimJob>, jobs: &[ClaimJob]) {
+    for j in jobs {
+        in_flight.remove(&j.claim);
+    }
+}

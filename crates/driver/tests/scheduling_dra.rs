@@ -1,0 +1,407 @@
+//! Dynamic Resource Allocation on a real control plane (phalanx-testenv: kube-apiserver, etcd and
+//! kube-controller-manager v1.37.2 with its resourceclaim controller, and kwok). The test publishes
+//! ResourceSlices as a DRA driver would; kube-controller-manager creates the claims from templates; Phalanx
+//! allocates them, all or nothing per gang, and writes `status.allocation` and `status.reservedFor` before it
+//! binds any pod.
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::Duration;
+
+use anyhow::{Context as _, ensure};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice};
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use serde_json::json;
+
+use common::cluster::{Ctx, setup};
+
+const DRIVER: &str = "gpu.example.com";
+
+/// The cluster-scoped objects of one test (a DeviceClass and the slices), named after its namespace and deleted
+/// at its end.
+struct Devices<'a> {
+    ctx: &'a Ctx,
+    class: String,
+    slices: Vec<String>,
+}
+
+impl<'a> Devices<'a> {
+    /// A DeviceClass `<ns>-gpu` selecting the driver's devices.
+    async fn new(ctx: &'a Ctx) -> anyhow::Result<Devices<'a>> {
+        let class = format!("{}-gpu", ctx.ns);
+        let obj: DeviceClass = serde_json::from_value(json!({
+            "metadata": { "name": class },
+            "spec": { "selectors": [{ "cel": { "expression": format!("device.driver == \"{DRIVER}\"") } }] },
+        }))?;
+        Api::<DeviceClass>::all(ctx.client.clone())
+            .create(&PostParams::default(), &obj)
+            .await
+            .context("creating the DeviceClass")?;
+        Ok(Devices {
+            ctx,
+            class,
+            slices: Vec::new(),
+        })
+    }
+
+    /// Publishes `models.len()` devices `gpu-<i>` on `node`, with a `model` and a `pcieRoot` attribute (devices
+    /// 0-1 on root `r0`, 2-3 on `r1`, ...), as a driver's kubelet plugin would.
+    async fn slice(&mut self, node: &str, models: &[&str]) -> anyhow::Result<()> {
+        let devices: Vec<_> = models
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                json!({ "name": format!("gpu-{i}"), "attributes": {
+                    "model": { "string": m },
+                    "pcieRoot": { "string": format!("r{}", i / 2) },
+                }})
+            })
+            .collect();
+        let obj: ResourceSlice = serde_json::from_value(json!({
+            "metadata": { "name": node },
+            "spec": {
+                "driver": DRIVER,
+                "nodeName": node,
+                "pool": { "name": node, "generation": 1, "resourceSliceCount": 1 },
+                "devices": devices,
+            },
+        }))?;
+        Api::<ResourceSlice>::all(self.ctx.client.clone())
+            .create(&PostParams::default(), &obj)
+            .await
+            .context("creating a ResourceSlice")?;
+        self.slices.push(node.to_string());
+        Ok(())
+    }
+
+    /// A ResourceClaimTemplate `name` for `count` devices of the class, with an optional CEL selector and a
+    /// `matchAttribute` constraint.
+    async fn template(
+        &self,
+        name: &str,
+        count: i64,
+        selector: Option<&str>,
+        match_attribute: Option<&str>,
+    ) -> anyhow::Result<()> {
+        let obj: ResourceClaimTemplate = serde_json::from_value(json!({
+            "metadata": { "name": name },
+            "spec": { "spec": self.claim_spec(count, selector, match_attribute) },
+        }))?;
+        Api::<ResourceClaimTemplate>::namespaced(self.ctx.client.clone(), &self.ctx.ns)
+            .create(&PostParams::default(), &obj)
+            .await
+            .context("creating a ResourceClaimTemplate")?;
+        Ok(())
+    }
+
+    /// A ResourceClaim `name` for `count` devices of the class.
+    async fn claim(&self, name: &str, count: i64) -> anyhow::Result<()> {
+        let obj: ResourceClaim = serde_json::from_value(json!({
+            "metadata": { "name": name },
+            "spec": self.claim_spec(count, None, None),
+        }))?;
+        claims(self.ctx)
+            .create(&PostParams::default(), &obj)
+            .await
+            .context("creating a ResourceClaim")?;
+        Ok(())
+    }
+
+    fn claim_spec(
+        &self,
+        count: i64,
+        selector: Option<&str>,
+        match_attribute: Option<&str>,
+    ) -> serde_json::Value {
+        let mut exactly = json!({ "deviceClassName": self.class, "count": count });
+        if let Some(s) = selector {
+            exactly["selectors"] = json!([{ "cel": { "expression": s } }]);
+        }
+        let mut devices = json!({ "requests": [{ "name": "gpu", "exactly": exactly }] });
+        if let Some(a) = match_attribute {
+            devices["constraints"] = json!([{ "matchAttribute": a }]);
+        }
+        json!({ "devices": devices })
+    }
+
+    async fn cleanup(self) -> anyhow::Result<()> {
+        let dp = DeleteParams::default();
+        for s in &self.slices {
+            let _ = Api::<ResourceSlice>::all(self.ctx.client.clone())
+                .delete(s, &dp)
+                .await;
+        }
+        let _ = Api::<DeviceClass>::all(self.ctx.client.clone())
+            .delete(&self.class, &dp)
+            .await;
+        Ok(())
+    }
+}
+
+fn claims(ctx: &Ctx) -> Api<ResourceClaim> {
+    Api::namespaced(ctx.client.clone(), &ctx.ns)
+}
+
+/// A pod `name` of `group` (when given) with one resource claim entry: from `template`, or the claim `claim`.
+async fn pod(
+    ctx: &Ctx,
+    name: &str,
+    group: Option<&str>,
+    source: (&str, &str),
+    priority: Option<&str>,
+) -> anyhow::Result<()> {
+    let mut labels = BTreeMap::new();
+    if let Some(g) = group {
+        labels.insert(phalanx_api::labels::POD_GROUP.to_string(), g.to_string());
+    }
+    let (kind, value) = source;
+    let mut entry = json!({ "name": "gpu" });
+    entry[kind] = json!(value);
+    let obj: Pod = serde_json::from_value(json!({
+        "metadata": { "name": name, "labels": labels },
+        "spec": {
+            "schedulerName": ctx.sched,
+            "priorityClassName": priority,
+            "terminationGracePeriodSeconds": 0,
+            "resourceClaims": [entry],
+            "containers": [{
+                "name": "c", "image": "busybox",
+                "resources": { "requests": { "cpu": "100m" }, "claims": [{ "name": "gpu" }] },
+            }],
+        }
+    }))?;
+    ctx.pods()
+        .create(&PostParams::default(), &obj)
+        .await
+        .with_context(|| format!("creating pod {name}"))?;
+    Ok(())
+}
+
+const TEMPLATE: &str = "resourceClaimTemplateName";
+const CLAIM: &str = "resourceClaimName";
+
+/// Allocated claims of the namespace: name → (node of the allocation, devices, reserved pod names).
+async fn allocations(
+    ctx: &Ctx,
+) -> anyhow::Result<HashMap<String, (Option<String>, Vec<String>, Vec<String>)>> {
+    let list = claims(ctx).list(&ListParams::default()).await?;
+    let mut out = HashMap::new();
+    for c in list.items {
+        let Some(st) = &c.status else { continue };
+        let Some(a) = &st.allocation else { continue };
+        let node = a
+            .node_selector
+            .as_ref()
+            .and_then(|s| s.node_selector_terms.first())
+            .and_then(|t| t.match_fields.as_ref())
+            .and_then(|f| f.first())
+            .and_then(|f| f.values.as_ref())
+            .and_then(|v| v.first().cloned());
+        let devices = a
+            .devices
+            .iter()
+            .flat_map(|d| d.results.iter().flatten())
+            .map(|r| format!("{}/{}", r.pool, r.device))
+            .collect();
+        let reserved = st.reserved_for.iter().flatten().map(|r| r.name.clone()).collect();
+        out.insert(c.name_any(), (node, devices, reserved));
+    }
+    Ok(out)
+}
+
+/// The claim kube-controller-manager generated for a pod's `gpu` entry.
+async fn claim_of(ctx: &Ctx, pod: &str) -> anyhow::Result<String> {
+    let p = ctx.pods().get(pod).await?;
+    p.status
+        .and_then(|s| s.resource_claim_statuses)
+        .and_then(|s| s.into_iter().find(|c| c.name == "gpu"))
+        .and_then(|c| c.resource_claim_name)
+        .with_context(|| format!("pod {pod} has no generated claim"))
+}
+
+/// Checks that every pod's claim is allocated on the pod's node, reserved for it, and that no device is given
+/// twice.
+async fn check_allocated(
+    ctx: &Ctx,
+    bound: &HashMap<String, String>,
+    pods: &[String],
+) -> anyhow::Result<Vec<String>> {
+    let alloc = allocations(ctx).await?;
+    let mut seen = HashSet::new();
+    let mut all = Vec::new();
+    for p in pods {
+        let c = claim_of(ctx, p).await?;
+        let (node, devices, reserved) = alloc
+            .get(&c)
+            .with_context(|| format!("claim {c} of {p} not allocated"))?;
+        ensure!(
+            node.as_deref() == Some(bound[p].as_str()),
+            "claim {c} allocated on {node:?}, pod on {}",
+            bound[p]
+        );
+        ensure!(
+            reserved.contains(p),
+            "claim {c} reserved for {reserved:?}, not {p}"
+        );
+        for d in devices {
+            ensure!(
+                d.starts_with(&format!("{}/", bound[p])),
+                "{p} on {} got {d}",
+                bound[p]
+            );
+            ensure!(seen.insert(d.clone()), "device {d} given twice");
+            all.push(d.clone());
+        }
+    }
+    Ok(all)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gang_of_four_gets_two_devices_each_on_its_pods_nodes() -> anyhow::Result<()> {
+    let ctx = setup("dra-gang").await?;
+    let mut dev = Devices::new(&ctx).await?;
+    for n in ["a", "b"] {
+        let node = ctx.node(n, "8").await?;
+        dev.slice(&node, &["a100"; 4]).await?;
+    }
+    dev.template("two", 2, None, None).await?;
+    ctx.pod_group_with("g", 4, None, serde_json::Value::Null).await?;
+    let pods: Vec<String> = (0..4).map(|i| format!("g-{i}")).collect();
+    for p in &pods {
+        pod(&ctx, p, Some("g"), (TEMPLATE, "two"), None).await?;
+    }
+    let sched = ctx.start();
+    let bound = ctx.wait_bound(&pods).await?;
+    let devices = check_allocated(&ctx, &bound, &pods).await?;
+    ensure!(devices.len() == 8, "8 devices allocated, got {devices:?}");
+    ctx.wait_pg("g", "True", "Scheduled").await?;
+    sched.stop().await?;
+    dev.cleanup().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gang_short_of_one_device_binds_nothing_and_allocates_nothing() -> anyhow::Result<()> {
+    let ctx = setup("dra-short").await?;
+    let mut dev = Devices::new(&ctx).await?;
+    let a = ctx.node("a", "8").await?;
+    let b = ctx.node("b", "8").await?;
+    dev.slice(&a, &["a100"; 4]).await?;
+    dev.slice(&b, &["a100"; 3]).await?;
+    dev.template("two", 2, None, None).await?;
+    ctx.pod_group_with("g", 4, None, serde_json::Value::Null).await?;
+    let pods: Vec<String> = (0..4).map(|i| format!("g-{i}")).collect();
+    for p in &pods {
+        pod(&ctx, p, Some("g"), (TEMPLATE, "two"), None).await?;
+    }
+    let sched = ctx.start();
+    let msg = ctx.wait_pod_unschedulable("g-0").await?;
+    ensure!(msg.contains("cannot allocate all claims"), "message: {msg}");
+    ctx.stays_unbound(&pods, Duration::from_secs(3)).await?;
+    let alloc = allocations(&ctx).await?;
+    ensure!(alloc.is_empty(), "no claim may be allocated: {alloc:?}");
+    sched.stop().await?;
+    dev.cleanup().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_selector_and_match_attribute_pick_the_right_devices() -> anyhow::Result<()> {
+    // One node: gpu-0 a100 (root r0), gpu-1 h100 (r0), gpu-2 h100 (r1), gpu-3 h100 (r1). Two h100s on one root
+    // exist only on r1.
+    let ctx = setup("dra-cel").await?;
+    let mut dev = Devices::new(&ctx).await?;
+    let a = ctx.node("a", "8").await?;
+    dev.slice(&a, &["a100", "h100", "h100", "h100"]).await?;
+    let model = format!("device.attributes[\"{DRIVER}\"].model == \"h100\"");
+    dev.template("h100-pair", 2, Some(&model), Some(&format!("{DRIVER}/pcieRoot")))
+        .await?;
+    pod(&ctx, "p", None, (TEMPLATE, "h100-pair"), None).await?;
+    let sched = ctx.start();
+    ctx.wait_bound(&["p"]).await?;
+    let c = claim_of(&ctx, "p").await?;
+    let alloc = allocations(&ctx).await?;
+    let mut devices = alloc[&c].1.clone();
+    devices.sort();
+    ensure!(
+        devices == [format!("{a}/gpu-2"), format!("{a}/gpu-3")],
+        "got {devices:?}"
+    );
+    sched.stop().await?;
+    dev.cleanup().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_shared_by_three_pods_is_allocated_once_and_reserved_for_all() -> anyhow::Result<()> {
+    let ctx = setup("dra-shared").await?;
+    let mut dev = Devices::new(&ctx).await?;
+    for n in ["a", "b"] {
+        let node = ctx.node(n, "8").await?;
+        dev.slice(&node, &["a100"; 2]).await?;
+    }
+    dev.claim("shared", 1).await?;
+    ctx.pod_group_with("g", 3, None, serde_json::Value::Null).await?;
+    let pods: Vec<String> = (0..3).map(|i| format!("g-{i}")).collect();
+    for p in &pods {
+        pod(&ctx, p, Some("g"), (CLAIM, "shared"), None).await?;
+    }
+    let sched = ctx.start();
+    let bound = ctx.wait_bound(&pods).await?;
+    let nodes: HashSet<&String> = pods.iter().map(|p| &bound[p]).collect();
+    ensure!(
+        nodes.len() == 1,
+        "a node-local device keeps its users together: {nodes:?}"
+    );
+    let alloc = allocations(&ctx).await?;
+    let (node, devices, mut reserved) = alloc.get("shared").cloned().context("shared not allocated")?;
+    ensure!(devices.len() == 1, "{devices:?}");
+    ensure!(node.as_ref() == nodes.into_iter().next(), "allocated on {node:?}");
+    reserved.sort();
+    ensure!(reserved == pods, "reserved for {reserved:?}");
+    sched.stop().await?;
+    dev.cleanup().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_competing_gangs_give_one_whole_gang_and_one_untouched() -> anyhow::Result<()> {
+    let ctx = setup("dra-two").await?;
+    let mut dev = Devices::new(&ctx).await?;
+    let a = ctx.node("a", "8").await?;
+    dev.slice(&a, &["a100"; 4]).await?;
+    dev.template("two", 2, None, None).await?;
+    for g in ["x", "y"] {
+        ctx.pod_group_with(g, 2, None, serde_json::Value::Null).await?;
+        for i in 0..2 {
+            pod(&ctx, &format!("{g}-{i}"), Some(g), (TEMPLATE, "two"), None).await?;
+        }
+    }
+    let sched = ctx.start();
+    let whole = tokio::time::timeout(common::cluster::SETTLE, async {
+        loop {
+            let b = ctx.bindings().await?;
+            for g in ["x", "y"] {
+                if (0..2).all(|i| b.contains_key(&format!("{g}-{i}"))) {
+                    return anyhow::Ok(g);
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await
+    .context("no gang was bound")??;
+    let other = if whole == "x" { "y" } else { "x" };
+    let others: Vec<String> = (0..2).map(|i| format!("{other}-{i}")).collect();
+    ctx.stays_unbound(&others, Duration::from_secs(3)).await?;
+    let alloc = allocations(&ctx).await?;
+    for p in &others {
+        let c = claim_of(&ctx, p).await?;
+        ensure!(
+            !alloc.contains_key(&c),
+            "claim {c} of the untouched gang is allocated"
+        );
+    }
+    ensure!(alloc.len() == 2, "{alloc:?}");
+    sched.stop().await?;
+    dev.cleanup().await
+}

@@ -1,0 +1,171 @@
+//! The cluster's devices and resource claims as DynamicResources reads them (upstream: the ResourceSlice,
+//! DeviceClass and ResourceClaim listers behind `pkg/scheduler/framework/plugins/dynamicresources`, with the
+//! allocated-devices tracker of `structured.AllocatedDeviceState`).
+//!
+//! The runtime builds one [`DeviceCatalog`] from its caches ([`crate::convert::device_catalog`]), with the
+//! allocations PreBind is still writing already applied (as upstream's assume cache holds them), and gives it to
+//! the snapshot ([`crate::Snapshot::set_devices`]).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use super::{ClaimRequests, Device, DeviceId};
+use crate::model::{NodeInfo, PodKey};
+use crate::selectors::NodeSelectorTerm;
+use crate::volumes::ClaimKey;
+
+/// Which nodes reach the devices of a slice (`spec.nodeName` | `spec.nodeSelector` | `spec.allNodes`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SliceScope {
+    /// Devices local to one node.
+    Node(Arc<str>),
+    /// Devices reachable from the nodes the terms select (ORed).
+    Selector(Vec<NodeSelectorTerm>),
+    /// Devices reachable from every node.
+    AllNodes,
+}
+
+impl SliceScope {
+    /// Whether the node named `node` with `labels` reaches the slice's devices.
+    pub fn reaches(&self, node: &str, labels: &BTreeMap<String, String>) -> bool {
+        match self {
+            SliceScope::Node(n) => &**n == node,
+            SliceScope::Selector(terms) => terms.iter().any(|t| t.matches(node, labels)),
+            SliceScope::AllNodes => true,
+        }
+    }
+}
+
+/// One entry of a claim's `status.reservedFor`: who may use the allocated devices.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Consumer {
+    /// `apiGroup` (`""` for pods).
+    pub api_group: Arc<str>,
+    /// `resource` (`pods`).
+    pub resource: Arc<str>,
+    /// `name` (in the claim's namespace).
+    pub name: Arc<str>,
+    /// `uid`.
+    pub uid: Arc<str>,
+}
+
+impl Consumer {
+    /// Whether the consumer is a pod.
+    pub fn is_pod(&self) -> bool {
+        self.api_group.is_empty() && &*self.resource == "pods"
+    }
+}
+
+/// A claim's `status.allocation`, the parts scheduling reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Allocated {
+    /// `devices.results` as `(request, device, adminAccess)`.
+    pub devices: Vec<(Arc<str>, DeviceId, bool)>,
+    /// `nodeSelector`: the nodes that may use the allocation (ORed terms); `None` for any node.
+    pub node_selector: Option<Vec<NodeSelectorTerm>>,
+}
+
+impl Allocated {
+    /// Whether a node with this name and these labels may use the allocation.
+    pub fn admits(&self, node: &str, labels: &BTreeMap<String, String>) -> bool {
+        self.node_selector
+            .as_ref()
+            .is_none_or(|terms| terms.iter().any(|t| t.matches(node, labels)))
+    }
+}
+
+/// A ResourceClaim (`resource.k8s.io/v1`), the parts scheduling reads.
+#[derive(Debug, Clone)]
+pub struct ResourceClaimInfo {
+    /// namespace/name.
+    pub key: ClaimKey,
+    /// metadata.uid.
+    pub uid: Arc<str>,
+    /// metadata.resourceVersion (PreBind's precondition).
+    pub resource_version: Arc<str>,
+    /// metadata.deletionTimestamp is set.
+    pub deleting: bool,
+    /// The requests with their classes resolved, or why they cannot be allocated (a missing class, an
+    /// unsupported field, a selector that does not compile), naming the field.
+    pub requests: Result<ClaimRequests, String>,
+    /// status.allocation, when allocated.
+    pub allocation: Option<Allocated>,
+    /// status.reservedFor.
+    pub reserved_for: Vec<Consumer>,
+}
+
+impl ResourceClaimInfo {
+    /// Whether the claim is reserved for the pod with this uid.
+    pub fn reserved_for_pod(&self, uid: &str) -> bool {
+        self.reserved_for.iter().any(|c| c.is_pod() && &*c.uid == uid)
+    }
+}
+
+/// Every device, class and claim the plugin reads, built once by the runtime and shared by the cycles that run
+/// while it holds.
+#[derive(Debug, Clone, Default)]
+pub struct DeviceCatalog {
+    /// Whether the API server serves `resource.k8s.io/v1`; without it, pods with claims cannot be scheduled.
+    pub served: bool,
+    /// Changes whenever the runtime rebuilds the catalog; [`PartialEq`] compares it (the selectors inside claims
+    /// cannot be compared).
+    pub revision: u64,
+    /// Devices of node-local slices, by node name, in slice and device order.
+    pub node_devices: HashMap<Arc<str>, Vec<Arc<Device>>>,
+    /// Devices of slices with a node selector or `allNodes`, with their scope.
+    pub shared_devices: Vec<(Arc<SliceScope>, Arc<Device>)>,
+    /// Claims by key.
+    pub claims: HashMap<ClaimKey, Arc<ResourceClaimInfo>>,
+    /// Devices allocated to a claim without admin access, and the claim.
+    pub allocated: HashMap<DeviceId, ClaimKey>,
+    /// For each allocated claim reserved only for pods, the pods (namespace/name) with the node they run on, as
+    /// the runtime knows them; a claim reserved for a pod the runtime does not know keeps its devices.
+    pub holders: HashMap<ClaimKey, Vec<(PodKey, Arc<str>)>>,
+    /// The DRA kinds whose list the server refused (plural names), as the store reports them.
+    pub unreadable: Vec<String>,
+}
+
+impl PartialEq for DeviceCatalog {
+    fn eq(&self, other: &Self) -> bool {
+        self.revision == other.revision && self.served == other.served
+    }
+}
+
+impl DeviceCatalog {
+    /// The devices `node` reaches: its own slices', then the shared slices' that select it.
+    pub fn devices_for<'a>(&'a self, node: &NodeInfo) -> Vec<&'a Device> {
+        let name = &node.node.name;
+        let mut out: Vec<&Device> = self
+            .node_devices
+            .get(name)
+            .into_iter()
+            .flatten()
+            .map(|d| &**d)
+            .collect();
+        out.extend(
+            self.shared_devices
+                .iter()
+                .filter(|(s, _)| s.reaches(name, &node.node.labels))
+                .map(|(_, d)| &**d),
+        );
+        out
+    }
+
+    /// Whether `device` is held by an allocated claim, seen from `node` in this cycle. A claim whose every
+    /// consumer is a pod that ran on `node` and is no longer among its pods (preemption took it off in a
+    /// simulation) frees its devices, so that preemption counts a victim's devices as freed. A victim that is
+    /// really gone keeps them until kube-controller-manager deallocates its claim: the runtime lists only
+    /// known pods as holders.
+    pub fn held(&self, device: &DeviceId, node: &NodeInfo) -> bool {
+        let Some(claim) = self.allocated.get(device) else {
+            return false;
+        };
+        let Some(holders) = self.holders.get(claim) else {
+            return true;
+        };
+        holders.is_empty()
+            || holders
+                .iter()
+                .any(|(pod, on)| *on != node.node.name || node.pods.iter().any(|p| p.key == *pod))
+    }
+}

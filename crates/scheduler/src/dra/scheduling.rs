@@ -1,0 +1,374 @@
+//! What DynamicResources does per pod, in pure functions: PreFilter resolves the pod's claims ([`plan`]), Filter
+//! allocates them on one node ([`fit`]), Reserve records the result ([`reserve`]), and the decision carries the
+//! writes PreBind makes ([`writes`]). Upstream: `pkg/scheduler/framework/plugins/dynamicresources`
+//! (`PreFilter`, `Filter`, `Reserve`, `PreBind` → `bindClaim`).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use super::overlay::{DeviceOverlay, NodeAllocations};
+use super::{
+    Allocated, AllocationOutcome, ClaimAllocation, ClaimRequests, Device, DeviceCatalog, DeviceId,
+    ResourceClaimInfo, Shortfall, allocate,
+};
+use crate::model::{NodeInfo, PodClaimSource, PodInfo};
+use crate::volumes::ClaimKey;
+
+/// Candidates one joint allocation may try before the node counts as not fitting (see
+/// [`super::allocator`]). Measured in `crates/scheduler/tests/dra_allocator.rs`: the greedy trap of k/k#138765
+/// takes a handful of steps, and a search that exhausts this budget takes about a millisecond.
+pub const ALLOCATION_BUDGET: u64 = 10_000;
+
+/// Upstream's Filter reason when the claims do not fit a node.
+pub const CANNOT_ALLOCATE: &str = "cannot allocate all claims";
+/// Upstream's Filter reason when an allocated claim cannot be used on a node.
+pub const NOT_AVAILABLE: &str = "resourceclaim not available on the node";
+
+/// PreFilter's result for a pod with claims.
+#[derive(Debug, Clone)]
+pub struct ClaimPlan {
+    catalog: Arc<DeviceCatalog>,
+    /// Every claim the pod uses, in the pod's order.
+    pub claims: Vec<ClaimKey>,
+    /// Claims allocated before this cycle.
+    allocated: Vec<(ClaimKey, Allocated)>,
+    /// Claims other pods allocated earlier in this cycle, with their devices.
+    in_cycle: Vec<(ClaimKey, Vec<DeviceId>)>,
+    /// Claims this pod allocates.
+    new: Vec<Arc<ResourceClaimInfo>>,
+    /// Per node, the claims this cycle allocated there for one pod only: they are allocated again with the
+    /// pod's (joint allocation).
+    movable: HashMap<Arc<str>, Vec<Arc<ResourceClaimInfo>>>,
+    /// Devices taken in this cycle and the claim that took them.
+    taken: HashMap<DeviceId, ClaimKey>,
+}
+
+/// Why a pod's claims stop it on every node (PreFilter), with the message upstream gives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unresolvable(pub String);
+
+/// PreFilter: the pod's claims, or `Ok(None)` when it has none.
+///
+/// # Errors
+/// DRA is not served; a claim that does not exist (`resourceclaim "x" not found`), is being deleted, or cannot
+/// be allocated at all (a missing class, an unsupported field: the claim's own error).
+pub fn plan(
+    catalog: &Arc<DeviceCatalog>,
+    overlay: &DeviceOverlay,
+    pod: &PodInfo,
+) -> Result<Option<ClaimPlan>, Unresolvable> {
+    if pod.spec.resource_claims.is_empty() {
+        return Ok(None);
+    }
+    if !catalog.served {
+        return Err(Unresolvable(
+            "resource.k8s.io/v1 is not served by the API server: Dynamic Resource Allocation is off".into(),
+        ));
+    }
+    if !catalog.unreadable.is_empty() {
+        return Err(Unresolvable(format!(
+            "the scheduler may not list {} (resource.k8s.io)",
+            catalog.unreadable.join(", ")
+        )));
+    }
+    let mut p = ClaimPlan {
+        catalog: catalog.clone(),
+        claims: Vec::new(),
+        allocated: Vec::new(),
+        in_cycle: Vec::new(),
+        new: Vec::new(),
+        movable: HashMap::new(),
+        taken: HashMap::new(),
+    };
+    for c in &pod.spec.resource_claims {
+        let name = match &c.source {
+            PodClaimSource::Claim(n) => n,
+            PodClaimSource::NotNeeded => continue,
+            PodClaimSource::NotCreated => {
+                return Err(Unresolvable(format!(
+                    "pod \"{}\": ResourceClaim not created yet",
+                    pod.key
+                )));
+            }
+        };
+        let key = ClaimKey::new(&pod.key.namespace, name);
+        let Some(info) = catalog.claims.get(&key) else {
+            return Err(Unresolvable(format!(
+                "resourceclaim.resource.k8s.io \"{name}\" not found"
+            )));
+        };
+        if info.deleting {
+            return Err(Unresolvable(format!("resourceclaim \"{name}\" is being deleted")));
+        }
+        if p.claims.contains(&key) {
+            continue;
+        }
+        p.claims.push(key.clone());
+        if let Some(a) = &info.allocation {
+            p.allocated.push((key, a.clone()));
+        } else if let Some((_, a)) = overlay.allocation(&key) {
+            p.in_cycle
+                .push((key, a.devices.iter().map(|(_, d, _)| d.clone()).collect()));
+        } else {
+            if let Err(e) = &info.requests {
+                return Err(Unresolvable(e.clone()));
+            }
+            p.new.push(info.clone());
+        }
+    }
+    if !p.new.is_empty() {
+        p.taken = overlay.taken().map(|(d, c)| (d.clone(), c.clone())).collect();
+        p.movable = overlay_movable(overlay, catalog);
+    }
+    Ok(Some(p))
+}
+
+fn overlay_movable(
+    overlay: &DeviceOverlay,
+    catalog: &DeviceCatalog,
+) -> HashMap<Arc<str>, Vec<Arc<ResourceClaimInfo>>> {
+    let mut out: HashMap<Arc<str>, Vec<Arc<ResourceClaimInfo>>> = HashMap::new();
+    for (node, allocations) in overlay.nodes() {
+        // In the order they were allocated in, so that the search is the same on every call.
+        for (key, _) in &allocations.claims {
+            if overlay.users(key) == 1
+                && let Some(info) = catalog.claims.get(key)
+            {
+                out.entry(node.clone()).or_default().push(info.clone());
+            }
+        }
+    }
+    out
+}
+
+/// Why a pod's claims do not fit a node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Misfit {
+    /// An allocated claim's devices cannot be used there ([`NOT_AVAILABLE`]); preemption cannot help.
+    NotAvailable(ClaimKey),
+    /// The claims cannot be allocated there ([`CANNOT_ALLOCATE`]): the request that is short and by how much, or
+    /// `None` when the search ran out of its budget.
+    CannotAllocate(Option<ShortRequest>),
+}
+
+/// The request a node could not satisfy, for messages ("request gpu of claim ns/c: 1 of 2 devices of class
+/// gpu.example.com free").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShortRequest {
+    /// The claim.
+    pub claim: ClaimKey,
+    /// The request, its class, devices wanted and matching devices free, and a selector error.
+    pub shortfall: Shortfall,
+}
+
+impl std::fmt::Display for ShortRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = &self.shortfall;
+        match &s.error {
+            Some(e) => write!(f, "request {} of claim {}: {e}", s.request, self.claim),
+            None => write!(
+                f,
+                "request {} of claim {}: {} of {} devices of class {} free",
+                s.request,
+                self.claim,
+                s.free.min(s.wanted),
+                s.wanted,
+                s.class
+            ),
+        }
+    }
+}
+
+/// Filter: whether the pod's claims fit `node`; `Ok(Some(..))` is the node's new joint allocation when the pod
+/// allocates claims there.
+///
+/// # Errors
+/// [`Misfit`].
+pub fn fit(plan: &ClaimPlan, node: &NodeInfo) -> Result<Option<NodeAllocations>, Misfit> {
+    let name = &node.node.name;
+    for (key, a) in &plan.allocated {
+        if !a.admits(name, &node.node.labels) {
+            return Err(Misfit::NotAvailable(key.clone()));
+        }
+    }
+    if plan.in_cycle.iter().any(|(_, d)| !d.is_empty()) {
+        let reach: HashSet<&DeviceId> = plan
+            .catalog
+            .devices_for(node)
+            .into_iter()
+            .map(|d| &d.id)
+            .collect();
+        for (key, devices) in &plan.in_cycle {
+            if devices.iter().any(|d| !reach.contains(d)) {
+                return Err(Misfit::NotAvailable(key.clone()));
+            }
+        }
+    }
+    if plan.new.is_empty() {
+        return Ok(None);
+    }
+    let movable = plan.movable.get(name).map_or(&[][..], Vec::as_slice);
+    let joint: Vec<&Arc<ResourceClaimInfo>> = movable.iter().chain(&plan.new).collect();
+    let requests: Vec<&ClaimRequests> = joint.iter().filter_map(|c| c.requests.as_ref().ok()).collect();
+    if requests.len() != joint.len() {
+        // A movable claim's requests were valid when it was allocated; the catalog cannot change in a cycle.
+        return Err(Misfit::CannotAllocate(None));
+    }
+    let in_joint: HashSet<&ClaimKey> = joint.iter().map(|c| &c.key).collect();
+    let devices = plan.catalog.devices_for(node);
+    let in_use =
+        |d: &DeviceId| plan.catalog.held(d, node) || plan.taken.get(d).is_some_and(|c| !in_joint.contains(c));
+    match allocate(&requests, &devices, in_use, ALLOCATION_BUDGET) {
+        AllocationOutcome::Allocated(result) => Ok(Some(NodeAllocations {
+            claims: joint.iter().map(|c| c.key.clone()).zip(result).collect(),
+        })),
+        AllocationOutcome::Unsatisfiable(s) => Err(Misfit::CannotAllocate(Some(ShortRequest {
+            claim: joint[s.claim].key.clone(),
+            shortfall: s,
+        }))),
+        AllocationOutcome::BudgetExhausted { .. } => Err(Misfit::CannotAllocate(None)),
+    }
+}
+
+/// Reserve: the claims `pod` uses and, when it allocates on `node`, the node's new allocations; `None` when the
+/// pod has no claims or they do not fit (Filter said they do; a cycle never assumes a misfit).
+pub(crate) fn reserve(
+    catalog: &Arc<DeviceCatalog>,
+    overlay: &DeviceOverlay,
+    pod: &PodInfo,
+    node: &NodeInfo,
+) -> Option<(Vec<ClaimKey>, Option<NodeAllocations>)> {
+    let plan = plan(catalog, overlay, pod).ok()??;
+    let now = fit(&plan, node).ok()?;
+    Some((plan.claims, now))
+}
+
+/// A claim's allocation as PreBind writes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceAllocation {
+    /// `status.allocation.devices.results` as `(request, device, adminAccess)`.
+    pub devices: Vec<(Arc<str>, DeviceId, bool)>,
+    /// The node the allocation is bound to (`status.allocation.nodeSelector` on `metadata.name`) when a device is
+    /// local to it; `None` when every device is reachable from other nodes too.
+    pub node: Option<Arc<str>>,
+}
+
+/// What PreBind writes to one claim for one pod: the allocation when this cycle made it, and the pod's entry
+/// in `status.reservedFor`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimWrite {
+    /// The claim.
+    pub claim: ClaimKey,
+    /// Its metadata.uid.
+    pub uid: Arc<str>,
+    /// Its metadata.resourceVersion, the write's precondition.
+    pub resource_version: Arc<str>,
+    /// The allocation to write; `None` when the claim is allocated already.
+    pub allocation: Option<DeviceAllocation>,
+}
+
+/// The writes for an assumed pod: one per claim it uses and is not reserved for yet.
+pub fn writes(catalog: &DeviceCatalog, overlay: &DeviceOverlay, pod: &PodInfo) -> Vec<ClaimWrite> {
+    let mut out = Vec::new();
+    for key in overlay.claims_of(&pod.key) {
+        let Some(info) = catalog.claims.get(key) else {
+            continue;
+        };
+        if info.allocation.is_some() && info.reserved_for_pod(&pod.uid) {
+            continue;
+        }
+        let allocation = overlay
+            .allocation(key)
+            .map(|(on, a)| allocation_of(catalog, on, a));
+        out.push(ClaimWrite {
+            claim: key.clone(),
+            uid: info.uid.clone(),
+            resource_version: info.resource_version.clone(),
+            allocation: if info.allocation.is_some() {
+                None
+            } else {
+                allocation
+            },
+        });
+    }
+    out
+}
+
+fn allocation_of(catalog: &DeviceCatalog, node: &Arc<str>, a: &ClaimAllocation) -> DeviceAllocation {
+    let local = catalog.node_devices.get(node);
+    let on_node = a
+        .devices
+        .iter()
+        .any(|(_, d, _)| local.is_some_and(|l| l.iter().any(|x| x.id == *d)));
+    DeviceAllocation {
+        devices: a.devices.clone(),
+        node: on_node.then(|| node.clone()),
+    }
+}
+
+/// For a topology domain (its `nodes`), the first device class the pending `pods` want more of than the domain
+/// has free, as `<free> of <wanted> devices of class <class> free` (for explain and the group's closest-domain
+/// note; `None` when every class fits or the pods claim nothing to allocate). Counts each `ExactCount` request of
+/// the pods' unallocated claims (a shared claim once) against the devices of the domain that match the
+/// request's selectors and no other claim holds.
+pub fn domain_shortfall<'a>(
+    catalog: &DeviceCatalog,
+    pods: &[Arc<PodInfo>],
+    nodes: impl IntoIterator<Item = &'a NodeInfo>,
+) -> Option<String> {
+    let mut claims: Vec<&ResourceClaimInfo> = Vec::new();
+    for p in pods {
+        for c in &p.spec.resource_claims {
+            let PodClaimSource::Claim(name) = &c.source else {
+                continue;
+            };
+            let key = ClaimKey::new(&p.key.namespace, name);
+            if let Some(info) = catalog.claims.get(&key)
+                && info.allocation.is_none()
+                && !claims.iter().any(|x| x.key == key)
+            {
+                claims.push(info);
+            }
+        }
+    }
+    if claims.is_empty() {
+        return None;
+    }
+    let nodes: Vec<&NodeInfo> = nodes.into_iter().collect();
+    let mut free: Vec<(&Device, &NodeInfo)> = Vec::new();
+    let mut seen = HashSet::new();
+    for n in &nodes {
+        for d in catalog.devices_for(n) {
+            if !catalog.held(&d.id, n) && seen.insert(&d.id) {
+                free.push((d, n));
+            }
+        }
+    }
+    // class → (wanted, matching free devices)
+    let mut by_class: Vec<(Arc<str>, u64, HashSet<&DeviceId>)> = Vec::new();
+    for c in claims {
+        let Ok(r) = &c.requests else { continue };
+        for req in &r.requests {
+            let super::AllocationMode::ExactCount(n) = req.mode else {
+                continue;
+            };
+            let i = match by_class.iter().position(|(k, _, _)| *k == req.class) {
+                Some(i) => i,
+                None => {
+                    by_class.push((req.class.clone(), 0, HashSet::new()));
+                    by_class.len() - 1
+                }
+            };
+            by_class[i].1 += u64::from(n);
+            for (d, _) in &free {
+                if req.selectors.iter().all(|s| s.matches(d).unwrap_or(false)) {
+                    by_class[i].2.insert(&d.id);
+                }
+            }
+        }
+    }
+    by_class
+        .into_iter()
+        .find(|(_, wanted, f)| (f.len() as u64) < *wanted)
+        .map(|(class, wanted, f)| format!("{} of {wanted} devices of class {class} free", f.len()))
+}

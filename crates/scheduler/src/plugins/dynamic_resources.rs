@@ -1,0 +1,71 @@
+//! DynamicResources (upstream `plugins/dynamicresources`): a pod's resource claims must be allocated, or be
+//! allocatable, with devices the node reaches.
+//!
+//! PreFilter resolves the claims ([`crate::dra::scheduling::plan`]); Filter allocates them on one node together
+//! with the claims this cycle already allocated there ([`crate::dra::scheduling::fit`]), so that the members of
+//! a gang are allocated jointly. Reserve is the snapshot's assume (the allocation goes to the cycle's
+//! [`crate::dra::DeviceOverlay`], and revert undoes it); PreBind is the runtime's (it writes
+//! [`crate::Binding::devices`] for every pod of a gang before binding any).
+
+use std::sync::Arc;
+
+use crate::dra::scheduling::{self, CANNOT_ALLOCATE, ClaimPlan, Misfit, NOT_AVAILABLE};
+use crate::framework::{Code, FilterPlugin, Plugin, PreFilterPlugin};
+use crate::model::{NodeInfo, PodInfo};
+use crate::plugins::Rejection;
+use crate::snapshot::Snapshot;
+
+/// Plugin name.
+pub const NAME: &str = "DynamicResources";
+
+/// PreFilter's result: the claims' plan, or the reason no node can do, which Filter reports on every node.
+pub type State = Arc<Result<ClaimPlan, String>>;
+
+/// The plugin.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DynamicResources;
+
+impl Plugin for DynamicResources {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+    /// A pod with claims depends on the device catalog and on the cycle's allocations on other nodes.
+    fn node_local(&self, pod: &PodInfo, _: &Snapshot) -> bool {
+        pod.spec.resource_claims.is_empty()
+    }
+}
+
+impl PreFilterPlugin for DynamicResources {
+    type PreFilterState = State;
+    fn pre_filter(&self, pod: &PodInfo, snapshot: &Snapshot) -> Option<State> {
+        match scheduling::plan(snapshot.devices(), snapshot.device_overlay(), pod) {
+            Ok(None) => None,
+            Ok(Some(p)) => Some(Arc::new(Ok(p))),
+            Err(e) => Some(Arc::new(Err(e.0))),
+        }
+    }
+}
+
+impl FilterPlugin for DynamicResources {
+    fn filter(&self, state: &State, _: &PodInfo, node: &NodeInfo) -> Result<(), Rejection> {
+        let plan = match &**state {
+            Ok(p) => p,
+            Err(reason) => {
+                return Err(Rejection::new(
+                    NAME,
+                    Code::UnschedulableAndUnresolvable,
+                    reason.clone(),
+                ));
+            }
+        };
+        match scheduling::fit(plan, node) {
+            Ok(_) => Ok(()),
+            Err(Misfit::NotAvailable(_)) => Err(Rejection::new(
+                NAME,
+                Code::UnschedulableAndUnresolvable,
+                NOT_AVAILABLE,
+            )),
+            Err(Misfit::CannotAllocate(_)) => Err(Rejection::new(NAME, Code::Unschedulable, CANNOT_ALLOCATE)),
+        }
+    }
+}

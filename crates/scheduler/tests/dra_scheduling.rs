@@ -1,0 +1,414 @@
+//! DynamicResources on the pure core: gangs whose pods claim devices get all of them or none, claims shared by
+//! several pods are allocated once, the joint allocation undoes a greedy first member (k/k#138765), claims not
+//! created yet hold the pod at PreEnqueue, and preemption counts a victim's devices as freed.
+
+mod common;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use common::{NS, Sim, node};
+use phalanx_scheduler::dra::{
+    Allocated, AllocationMode, AttributeValue, ClaimRequests, ClaimWrite, Consumer, Device, DeviceCatalog,
+    DeviceId, DeviceRequest, DeviceSelector, ResourceClaimInfo,
+};
+use phalanx_scheduler::model::{PodClaimSource, PodKey, PodResourceClaim};
+use phalanx_scheduler::volumes::ClaimKey;
+use phalanx_scheduler::{GateReason, PodInfo};
+
+const DRIVER: &str = "gpu.example.com";
+
+fn gpu(node: &str, i: usize, model: &str) -> Device {
+    Device::new(DeviceId::new(DRIVER, node, &format!("gpu-{i}")))
+        .with_attribute("model", AttributeValue::String(model.into()))
+}
+
+fn model_is(model: &'static str) -> DeviceSelector {
+    DeviceSelector::new(&format!("model == {model}"), move |d| {
+        Ok(
+            matches!(d.attributes.get(&*format!("{DRIVER}/model")), Some(AttributeValue::String(m)) if &**m == model),
+        )
+    })
+}
+
+fn claim(name: &str, count: u32, selectors: Vec<DeviceSelector>) -> ResourceClaimInfo {
+    ResourceClaimInfo {
+        key: ClaimKey::new(NS, name),
+        uid: format!("uid-{name}").into(),
+        resource_version: "1".into(),
+        deleting: false,
+        requests: Ok(ClaimRequests {
+            name: format!("{NS}/{name}").into(),
+            requests: vec![DeviceRequest {
+                name: "gpu".into(),
+                class: DRIVER.into(),
+                selectors,
+                mode: AllocationMode::ExactCount(count),
+                admin_access: false,
+            }],
+            constraints: Vec::new(),
+        }),
+        allocation: None,
+        reserved_for: Vec::new(),
+    }
+}
+
+/// Nodes `a`, `b`, … with `per_node[i]` devices each (model "a100").
+fn catalog(per_node: &[usize], claims: Vec<ResourceClaimInfo>) -> DeviceCatalog {
+    let mut cat = DeviceCatalog {
+        served: true,
+        revision: 1,
+        ..DeviceCatalog::default()
+    };
+    for (i, n) in per_node.iter().enumerate() {
+        let name = node_name(i);
+        cat.node_devices.insert(
+            name.as_str().into(),
+            (0..*n).map(|d| Arc::new(gpu(&name, d, "a100"))).collect(),
+        );
+    }
+    for c in claims {
+        cat.claims.insert(c.key.clone(), Arc::new(c));
+    }
+    cat
+}
+
+fn node_name(i: usize) -> String {
+    ((b'a' + i as u8) as char).to_string()
+}
+
+fn sim(nodes: usize) -> Sim {
+    Sim::new((0..nodes).map(|i| node(&node_name(i), 64, &[])).collect())
+}
+
+fn pod_with(name: &str, group: Option<&str>, claims: &[&str]) -> PodInfo {
+    let mut p = Sim::make_pod(name, 100, group, 100);
+    Arc::make_mut(&mut p.spec).resource_claims = claims
+        .iter()
+        .map(|c| PodResourceClaim {
+            name: (*c).into(),
+            source: PodClaimSource::Claim((*c).into()),
+        })
+        .collect();
+    p
+}
+
+fn writes(sim: &Sim) -> Vec<(String, ClaimWrite)> {
+    sim.decisions
+        .iter()
+        .flat_map(|d| &d.bindings)
+        .flat_map(|b| b.devices.iter().map(|w| (b.pod.name.to_string(), w.clone())))
+        .collect()
+}
+
+fn failure(sim: &Sim, pod: &str) -> String {
+    sim.failures
+        .get(pod)
+        .map(|f| f.message.clone())
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_gang_of_four_gets_two_devices_each_on_its_pods_nodes_and_no_device_twice() {
+    let mut sim = sim(2);
+    let claims = (0..4).map(|i| claim(&format!("c{i}"), 2, vec![])).collect();
+    sim.snap.set_devices(Arc::new(catalog(&[4, 4], claims)));
+    sim.add_group(Sim::gang("g", 4));
+    for i in 0..4 {
+        sim.add_pod(pod_with(&format!("p{i}"), Some("g"), &[&format!("c{i}")]));
+    }
+    sim.run();
+    assert!(sim.bound(&["p0", "p1", "p2", "p3"]));
+    let w = writes(&sim);
+    assert_eq!(w.len(), 4, "{w:?}");
+    let mut seen = HashSet::new();
+    for (pod, write) in &w {
+        let a = write.allocation.as_ref().expect("allocated in this cycle");
+        assert_eq!(a.devices.len(), 2);
+        let node = sim.node_of(pod).unwrap();
+        assert_eq!(a.node.as_deref(), Some(node.as_str()), "node-local allocation");
+        for (req, d, admin) in &a.devices {
+            assert_eq!(&**req, "gpu");
+            assert!(!admin);
+            assert_eq!(&*d.pool, node.as_str(), "{pod} on {node} got {d}");
+            assert!(seen.insert(d.clone()), "{d} given twice");
+        }
+    }
+}
+
+#[test]
+fn a_gang_short_of_one_device_binds_nothing_and_allocates_nothing() {
+    let mut sim = sim(2);
+    let claims = (0..4).map(|i| claim(&format!("c{i}"), 2, vec![])).collect();
+    sim.snap.set_devices(Arc::new(catalog(&[4, 3], claims)));
+    sim.add_group(Sim::gang("g", 4));
+    for i in 0..4 {
+        sim.add_pod(pod_with(&format!("p{i}"), Some("g"), &[&format!("c{i}")]));
+    }
+    sim.run();
+    assert!(sim.unbound(&["p0", "p1", "p2", "p3"]));
+    assert!(writes(&sim).is_empty());
+    assert!(
+        sim.snap.device_overlay().is_empty(),
+        "the failed placement reverted every allocation"
+    );
+    let (status, _, message) = sim.condition("g").expect("group condition");
+    assert!(!status);
+    assert!(message.contains("cannot allocate all claims"), "{message}");
+}
+
+#[test]
+fn of_two_competing_gangs_one_is_whole_and_the_other_untouched() {
+    let mut sim = sim(1);
+    let claims = (0..4).map(|i| claim(&format!("c{i}"), 2, vec![])).collect();
+    sim.snap.set_devices(Arc::new(catalog(&[4], claims)));
+    sim.add_group(Sim::gang("g1", 2));
+    sim.add_group(Sim::gang("g2", 2));
+    sim.add_pod(pod_with("x0", Some("g1"), &["c0"]));
+    sim.add_pod(pod_with("x1", Some("g1"), &["c1"]));
+    sim.add_pod(pod_with("y0", Some("g2"), &["c2"]));
+    sim.add_pod(pod_with("y1", Some("g2"), &["c3"]));
+    sim.run();
+    let (whole, other) = if sim.bound(&["x0", "x1"]) {
+        (["x0", "x1"], ["y0", "y1"])
+    } else {
+        (["y0", "y1"], ["x0", "x1"])
+    };
+    assert!(sim.bound(&whole));
+    assert!(sim.unbound(&other));
+    assert_eq!(writes(&sim).len(), 2, "only the whole gang's claims are written");
+    assert!(
+        failure(&sim, other[0]).contains("cannot allocate all claims"),
+        "{}",
+        failure(&sim, other[0])
+    );
+}
+
+#[test]
+fn a_later_member_moves_an_earlier_one_to_another_device_instead_of_failing() {
+    // k/k#138765: p0 accepts any device, p1 only the h100. First fit gives p0 the h100 (it comes first) and
+    // strands p1; the joint allocation on the node moves p0 to the a100.
+    let mut sim = sim(1);
+    let mut cat = catalog(
+        &[0],
+        vec![claim("any", 1, vec![]), claim("h100", 1, vec![model_is("h100")])],
+    );
+    cat.node_devices.insert(
+        "a".into(),
+        vec![Arc::new(gpu("a", 0, "h100")), Arc::new(gpu("a", 1, "a100"))],
+    );
+    sim.snap.set_devices(Arc::new(cat));
+    sim.add_group(Sim::gang("g", 2));
+    sim.add_pod(pod_with("p0", Some("g"), &["any"]));
+    sim.add_pod(pod_with("p1", Some("g"), &["h100"]));
+    sim.run();
+    assert!(sim.bound(&["p0", "p1"]), "{}", failure(&sim, "p0"));
+    let w = writes(&sim);
+    let device_of = |claim: &str| {
+        w.iter()
+            .find(|(_, x)| &*x.claim.name == claim)
+            .and_then(|(_, x)| x.allocation.as_ref())
+            .map(|a| a.devices[0].1.device.to_string())
+    };
+    assert_eq!(device_of("h100").as_deref(), Some("gpu-0"));
+    assert_eq!(device_of("any").as_deref(), Some("gpu-1"));
+}
+
+#[test]
+fn a_claim_shared_by_three_pods_is_allocated_once_and_reserved_for_each() {
+    let mut sim = sim(2);
+    sim.snap
+        .set_devices(Arc::new(catalog(&[1, 1], vec![claim("shared", 1, vec![])])));
+    sim.add_group(Sim::gang("g", 3));
+    for i in 0..3 {
+        sim.add_pod(pod_with(&format!("p{i}"), Some("g"), &["shared"]));
+    }
+    sim.run();
+    assert!(sim.bound(&["p0", "p1", "p2"]));
+    let nodes: HashSet<String> = (0..3).map(|i| sim.node_of(&format!("p{i}")).unwrap()).collect();
+    assert_eq!(
+        nodes.len(),
+        1,
+        "a node-local device keeps its users on its node: {nodes:?}"
+    );
+    let w = writes(&sim);
+    assert_eq!(
+        w.len(),
+        3,
+        "one write per pod (PreBind merges them into one per claim)"
+    );
+    let allocations: HashSet<_> = w
+        .iter()
+        .filter_map(|(_, x)| x.allocation.clone())
+        .map(|a| a.devices)
+        .collect();
+    assert_eq!(allocations.len(), 1, "one allocation: {allocations:?}");
+}
+
+#[test]
+fn an_allocated_claim_keeps_its_pod_on_the_node_it_was_allocated_for() {
+    let mut sim = sim(3);
+    let mut c = claim("done", 1, vec![]);
+    c.allocation = Some(Allocated {
+        devices: vec![("gpu".into(), DeviceId::new(DRIVER, "c", "gpu-0"), false)],
+        node_selector: Some(vec![phalanx_scheduler::selectors::NodeSelectorTerm::node_name(
+            "c",
+        )]),
+    });
+    sim.snap.set_devices(Arc::new(catalog(&[1, 1, 1], vec![c])));
+    sim.add_pod(pod_with("p", None, &["done"]));
+    sim.run();
+    assert_eq!(sim.node_of("p").as_deref(), Some("c"));
+    let w = writes(&sim);
+    assert_eq!(w.len(), 1, "the reservation is still to write");
+    assert!(w[0].1.allocation.is_none(), "the allocation is not written again");
+}
+
+#[test]
+fn a_missing_claim_or_dra_not_served_says_so() {
+    let mut sim = sim(1);
+    sim.snap.set_devices(Arc::new(catalog(&[1], vec![])));
+    sim.add_pod(pod_with("p", None, &["nope"]));
+    sim.run();
+    assert!(sim.unbound(&["p"]));
+    assert!(
+        failure(&sim, "p").contains("resourceclaim.resource.k8s.io \"nope\" not found"),
+        "{}",
+        failure(&sim, "p")
+    );
+
+    let mut sim = sim_without_dra();
+    sim.add_pod(pod_with("q", None, &["c"]));
+    sim.run();
+    assert!(
+        failure(&sim, "q").contains("resource.k8s.io/v1 is not served"),
+        "{}",
+        failure(&sim, "q")
+    );
+}
+
+fn sim_without_dra() -> Sim {
+    let mut s = sim(1);
+    s.snap.set_devices(Arc::new(DeviceCatalog::default()));
+    s
+}
+
+#[test]
+fn a_claim_not_created_yet_holds_the_pod_at_pre_enqueue() {
+    let mut sim = sim(1);
+    sim.snap.set_devices(Arc::new(catalog(&[1], vec![])));
+    let mut p = Sim::make_pod("p", 100, Some("g"), 100);
+    Arc::make_mut(&mut p.spec).resource_claims = vec![PodResourceClaim {
+        name: "gpu".into(),
+        source: PodClaimSource::NotCreated,
+    }];
+    sim.add_group(Sim::gang("g", 1));
+    sim.add_pod(p);
+    sim.run();
+    assert!(sim.unbound(&["p"]));
+    let gate = sim.gate("g").expect("held");
+    assert_eq!(gate.reason, GateReason::WaitingForResourceClaim);
+    assert_eq!(gate.pod_message, "pod \"ns/p\": ResourceClaim not created yet");
+}
+
+fn preempt_for_devices(known_holder: bool) -> Vec<String> {
+    // Node a has 2 devices, both allocated to the claim of a low-priority pod running there. A high-priority
+    // pod whose claim needs both can only fit if preemption frees them.
+    let mut sim = sim(1);
+    sim.sched.enable_default_preemption();
+    let mut held = claim("low-claim", 2, vec![]);
+    held.allocation = Some(Allocated {
+        devices: (0..2)
+            .map(|i| {
+                (
+                    "gpu".into(),
+                    DeviceId::new(DRIVER, "a", &format!("gpu-{i}")),
+                    false,
+                )
+            })
+            .collect(),
+        node_selector: None,
+    });
+    held.reserved_for = vec![Consumer {
+        api_group: "".into(),
+        resource: "pods".into(),
+        name: "low".into(),
+        uid: "uid-low".into(),
+    }];
+    let mut cat = catalog(&[2], vec![held, claim("high-claim", 2, vec![])]);
+    for i in 0..2 {
+        cat.allocated.insert(
+            DeviceId::new(DRIVER, "a", &format!("gpu-{i}")),
+            ClaimKey::new(NS, "low-claim"),
+        );
+    }
+    if known_holder {
+        cat.holders.insert(
+            ClaimKey::new(NS, "low-claim"),
+            vec![(PodKey::new(NS, "low"), "a".into())],
+        );
+    }
+    sim.snap.set_devices(Arc::new(cat));
+    sim.add_assigned("low", 100, "a", 1);
+    let mut high = pod_with("high", None, &["high-claim"]);
+    high.priority = 1000;
+    sim.add_pod(high);
+    sim.run_ready();
+    let victims: Vec<String> = sim
+        .decisions
+        .iter()
+        .flat_map(|d| &d.victims)
+        .map(|v| v.pod.name.to_string())
+        .collect();
+    victims
+}
+
+#[test]
+fn preemption_counts_a_victims_devices_as_freed() {
+    assert_eq!(preempt_for_devices(true), ["low"]);
+}
+
+#[test]
+fn devices_held_for_a_consumer_the_runtime_does_not_know_are_not_counted_as_freed() {
+    // A claim reserved for a pod that is gone (kube-controller-manager has not deallocated it yet) keeps its
+    // devices: evicting the pods on the node would free nothing.
+    assert!(preempt_for_devices(false).is_empty());
+}
+
+/// Nodes a, b in rack r1 and c, d in rack r2, with `per_node` devices each.
+fn racks(per_node: &[usize; 4], claims: usize) -> Sim {
+    let labels = [("rack", "r1"), ("rack", "r1"), ("rack", "r2"), ("rack", "r2")];
+    let mut sim = Sim::new((0..4).map(|i| node(&node_name(i), 64, &[labels[i]])).collect());
+    let claims = (0..claims).map(|i| claim(&format!("c{i}"), 2, vec![])).collect();
+    sim.snap.set_devices(Arc::new(catalog(per_node, claims)));
+    sim.add_group(Sim::gang_topo("g", 4, "rack"));
+    for i in 0..4 {
+        sim.add_pod(pod_with(&format!("p{i}"), Some("g"), &[&format!("c{i}")]));
+    }
+    sim
+}
+
+#[test]
+fn a_rack_constrained_gang_counts_only_racks_where_its_devices_fit() {
+    // r1 has 2 + 2 devices (room for two pods), r2 has 4 + 4: the gang goes to r2 whole.
+    let mut sim = racks(&[2, 2, 4, 4], 4);
+    sim.run();
+    assert!(sim.bound(&["p0", "p1", "p2", "p3"]), "{}", failure(&sim, "p0"));
+    for i in 0..4 {
+        assert_eq!(sim.label_of(&format!("p{i}"), "rack").as_deref(), Some("r2"));
+    }
+}
+
+#[test]
+fn a_gang_that_fits_no_rack_names_the_device_class_it_is_short_of_in_the_closest_one() {
+    // r1: 3 + 3 devices (three pods of two), r2: 2 + 0 (one pod). Closest is r1, with 6 of the 8 devices.
+    let mut sim = racks(&[3, 3, 2, 0], 4);
+    sim.run();
+    assert!(sim.unbound(&["p0", "p1", "p2", "p3"]));
+    let (_, _, message) = sim.condition("g").expect("condition");
+    assert!(message.contains("rack=r1"), "{message}");
+    assert!(
+        message.contains("6 of 8 devices of class gpu.example.com free"),
+        "{message}"
+    );
+}
