@@ -405,3 +405,85 @@ async fn two_competing_gangs_give_one_whole_gang_and_one_untouched() -> anyhow::
     sched.stop().await?;
     dev.cleanup().await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_greedy_trap_of_k_k_138765_is_undone() -> anyhow::Result<()> {
+    // gpu-0 is the only h100, gpu-1 an a100. g-0 takes any device, g-1 only an h100: first fit gives g-0 the h100
+    // and strands g-1; the joint allocation moves g-0 to the a100.
+    let ctx = setup("dra-trap").await?;
+    let mut dev = Devices::new(&ctx).await?;
+    let a = ctx.node("a", "8").await?;
+    dev.slice(&a, &["h100", "a100"]).await?;
+    dev.template("any", 1, None, None).await?;
+    let model = format!("device.attributes[\"{DRIVER}\"].model == \"h100\"");
+    dev.template("h100", 1, Some(&model), None).await?;
+    ctx.pod_group_with("g", 2, None, serde_json::Value::Null).await?;
+    pod(&ctx, "g-0", Some("g"), (TEMPLATE, "any"), None).await?;
+    pod(&ctx, "g-1", Some("g"), (TEMPLATE, "h100"), None).await?;
+    let sched = ctx.start();
+    ctx.wait_bound(&["g-0", "g-1"]).await?;
+    let alloc = allocations(&ctx).await?;
+    let first = &alloc[&claim_of(&ctx, "g-0").await?].1;
+    let second = &alloc[&claim_of(&ctx, "g-1").await?].1;
+    ensure!(
+        *second == [format!("{a}/gpu-0")],
+        "g-1 (h100 only) got {second:?}"
+    );
+    ensure!(*first == [format!("{a}/gpu-1")], "g-0 got {first:?}");
+    sched.stop().await?;
+    dev.cleanup().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_high_priority_gang_preempts_pods_that_hold_devices_and_gets_them() -> anyhow::Result<()> {
+    use k8s_openapi::api::scheduling::v1::PriorityClass;
+    let ctx = setup("dra-preempt").await?;
+    let pcs: Api<PriorityClass> = Api::all(ctx.client.clone());
+    let (low, high) = (format!("{}-low", ctx.ns), format!("{}-high", ctx.ns));
+    for (name, value) in [(&low, 10), (&high, 1000)] {
+        let pc: PriorityClass =
+            serde_json::from_value(json!({ "metadata": { "name": name }, "value": value }))?;
+        pcs.create(&PostParams::default(), &pc).await?;
+    }
+    let mut dev = Devices::new(&ctx).await?;
+    let a = ctx.node("a", "8").await?;
+    dev.slice(&a, &["a100"; 4]).await?;
+    dev.template("two", 2, None, None).await?;
+    let sched = ctx.start();
+    for i in 0..2 {
+        pod(&ctx, &format!("low-{i}"), None, (TEMPLATE, "two"), Some(&low)).await?;
+    }
+    ctx.wait_bound(&["low-0", "low-1"]).await?;
+    ctx.pod_group_with("g", 2, None, serde_json::Value::Null).await?;
+    for i in 0..2 {
+        pod(&ctx, &format!("g-{i}"), Some("g"), (TEMPLATE, "two"), Some(&high)).await?;
+    }
+    let pods = ["g-0".to_string(), "g-1".to_string()];
+    let bound = tokio::time::timeout(Duration::from_secs(90), async {
+        loop {
+            let b = ctx.bindings().await?;
+            if pods.iter().all(|p| b.contains_key(p)) {
+                return anyhow::Ok(b);
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    })
+    .await
+    .context("the high-priority gang was not bound")??;
+    let left = ctx.pods().list(&ListParams::default()).await?;
+    let lows: Vec<String> = left
+        .items
+        .iter()
+        .map(|p| p.name_any())
+        .filter(|n| n.starts_with("low-"))
+        .collect();
+    ensure!(lows.is_empty(), "the low pods were not preempted: {lows:?}");
+    let devices = check_allocated(&ctx, &bound, &pods).await?;
+    ensure!(devices.len() == 4, "the gang got the freed devices: {devices:?}");
+    sched.stop().await?;
+    dev.cleanup().await?;
+    for n in [&low, &high] {
+        let _ = pcs.delete(n, &DeleteParams::default()).await;
+    }
+    Ok(())
+}
