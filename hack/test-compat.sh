@@ -31,6 +31,7 @@ SUITE=(
   "annotated-job|--workspace --test owner_integration|annotated_job_is_one_gang_without_a_hand_written_pod_group"
   "one-leader|--workspace --test leader|one_leader_standby_takes_over_and_lost_lease_stops"
   "volumes|--workspace --test scheduling_volumes|a_gang_binds_each_member_to_its_own_local_volume dynamic_provisioning_selects_the_nodes_and_binds_only_after_the_volumes_exist a_read_write_once_pod_claim_in_use_keeps_the_second_pod_pending a_csi_node_limit_of_two_keeps_a_third_volume_off_the_node"
+  "devices|--workspace --test scheduling_dra|a_gang_of_four_gets_two_devices_each_on_its_pods_nodes a_gang_short_of_one_device_binds_nothing_and_allocates_nothing a_claim_shared_by_three_pods_is_allocated_once_and_reserved_for_all a_high_priority_gang_preempts_pods_that_hold_devices_and_gets_them"
   "chart|--workspace --test chart_cluster|"
   "explain|--workspace --test explain|explain_quorum explain_resources explain_topology explain_preemption"
 )

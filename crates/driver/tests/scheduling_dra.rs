@@ -487,3 +487,90 @@ async fn a_high_priority_gang_preempts_pods_that_hold_devices_and_gets_them() ->
     }
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_claim_write_binds_no_pod_of_the_gang_until_it_is_allowed() -> anyhow::Result<()> {
+    use k8s_openapi::api::admissionregistration::v1::{
+        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    };
+    // An admission policy refuses status writes to the claim "blocked": PreBind fails on it, takes back what it
+    // wrote to "allowed", and binds neither pod. Once the policy is gone the gang binds whole.
+    let ctx = setup("dra-refused").await?;
+    let mut dev = Devices::new(&ctx).await?;
+    let a = ctx.node("a", "8").await?;
+    dev.slice(&a, &["a100"; 2]).await?;
+    dev.claim("allowed", 1).await?;
+    dev.claim("blocked", 1).await?;
+    let policy = format!("{}-refuse", ctx.ns);
+    let vap: ValidatingAdmissionPolicy = serde_json::from_value(json!({
+        "metadata": { "name": policy },
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": { "resourceRules": [{
+                "apiGroups": ["resource.k8s.io"], "apiVersions": ["v1"],
+                "operations": ["UPDATE"], "resources": ["resourceclaims/status"],
+            }]},
+            "validations": [{
+                "expression": "object.metadata.name != 'blocked'",
+                "message": "the test refuses writes to this claim",
+            }],
+        },
+    }))?;
+    let binding: ValidatingAdmissionPolicyBinding = serde_json::from_value(json!({
+        "metadata": { "name": policy },
+        "spec": {
+            "policyName": policy,
+            "validationActions": ["Deny"],
+            "matchResources": { "namespaceSelector": { "matchLabels": { "kubernetes.io/metadata.name": ctx.ns } } },
+        },
+    }))?;
+    let vaps: Api<ValidatingAdmissionPolicy> = Api::all(ctx.client.clone());
+    let vapbs: Api<ValidatingAdmissionPolicyBinding> = Api::all(ctx.client.clone());
+    vaps.create(&PostParams::default(), &vap).await?;
+    vapbs.create(&PostParams::default(), &binding).await?;
+    // The policy takes effect once the API server has compiled it.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    ctx.pod_group_with("g", 2, None, serde_json::Value::Null).await?;
+    pod(&ctx, "g-0", Some("g"), (CLAIM, "allowed"), None).await?;
+    pod(&ctx, "g-1", Some("g"), (CLAIM, "blocked"), None).await?;
+    let sched = ctx.start();
+    let msg = tokio::time::timeout(common::cluster::SETTLE, async {
+        loop {
+            let p = ctx.pods().get("g-0").await?;
+            if let Some((_, reason, message)) = common::cluster::pod_scheduled(&p)
+                && reason == "SchedulerError"
+                && message.contains("DynamicResources")
+            {
+                return anyhow::Ok(message);
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await
+    .context("no SchedulerError from PreBind")??;
+    ensure!(msg.contains("claim") && msg.contains("blocked"), "message: {msg}");
+    ctx.stays_unbound(&["g-0", "g-1"], Duration::from_secs(3)).await?;
+    let blocked = allocations(&ctx).await?;
+    ensure!(
+        !blocked.contains_key("blocked"),
+        "the refused claim is allocated: {blocked:?}"
+    );
+    vapbs.delete(&policy, &DeleteParams::default()).await?;
+    vaps.delete(&policy, &DeleteParams::default()).await?;
+    let bound = ctx.wait_bound(&["g-0", "g-1"]).await?;
+    ensure!(bound["g-0"] == a && bound["g-1"] == a, "{bound:?}");
+    let alloc = allocations(&ctx).await?;
+    for c in ["allowed", "blocked"] {
+        let (_, devices, reserved) = alloc.get(c).with_context(|| format!("claim {c} not allocated"))?;
+        ensure!(
+            devices.len() == 1 && reserved.len() == 1,
+            "{c}: {devices:?} {reserved:?}"
+        );
+    }
+    ensure!(
+        alloc["allowed"].1 != alloc["blocked"].1,
+        "one device given twice: {alloc:?}"
+    );
+    sched.stop().await?;
+    dev.cleanup().await
+}
