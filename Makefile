@@ -5,7 +5,7 @@ SHELL := bash
 CARGO ?= cargo
 TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
 
-.PHONY: help bins kueue test-kueue cluster-up cluster-down cluster-status test lint fmt-check clippy crds bench bench-e2e quickstart chaos chaos-smoke image test-image image-reproducible test-compat test-compat-all
+.PHONY: help bins kueue test-kueue cluster-up cluster-down cluster-status test lint fmt-check clippy crds bench bench-compare bench-e2e quickstart chaos chaos-smoke image test-image image-reproducible test-compat test-compat-all
 
 help: ## Show this list
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -50,6 +50,9 @@ crds: ## Regenerate crds/phalanx.yaml and the chart's CRDs from the Rust types (
 
 bench: ## Scheduler benchmarks
 	$(CARGO) bench -p phalanx-scheduler
+
+bench-compare: ## Core bench of BASE (default main) vs the working tree, run alternately, as ratios: BASE=<rev> CASES='gang8 gang1000' ROUNDS=5 (hack/bench-compare.sh)
+	BASE='$(BASE)' CASES='$(CASES)' ROUNDS='$(ROUNDS)' CARGO='$(CARGO)' hack/bench-compare.sh
 
 bench-e2e: bins ## End-to-end: Phalanx vs upstream kube-scheduler vs raw bind rate (BENCH_E2E_ARGS='--nodes 500 --gangs 500 --rounds 3')
 	$(CARGO) build --release -p phalanx --bin phalanx
