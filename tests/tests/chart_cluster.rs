@@ -131,6 +131,69 @@ async fn schedule_gang(
     .await
 }
 
+/// Publishes 2 devices on node `<ns>-n0` (a DeviceClass `<ns>-gpu` and a ResourceSlice, as a driver would), creates a
+/// gang of 2 pods with a template claim for 1 device each, and waits until both claims are allocated and reserved;
+/// returns the devices. The cluster-scoped objects are deleted again.
+async fn schedule_device_gang(admin: &Client, ns: &str, scheduler: &str) -> anyhow::Result<Vec<String>> {
+    use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
+    let class = format!("{ns}-gpu");
+    let node = format!("{ns}-n0");
+    let mut yaml = format!(
+        "apiVersion: resource.k8s.io/v1\nkind: DeviceClass\nmetadata: {{name: {class}}}\n\
+         spec: {{selectors: [{{cel: {{expression: 'device.driver == \"gpu.example.com\"'}}}}]}}\n\
+         ---\napiVersion: resource.k8s.io/v1\nkind: ResourceSlice\nmetadata: {{name: {node}}}\n\
+         spec: {{driver: gpu.example.com, nodeName: {node}, pool: {{name: {node}, generation: 1, resourceSliceCount: 1}}, \
+         devices: [{{name: gpu-0}}, {{name: gpu-1}}]}}\n\
+         ---\napiVersion: resource.k8s.io/v1\nkind: ResourceClaimTemplate\nmetadata: {{name: one-gpu}}\n\
+         spec: {{spec: {{devices: {{requests: [{{name: gpu, exactly: {{deviceClassName: {class}}}}}]}}}}}}\n\
+         ---\napiVersion: scheduling.phalanx.dev/v1beta1\nkind: PodGroup\nmetadata: {{name: devices}}\n\
+         spec: {{schedulingPolicy: {{gang: {{minCount: 2}}}}}}\n"
+    );
+    for i in 0..2 {
+        yaml += &format!(
+            "---\napiVersion: v1\nkind: Pod\nmetadata: {{name: devices-{i}, labels: {{{POD_GROUP}: devices}}}}\n\
+             spec:\n  schedulerName: {scheduler}\n  resourceClaims: [{{name: gpu, resourceClaimTemplateName: one-gpu}}]\n\
+             \x20 containers:\n  - name: c\n    image: registry.k8s.io/pause:3.10\n\
+             \x20   resources: {{requests: {{cpu: 100m}}, claims: [{{name: gpu}}]}}\n"
+        );
+    }
+    apply_objects(admin, &parse_objects(&yaml)?, ns).await?;
+    let claims: Api<ResourceClaim> = Api::namespaced(admin.clone(), ns);
+    let got = wait_for("both device claims allocated and reserved", TIMEOUT, || {
+        let claims = claims.clone();
+        async move {
+            let list = claims.list(&ListParams::default()).await?;
+            let done: Vec<String> = list
+                .items
+                .iter()
+                .filter_map(|c| {
+                    let st = c.status.as_ref()?;
+                    st.reserved_for.as_ref().filter(|r| !r.is_empty())?;
+                    let a = st.allocation.as_ref()?.devices.as_ref()?;
+                    Some(
+                        a.results
+                            .iter()
+                            .flatten()
+                            .map(|r| r.device.clone())
+                            .collect::<Vec<_>>()
+                            .join(","),
+                    )
+                })
+                .collect();
+            Ok((done.len() == 2).then_some(done))
+        }
+    })
+    .await?;
+    let dp = kube::api::DeleteParams::default();
+    let _ = Api::<ResourceSlice>::all(admin.clone()).delete(&node, &dp).await;
+    let _ = Api::<DeviceClass>::all(admin.clone()).delete(&class, &dp).await;
+    let mut sorted = got.clone();
+    sorted.sort();
+    sorted.dedup();
+    ensure!(sorted.len() == 2, "a device was given twice: {got:?}");
+    Ok(got)
+}
+
 /// Waits until `p` is Ready and `want_leader` is what its `phalanx_leader` metric says.
 async fn wait_state(p: &mut Phalanx, what: &str, want_leader: bool) -> anyhow::Result<()> {
     let deadline = tokio::time::Instant::now() + TIMEOUT;
@@ -291,6 +354,10 @@ async fn chart_installs_schedules_a_gang_with_its_rbac_and_uninstall_keeps_the_c
     );
     let placed = schedule_gang(&admin, &ns, &scheduler, "gang", 3).await?;
     eprintln!("gang bound to {placed:?} by the binary as ServiceAccount {ns}/{release}");
+    // A gang that claims devices: the chart's RBAC must let the scheduler read the DRA objects and write the
+    // claims' allocation (kube-apiserver 1.37 also checks resourceclaims/binding).
+    let devices = schedule_device_gang(&admin, &ns, &scheduler).await?;
+    eprintln!("device gang allocated {devices:?} by the binary as ServiceAccount {ns}/{release}");
     ensure!(p.stop().await?.success(), "phalanx did not exit cleanly");
 
     // 4. helm uninstall removes the release's objects and leaves the CRDs (same objects) and the groups.

@@ -15,6 +15,7 @@ pub mod composite_pod_group;
 pub mod context;
 pub mod error;
 pub mod group;
+pub mod group_claims;
 pub mod integrations;
 pub mod pod_group;
 pub mod recovery;

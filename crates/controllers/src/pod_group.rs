@@ -30,7 +30,7 @@ use phalanx_api::conditions::reasons::WAITING_FOR_PODS;
 use phalanx_api::conditions::reasons::{GROUP_RESTARTED, RESTARTED_BY_RECOVERY_POLICY};
 use phalanx_api::conditions::{DISRUPTION_TARGET, POD_GROUP_FAILED, POD_GROUP_SATISFIED, TERMINATING};
 use phalanx_api::finalizers::POD_GROUP_PROTECTION;
-use phalanx_api::v1beta1::PodGroup;
+use phalanx_api::v1beta1::{PodGroup, PodGroupResourceClaimStatus};
 use phalanx_store::{GroupKey, GroupKind};
 use serde_json::{Value, json};
 
@@ -40,6 +40,7 @@ use crate::checks;
 use crate::context::Ctx;
 use crate::error::{Error, Result};
 use crate::group::{self, PrioritySpec};
+use crate::group_claims;
 use crate::recovery;
 use crate::satisfied;
 use crate::status::{self, WriteDecision};
@@ -128,6 +129,8 @@ pub struct LiveStatus {
     pub last_restart: Option<Time>,
     /// `Terminating` ([`terminating_condition`]) while a deletion waits for member pods.
     pub terminating: Option<Condition>,
+    /// `status.resourceClaimStatuses`: the claims generated for the group ([`group_claims::ensure`]).
+    pub resource_claims: Vec<PodGroupResourceClaimStatus>,
 }
 
 /// Most pod names a `Terminating` message lists.
@@ -202,6 +205,9 @@ pub fn desired_status(
     }
     if let Some(t) = &live.last_restart {
         st["lastRestartTime"] = json!(t);
+    }
+    if !live.resource_claims.is_empty() {
+        st["resourceClaimStatuses"] = json!(live.resource_claims);
     }
     st
 }
@@ -292,6 +298,13 @@ pub async fn reconcile(pg: Arc<PodGroup>, ctx: Ctx) -> Result<Action> {
         members.iter().map(AsRef::as_ref),
         &ctx.opts.scheduler_names,
     ));
+    // A group being deleted generates no claim (the garbage collector is about to delete them).
+    let claims = if pg.metadata.deletion_timestamp.is_some() {
+        group_claims::GroupClaims::default()
+    } else {
+        group_claims::ensure(&ctx, &pg).await?
+    };
+    problems.extend(claims.problem);
     let problem = checks::combine(&problems);
 
     let current = status::status_json(pg.status.as_ref());
@@ -322,6 +335,7 @@ pub async fn reconcile(pg: Arc<PodGroup>, ctx: Ctx) -> Result<Action> {
         restarts,
         last_restart,
         terminating: terminating_condition(&pg, &members),
+        resource_claims: claims.statuses,
     };
     if let recovery::Step::Restart { number } = step {
         live.restarts = Some(number);

@@ -194,6 +194,32 @@ impl Mapper {
         }
     }
 
+    /// A DRA object changed: the PodGroups that still wait for a claim generated from one of their templates
+    /// (fewer `status.resourceClaimStatuses` than template-based `spec.resourceClaims`) record it now. A scan of
+    /// the PodGroups with claims; a claim deleted later is noticed at the next resync.
+    fn devices_changed(&self) {
+        for g in self.store.pod_groups().state() {
+            let templates = g
+                .spec
+                .resource_claims
+                .iter()
+                .flatten()
+                .filter(|c| c.resource_claim_template_name.is_some())
+                .count();
+            let recorded = g
+                .status
+                .as_ref()
+                .and_then(|s| s.resource_claim_statuses.as_ref())
+                .map_or(0, Vec::len);
+            if templates > recorded {
+                self.queues.group(&GroupKey::pod_group(
+                    &g.namespace().unwrap_or_default(),
+                    &g.name_any(),
+                ));
+            }
+        }
+    }
+
     /// A Workload, PriorityClass or PDB changed; find out which by comparing resource versions.
     fn other_changed(&mut self) {
         let mut changed_workloads: Vec<(String, String)> = Vec::new();
@@ -308,9 +334,9 @@ pub async fn run(store: Store, queues: Queues, shutdown: CancellationToken) {
                 StoreEvent::Pod { group: None, .. }
                 | StoreEvent::Node(_)
                 | StoreEvent::Owner(_)
-                | StoreEvent::Volume
-                | StoreEvent::Devices,
+                | StoreEvent::Volume,
             ) => {}
+            Ok(StoreEvent::Devices) => mapper.devices_changed(),
             Ok(StoreEvent::Group(key)) => mapper.group_changed(&key),
             Ok(StoreEvent::Other) => mapper.other_changed(),
             Ok(StoreEvent::Resync) => mapper.everything(),

@@ -984,27 +984,7 @@ async fn a_written_preemption_policy_never_is_honoured() -> Result<()> {
         };
         let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
         phalanx_testenv::create_pod(&client, &ns, &pod("victim", &low, None, Some(&node))?).await?;
-        let store = Store::start(client.clone(), StoreConfig::default());
-        let (leader_tx, leader_rx) = watch::channel(true);
-        let mut registry = Registry::default();
-        let fut = phalanx_driver::run(
-            client.clone(),
-            store,
-            phalanx_driver::SchedulerOptions {
-                scheduler_name: sched.clone(),
-                node_selector: Some(format!("{}={ns}", phalanx_testenv::TEST_NS_LABEL)),
-                ..Default::default()
-            },
-            leader_rx,
-            shutdown.clone(),
-            &mut registry,
-        );
-        tokio::spawn(async move {
-            let _keep = (leader_tx, registry);
-            if let Err(e) = fut.await {
-                tracing::error!(error = %e, "scheduler ended with an error");
-            }
-        });
+        start_scheduler(&client, &ns, &sched, &shutdown);
         let pgs: Api<PodGroup> = Api::namespaced(client.clone(), &ns);
         let never = json!({ "priorityClassName": high, "preemptionPolicy": "Never" });
         pgs.create(&PostParams::default(), &pg("g-never", None, None, never.clone())?)
@@ -1593,4 +1573,184 @@ async fn a_template_recovery_policy_applies_to_its_pod_groups() -> Result<()> {
     ensure!(failed.1 == "MembersLost", "PodGroupFailed reason {failed:?}");
     ensure!(pods.get_opt("p1").await?.is_some(), "Fail deletes nothing");
     Ok(())
+}
+
+/// Starts a scheduler named `sched` over the nodes of test namespace `ns`, on its own store, until `shutdown`.
+fn start_scheduler(client: &Client, ns: &str, sched: &str, shutdown: &CancellationToken) {
+    let store = Store::start(client.clone(), StoreConfig::default());
+    let (leader_tx, leader_rx) = watch::channel(true);
+    let mut registry = Registry::default();
+    let fut = phalanx_driver::run(
+        client.clone(),
+        store,
+        phalanx_driver::SchedulerOptions {
+            scheduler_name: sched.to_string(),
+            node_selector: Some(format!("{}={ns}", phalanx_testenv::TEST_NS_LABEL)),
+            ..Default::default()
+        },
+        leader_rx,
+        shutdown.clone(),
+        &mut registry,
+    );
+    tokio::spawn(async move {
+        let _keep = (leader_tx, registry);
+        if let Err(e) = fut.await {
+            tracing::error!(error = %e, "scheduler ended with an error");
+        }
+    });
+}
+
+/// A PodGroup's own claim (KEP-5729): the controller generates `<group>-<entry>` from the entry's template, owned
+/// by the group and recorded in `status.resourceClaimStatuses`; the members that name it are scheduled with it
+/// allocated once and reserved for each of them, and no per-pod claim exists. A claim of that name that the group
+/// does not own is reported (`Valid=False/ResourceClaimConflict`) and left alone. After the pods and the group
+/// are deleted, kube-controller-manager deallocates the claim and its garbage collector deletes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_groups_own_claim_is_generated_and_allocated_once_for_its_members() -> Result<()> {
+    use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
+    let (client, ns) = setup("ctl-claims").await?;
+    let node = format!("{ns}-n1");
+    FakeNode::new(&node)
+        .cpu("8")
+        .memory("8Gi")
+        .pods(110)
+        .test_namespace(&ns)
+        .create(&client)
+        .await?;
+    let class = format!("{ns}-gpu");
+    let objects: Vec<Value> = vec![
+        json!({ "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": { "name": class },
+            "spec": { "selectors": [{ "cel": { "expression": "device.driver == \"gpu.example.com\"" } }] } }),
+        json!({ "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": { "name": node },
+            "spec": { "driver": "gpu.example.com", "nodeName": node,
+                "pool": { "name": node, "generation": 1, "resourceSliceCount": 1 },
+                "devices": [{ "name": "gpu-0" }, { "name": "gpu-1" }] } }),
+    ];
+    Api::<DeviceClass>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(objects[0].clone())?,
+        )
+        .await?;
+    Api::<ResourceSlice>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(objects[1].clone())?,
+        )
+        .await?;
+    let shutdown = CancellationToken::new();
+    let result = async {
+        let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), &ns);
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        let pgs: Api<PodGroup> = Api::namespaced(client.clone(), &ns);
+        let spec = json!({ "devices": { "requests": [{ "name": "gpu", "exactly": { "deviceClassName": class } }] } });
+        let template = json!({ "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+            "metadata": { "name": "one-gpu" }, "spec": { "metadata": { "labels": { "team": "ml" } }, "spec": spec } });
+        Api::<k8s_openapi::api::resource::v1::ResourceClaimTemplate>::namespaced(client.clone(), &ns)
+            .create(&PostParams::default(), &serde_json::from_value(template)?)
+            .await?;
+        // A claim already named as `taken`'s would be: not the group's, so reported and not touched.
+        claims
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({ "metadata": { "name": "taken-gpu" }, "spec": spec }))?,
+            )
+            .await?;
+        let entry = json!({ "resourceClaims": [{ "name": "gpu", "resourceClaimTemplateName": "one-gpu" }] });
+        let mut g = pg("train", None, None, entry.clone())?;
+        g.spec.scheduling_policy = serde_json::from_value(json!({ "gang": { "minCount": 3 } }))?;
+        pgs.create(&PostParams::default(), &g).await?;
+        pgs.create(&PostParams::default(), &pg("taken", None, None, entry)?)
+            .await?;
+        let statuses = wait_for("train records its generated claim", Duration::from_secs(60), || async {
+            let s = pgs.get("train").await?.status.and_then(|s| s.resource_claim_statuses);
+            Ok(s.filter(|s| !s.is_empty()))
+        })
+        .await?;
+        ensure!(
+            statuses.len() == 1
+                && statuses[0].name == "gpu"
+                && statuses[0].resource_claim_name.as_deref() == Some("train-gpu"),
+            "status.resourceClaimStatuses: {statuses:?}"
+        );
+        let generated = claims.get("train-gpu").await?;
+        let train_uid = pgs.get("train").await?.uid();
+        ensure!(
+            generated.owner_references().iter().any(|o| Some(&o.uid) == train_uid.as_ref()
+                && o.kind == "PodGroup"
+                && o.controller == Some(true)),
+            "owner references: {:?}",
+            generated.owner_references()
+        );
+        ensure!(
+            generated.annotations().get("resource.kubernetes.io/pod-claim-name").map(String::as_str) == Some("gpu")
+                && generated.labels().get("team").map(String::as_str) == Some("ml"),
+            "metadata of the generated claim: {:?}",
+            generated.metadata
+        );
+        let message = wait_valid(&client, &ns, "PodGroup", "taken", "False", "ResourceClaimConflict").await?;
+        ensure!(
+            message.contains("spec.resourceClaims[0]") && message.contains("taken-gpu"),
+            "conflict message: {message}"
+        );
+        ensure!(
+            claims.get("taken-gpu").await?.owner_references().is_empty(),
+            "the user's claim was adopted"
+        );
+
+        let sched = format!("phalanx-{ns}");
+        start_scheduler(&client, &ns, &sched, &shutdown);
+        for i in 0..3 {
+            let p: Pod = serde_json::from_value(json!({
+                "metadata": { "name": format!("train-{i}"), "labels": { "scheduling.phalanx.dev/pod-group": "train" } },
+                "spec": {
+                    "schedulerName": sched, "terminationGracePeriodSeconds": 0,
+                    "resourceClaims": [{ "name": "gpu", "resourceClaimName": "train-gpu" }],
+                    "containers": [{ "name": "c", "image": "busybox",
+                        "resources": { "requests": { "cpu": "100m" }, "claims": [{ "name": "gpu" }] } }],
+                }
+            }))?;
+            phalanx_testenv::create_pod(&client, &ns, &p).await?;
+        }
+        let reserved = wait_for("the group's claim reserved for its 3 members", Duration::from_secs(60), || async {
+            let c = claims.get("train-gpu").await?;
+            let st = c.status.unwrap_or_default();
+            let mut r: Vec<String> = st.reserved_for.iter().flatten().map(|r| r.name.clone()).collect();
+            r.sort();
+            Ok((st.allocation.is_some() && r.len() == 3).then_some((r, st.allocation)))
+        })
+        .await?;
+        ensure!(reserved.0 == ["train-0", "train-1", "train-2"], "reserved for {:?}", reserved.0);
+        let devices: Vec<String> = reserved
+            .1
+            .and_then(|a| a.devices)
+            .map(|d| d.results.into_iter().flatten().map(|r| r.device).collect())
+            .unwrap_or_default();
+        ensure!(devices.len() == 1, "one device for the group: {devices:?}");
+        for i in 0..3 {
+            let p = pods.get(&format!("train-{i}")).await?;
+            ensure!(
+                p.spec.and_then(|s| s.node_name).as_deref() == Some(node.as_str()),
+                "train-{i} is not bound to {node}"
+            );
+        }
+        let names: Vec<String> = claims.list(&ListParams::default()).await?.items.iter().map(|c| c.name_any()).collect();
+        ensure!(names.len() == 2, "only the group's claim and the user's: {names:?}");
+
+        // Teardown as a user does it: pods, then the group. kube-controller-manager clears the reservations and
+        // the allocation; the garbage collector deletes the claim with its owner.
+        pods.delete_collection(&DeleteParams::default(), &ListParams::default()).await?;
+        pgs.delete("train", &DeleteParams::default()).await?;
+        wait_for("the generated claim deleted with its group", Duration::from_secs(90), || async {
+            Ok(claims.get_opt("train-gpu").await?.is_none().then_some(()))
+        })
+        .await?;
+        Ok(())
+    }
+    .await;
+    shutdown.cancel();
+    let dp = DeleteParams::default();
+    let _ = Api::<ResourceSlice>::all(client.clone()).delete(&node, &dp).await;
+    let _ = Api::<DeviceClass>::all(client.clone()).delete(&class, &dp).await;
+    result
 }

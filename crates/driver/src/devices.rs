@@ -177,6 +177,15 @@ fn allocation_json(a: &DeviceAllocation) -> Value {
     out
 }
 
+/// The server's own message for an API error (`Display` of `kube::Error::Api` carries the whole `Status`, a
+/// kilobyte or two, too long for a condition message), else the error's text.
+fn reason(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => format!("{} ({})", s.message, s.code),
+        other => other.to_string(),
+    }
+}
+
 fn consumer_json(name: &str, uid: &str) -> Value {
     json!({ "resource": "pods", "name": name, "uid": uid })
 }
@@ -260,7 +269,7 @@ async fn write_claim(client: &kube::Client, store: &Store, j: &ClaimJob) -> Resu
             current = Arc::new(
                 api.patch(&key.name, &pp, &Patch::Merge(&patch))
                     .await
-                    .map_err(|e| format!("adding the finalizer to claim {key}: {e}"))?,
+                    .map_err(|e| format!("adding the finalizer to claim {key}: {}", reason(&e)))?,
             );
             finalizer_added = true;
         }
@@ -291,9 +300,13 @@ async fn write_claim(client: &kube::Client, store: &Store, j: &ClaimJob) -> Resu
         st["allocation"] = allocation_json(a);
     }
     let patch = json!({ "metadata": { "resourceVersion": rv }, "status": st });
-    api.patch_status(&key.name, &pp, &Patch::Merge(&patch))
-        .await
-        .map_err(|e| format!("writing the allocation of claim {key}: {e}"))?;
+    if let Err(e) = api.patch_status(&key.name, &pp, &Patch::Merge(&patch)).await {
+        // Nothing of this claim is written but the finalizer: take it back too.
+        if finalizer_added && let Err(u) = remove_finalizer(&api, (*current).clone()).await {
+            tracing::warn!(claim = %key, error = %u, "could not remove the finalizer PreBind added");
+        }
+        return Err(format!("writing the allocation of claim {key}: {}", reason(&e)));
+    }
     Ok(Written {
         claim: key.clone(),
         allocated,
@@ -325,16 +338,24 @@ async fn undo(client: &kube::Client, w: &Written) -> Result<(), kube::Error> {
         .patch_status(&w.claim.name, &pp, &Patch::Merge(&patch))
         .await?;
     if w.finalizer_added && w.allocated && kept.is_empty() {
-        let finalizers: Vec<String> = current
-            .metadata
-            .finalizers
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|f| f != FINALIZER)
-            .collect();
-        let patch = json!({ "metadata": { "resourceVersion": current.metadata.resource_version, "finalizers": finalizers } });
-        api.patch(&w.claim.name, &pp, &Patch::Merge(&patch)).await?;
+        remove_finalizer(&api, current).await?;
     }
+    Ok(())
+}
+
+/// Removes the finalizer PreBind added to a claim it could not allocate.
+async fn remove_finalizer(api: &Api<ResourceClaim>, current: ResourceClaim) -> Result<(), kube::Error> {
+    let name = current.metadata.name.clone().unwrap_or_default();
+    let finalizers: Vec<String> = current
+        .metadata
+        .finalizers
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|f| f != FINALIZER)
+        .collect();
+    let patch = json!({ "metadata": { "resourceVersion": current.metadata.resource_version, "finalizers": finalizers } });
+    api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
     Ok(())
 }
 

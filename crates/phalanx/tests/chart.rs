@@ -196,9 +196,11 @@ fn cluster_role_is_exactly_least_privilege() {
         expect(
             "resource.k8s.io",
             "resourceclaims",
-            &["get", "list", "watch", "update", "patch"],
+            &["get", "list", "watch", "create", "update", "patch"],
         ),
         expect("resource.k8s.io", "resourceclaims/status", &["update", "patch"]),
+        // kube-apiserver 1.37 checks it before a write of status.allocation or status.reservedFor.
+        expect("resource.k8s.io", "resourceclaims/binding", &["update", "patch"]),
     ]);
     // Owner integration: metadata caches and gets of the built-in owners and of the listed custom owners.
     want.insert(expect("batch", "jobs", &read));

@@ -412,3 +412,64 @@ fn a_gang_that_fits_no_rack_names_the_device_class_it_is_short_of_in_the_closest
         "{message}"
     );
 }
+
+/// Upstream's `ResourceClaimReservedForMaxSize`: a shared claim reserved for 255 pods takes one more consumer,
+/// and a gang of 2 more members cannot both reserve it in one cycle (neither binds).
+#[test]
+fn a_shared_claim_with_a_full_reserved_for_takes_no_new_pod() {
+    let full = |n: usize| {
+        let mut c = claim("shared", 1, vec![]);
+        c.allocation = Some(Allocated {
+            devices: vec![("gpu".into(), DeviceId::new(DRIVER, "a", "gpu-0"), false)],
+            node_selector: Some(vec![phalanx_scheduler::selectors::NodeSelectorTerm::node_name(
+                "a",
+            )]),
+        });
+        c.reserved_for = (0..n)
+            .map(|i| Consumer {
+                api_group: "".into(),
+                resource: "pods".into(),
+                name: format!("old-{i}").into(),
+                uid: format!("uid-old-{i}").into(),
+            })
+            .collect();
+        c
+    };
+    let mut sim = sim(1);
+    sim.snap.set_devices(Arc::new(catalog(&[1], vec![full(255)])));
+    sim.add_pod(pod_with("p", None, &["shared"]));
+    sim.run();
+    assert!(
+        sim.bound(&["p"]),
+        "the 256th consumer fits: {}",
+        failure(&sim, "p")
+    );
+
+    let mut sim = sim_gang_of_two(full(255));
+    sim.run();
+    assert!(sim.unbound(&["g0", "g1"]), "257 consumers: nothing binds");
+    assert!(
+        failure(&sim, "g1").contains("resourceclaim in use"),
+        "{}",
+        failure(&sim, "g1")
+    );
+
+    let mut sim = sim_gang_of_two(full(256));
+    sim.run();
+    assert!(sim.unbound(&["g0", "g1"]));
+    assert!(
+        failure(&sim, "g0").contains("resourceclaim in use"),
+        "{}",
+        failure(&sim, "g0")
+    );
+}
+
+fn sim_gang_of_two(c: ResourceClaimInfo) -> Sim {
+    let mut sim = sim(1);
+    sim.snap.set_devices(Arc::new(catalog(&[1], vec![c])));
+    sim.add_group(Sim::gang("g", 2));
+    for i in 0..2 {
+        sim.add_pod(pod_with(&format!("g{i}"), Some("g"), &["shared"]));
+    }
+    sim
+}

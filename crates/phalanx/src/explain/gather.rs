@@ -191,7 +191,7 @@ pub async fn explain(
         })
         .or_else(|| foreign.clone().filter(|_| standing == Standing::SchedulerError));
     let failing = matches!(standing, Standing::Unschedulable | Standing::Preempting);
-    let (shortfall, domains, holders, volumes) = match attempt {
+    let (shortfall, domains, holders, volumes, devices) = match attempt {
         Some(a) if failing && !a.nodes.is_empty() => {
             let key = a
                 .entity
@@ -214,13 +214,19 @@ pub async fn explain(
             let shortfall = facts::shortfall(&a.nodes, &a.entity.pods);
             let short: Vec<String> = shortfall.iter().map(|x| x.resource.clone()).collect();
             let volumes = facts::volume_blocker(&a.volumes, &a.entity.pods, a.nodes.iter());
-            // When volumes keep the group out and no resource is short, the pods on the nodes hold no room it needs.
-            let holders = if volumes.is_some() && shortfall.is_empty() {
+            let devices = phalanx_scheduler::dra::scheduling::domain_shortfall(
+                &a.devices,
+                &a.entity.pods,
+                a.nodes.iter(),
+            );
+            // When volumes or devices keep the group out and no resource is short, the pods on the nodes hold no
+            // room it needs (preemption counts a device holder's devices; this list is about CPU and memory).
+            let holders = if (volumes.is_some() || devices.is_some()) && shortfall.is_empty() {
                 vec![]
             } else {
                 facts::holders(&a.nodes, &a.entity.pods, on.as_deref(), &short, HOLDERS)
             };
-            (shortfall, domains, holders, volumes)
+            (shortfall, domains, holders, volumes, devices)
         }
         // A group that fits may still wait for a provisioner: say so.
         Some(a) => (
@@ -228,8 +234,9 @@ pub async fn explain(
             vec![],
             vec![],
             facts::provisioning_waits(&a.volumes, &a.entity.pods),
+            None,
         ),
-        _ => (vec![], vec![], vec![], None),
+        _ => (vec![], vec![], vec![], None, None),
     };
     let preemption = decision.and_then(|d| {
         let p = d.preemption.as_ref()?;
@@ -322,6 +329,7 @@ pub async fn explain(
         reasons: reasons_text,
         shortfall,
         volumes,
+        devices,
         domains,
         holders,
         preemption,

@@ -171,6 +171,10 @@ pub struct Explanation {
     pub shortfall: Vec<facts::Shortfall>,
     /// The first claim no considered node can satisfy (`pod p: claim ns/c: <upstream reasons>`).
     pub volumes: Option<String>,
+    /// The first device class the pending pods want more of than the considered nodes have free (`6 of 8 devices
+    /// of class gpu.example.com free`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub devices: Option<String>,
     /// Topology domains, closest first (groups with a topology constraint).
     pub domains: Vec<facts::DomainFit>,
     /// Pods holding the room the group needs, lowest priority first.

@@ -95,6 +95,9 @@ pub fn text(e: &Explanation) -> String {
     if let Some(v) = &e.volumes {
         let _ = writeln!(s, "  Volumes: {v}");
     }
+    if let Some(v) = &e.devices {
+        let _ = writeln!(s, "  Devices: {v}");
+    }
     if !e.domains.is_empty() {
         let _ = writeln!(s, "  Topology domains (closest first):");
         for d in &e.domains {

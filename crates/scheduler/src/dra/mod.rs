@@ -122,8 +122,12 @@ impl fmt::Display for SelectorError {
     }
 }
 
-/// A selector's results by device.
-type SelectorCache = Mutex<HashMap<DeviceId, Result<bool, SelectorError>>>;
+/// A selector's results by device, keyed by the address of the device name's allocation: hashing an address
+/// instead of three strings is what makes the cache pay. The entry keeps the whole id, and a hit counts only when
+/// it equals the device's (pointer-equal `Arc`s compare without reading the strings), so a name shared by two
+/// devices (an interner, say) costs a re-evaluation, never a wrong answer; the kept `Arc` also stops the address
+/// from being reused while the entry lives.
+type SelectorCache = Mutex<HashMap<usize, (DeviceId, Result<bool, SelectorError>)>>;
 
 type Matcher = dyn Fn(&Device) -> Result<bool, SelectorError> + Send + Sync;
 
@@ -168,19 +172,15 @@ impl DeviceSelector {
         let Some(cache) = &self.cache else {
             return (self.matcher)(device);
         };
-        let hit = cache
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(&device.id)
-            .cloned();
-        if let Some(r) = hit {
-            return r;
+        let key = Arc::as_ptr(&device.id.device).cast::<u8>() as usize;
+        let mut cache = cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((id, r)) = cache.get(&key)
+            && *id == device.id
+        {
+            return r.clone();
         }
         let r = (self.matcher)(device);
-        cache
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(device.id.clone(), r.clone());
+        cache.insert(key, (device.id.clone(), r.clone()));
         r
     }
 }
@@ -243,4 +243,28 @@ pub struct ClaimRequests {
     pub requests: Vec<DeviceRequest>,
     /// `spec.devices.constraints` (`matchAttribute` only).
     pub constraints: Vec<MatchAttribute>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two devices whose names share one allocation (as an interner would make them) keep their own answers.
+    #[test]
+    fn a_cached_selector_answers_per_device_even_when_names_share_an_allocation() {
+        let name: Arc<str> = "gpu-0".into();
+        let device = |driver: &str| {
+            Device::new(DeviceId {
+                driver: driver.into(),
+                pool: "node-a".into(),
+                device: name.clone(),
+            })
+        };
+        let (a, b) = (device("a.example.com"), device("b.example.com"));
+        let sel = DeviceSelector::new("driver is a", |d| Ok(&*d.id.driver == "a.example.com")).cached();
+        for _ in 0..2 {
+            assert_eq!(sel.matches(&a), Ok(true));
+            assert_eq!(sel.matches(&b), Ok(false));
+        }
+    }
 }

@@ -19,6 +19,10 @@ use crate::volumes::ClaimKey;
 /// takes a handful of steps, and a search that exhausts this budget takes about a millisecond.
 pub const ALLOCATION_BUDGET: u64 = 10_000;
 
+/// Most entries of a claim's `status.reservedFor` (upstream `ResourceClaimReservedForMaxSize`): a claim shared by
+/// more pods cannot be reserved for the rest.
+pub const RESERVED_FOR_MAX: usize = 256;
+
 /// Upstream's Filter reason when the claims do not fit a node.
 pub const CANNOT_ALLOCATE: &str = "cannot allocate all claims";
 /// Upstream's Filter reason when an allocated claim cannot be used on a node.
@@ -102,6 +106,15 @@ pub fn plan(
         }
         if p.claims.contains(&key) {
             continue;
+        }
+        // Upstream PreFilter (`resourceclaim.CanBeReserved`): a claim whose `reservedFor` is full takes no new
+        // consumer, counting the pods this cycle already reserved it for.
+        if !info.reserved_for_pod(&pod.uid)
+            && info.reserved_for.len() + overlay.users(&key) >= RESERVED_FOR_MAX
+        {
+            return Err(Unresolvable(format!(
+                "resourceclaim in use: \"{name}\" has {RESERVED_FOR_MAX} consumers in reservedFor, the most it takes"
+            )));
         }
         p.claims.push(key.clone());
         if let Some(a) = &info.allocation {
@@ -214,10 +227,16 @@ pub fn fit(plan: &ClaimPlan, node: &NodeInfo) -> Result<Option<NodeAllocations>,
         // A movable claim's requests were valid when it was allocated; the catalog cannot change in a cycle.
         return Err(Misfit::CannotAllocate(None));
     }
-    let in_joint: HashSet<&ClaimKey> = joint.iter().map(|c| &c.key).collect();
     let devices = plan.catalog.devices_for(node);
-    let in_use =
-        |d: &DeviceId| plan.catalog.held(d, node) || plan.taken.get(d).is_some_and(|c| !in_joint.contains(c));
+    // `joint` holds a gang's claims on one node: a few entries, searched linearly.
+    let in_use = |d: &DeviceId| {
+        plan.catalog.held(d, node)
+            || (!plan.taken.is_empty()
+                && plan
+                    .taken
+                    .get(d)
+                    .is_some_and(|c| !joint.iter().any(|j| j.key == *c)))
+    };
     match allocate(&requests, &devices, in_use, ALLOCATION_BUDGET) {
         AllocationOutcome::Allocated(result) => Ok(Some(NodeAllocations {
             claims: joint.iter().map(|c| c.key.clone()).zip(result).collect(),

@@ -1,0 +1,181 @@
+//! A PodGroup's own ResourceClaims (`spec.resourceClaims`, KEP-5729): the claim generated for each entry that
+//! names a ResourceClaimTemplate, recorded in `status.resourceClaimStatuses`.
+//!
+//! Upstream, kube-controller-manager's resourceclaim controller does this for `scheduling.k8s.io` PodGroups
+//! (`pkg/controller/resourceclaim/controller.go`, gate `DRAWorkloadResourceClaims`). It does not know Phalanx's
+//! PodGroups, so this controller does it for them:
+//! - The claim is created from the template's `spec` (labels and annotations of the template's `metadata` too),
+//!   with the annotation `resource.kubernetes.io/pod-claim-name: <entry>` and a controller owner reference to the
+//!   PodGroup, so that the garbage collector deletes it with the group.
+//! - Its name is fixed, `<podgroup>-<entry>` ([`claim_name`]), where upstream generates one: kube-controller-manager
+//!   creates a per-pod claim for every pod entry that names a template, so member pods must name the group's
+//!   claim by `resourceClaimName`, and a name they can write before the claim exists is what lets them.
+//! - A claim of that name that this group does not own is reported on the group (`Valid=False`,
+//!   `ResourceClaimConflict`), never adopted or replaced.
+//!
+//! The scheduler allocates such a claim once, in the group's cycle, and reserves it for every member that uses it
+//! (kubelet checks each pod against `reservedFor`); kube-controller-manager removes finished pods from
+//! `reservedFor` and deallocates the claim when no pod reserves it any more.
+
+use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimTemplateSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::api::{Api, PostParams};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
+use phalanx_api::v1beta1::{PodGroup, PodGroupResourceClaimStatus};
+
+use crate::context::Ctx;
+use crate::error::Result;
+use crate::status::Problem;
+
+/// The annotation upstream's resourceclaim controller puts on a generated claim: the entry's `name`.
+pub const POD_CLAIM_NAME_ANNOTATION: &str = "resource.kubernetes.io/pod-claim-name";
+
+/// Longest object name (DNS-1123 subdomain).
+const MAX_NAME: usize = 253;
+
+/// The name of the claim generated for entry `entry` of PodGroup `group`: `<group>-<entry>`. A name over 253
+/// characters keeps its first 244 and adds `-` and 8 hex digits of an FNV-1a hash of the whole, so that two long
+/// names that share a prefix stay apart.
+pub fn claim_name(group: &str, entry: &str) -> String {
+    let full = format!("{group}-{entry}");
+    if full.len() <= MAX_NAME {
+        return full;
+    }
+    let hash = full.bytes().fold(0x811c_9dc5_u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    });
+    // Names are ASCII (DNS-1123), so any byte index is a char boundary; a trailing '-' or '.' would be invalid.
+    let head = full[..MAX_NAME - 9].trim_end_matches(['-', '.']);
+    format!("{head}-{hash:08x}")
+}
+
+/// What [`ensure`] found: the status entries to record, and a problem to report on the group.
+#[derive(Debug, Default)]
+pub struct GroupClaims {
+    /// One entry per template-based `spec.resourceClaims` entry whose claim exists and is this group's.
+    pub statuses: Vec<PodGroupResourceClaimStatus>,
+    /// A template that does not exist, a claim of the name that is not the group's, or DRA not served.
+    pub problem: Option<Problem>,
+}
+
+/// Creates the missing claims of `pg`'s template-based entries and returns what to record.
+///
+/// # Errors
+/// The create call failed for another reason than "already exists" (that one is picked up by the next
+/// reconcile, when the watch has the claim).
+pub async fn ensure(ctx: &Ctx, pg: &PodGroup) -> Result<GroupClaims> {
+    let mut out = GroupClaims::default();
+    let entries = pg.spec.resource_claims.as_deref().unwrap_or_default();
+    if entries.is_empty() {
+        return Ok(out);
+    }
+    let Some(dra) = ctx.store.dra() else {
+        out.problem = Some(Problem::new(
+            "ResourceClaimsNotServed",
+            "spec.resourceClaims: resource.k8s.io/v1 is not served by the API server, so the group's claims cannot be \
+             allocated",
+        ));
+        return Ok(out);
+    };
+    let (Some(ns), Some(uid)) = (pg.namespace(), pg.uid()) else {
+        return Ok(out);
+    };
+    let mut problems = Vec::new();
+    for (i, entry) in entries.iter().enumerate() {
+        let Some(template) = &entry.resource_claim_template_name else {
+            continue;
+        };
+        let name = claim_name(&pg.name_any(), &entry.name);
+        let field = format!("spec.resourceClaims[{i}]");
+        if let Some(claim) = dra.claims.get(&ObjectRef::new(&name).within(&ns)) {
+            if claim.owner_references().iter().any(|o| o.uid == uid) {
+                out.statuses.push(PodGroupResourceClaimStatus {
+                    name: entry.name.clone(),
+                    resource_claim_name: Some(name),
+                });
+            } else {
+                problems.push(format!(
+                    "{field} ({}): ResourceClaim {name:?} exists and was not generated for this PodGroup",
+                    entry.name
+                ));
+            }
+            continue;
+        }
+        let Some(t) = dra
+            .templates
+            .get(&ObjectRef::new(template).within(&ns))
+            .and_then(|t| t.spec.clone())
+        else {
+            problems.push(format!(
+                "{field}.resourceClaimTemplateName: ResourceClaimTemplate {template:?} not found in namespace {ns:?}"
+            ));
+            continue;
+        };
+        let claim = generated_claim(pg, &uid, &entry.name, &name, t);
+        let api: Api<ResourceClaim> = Api::namespaced(ctx.client.clone(), &ns);
+        match api.create(&PostParams::default(), &claim).await {
+            Ok(_) => tracing::info!(podgroup = %pg.name_any(), namespace = %ns, claim = %name,
+                "created the group's ResourceClaim from template {template}"),
+            // Created by an earlier reconcile whose watch event has not arrived, or by someone else: the next
+            // reconcile tells which.
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if !problems.is_empty() {
+        out.problem = Some(Problem::new("ResourceClaimConflict", problems.join("; ")));
+    }
+    Ok(out)
+}
+
+/// The claim for one entry, as upstream's controller builds a pod's claim from a template.
+fn generated_claim(
+    pg: &PodGroup,
+    uid: &str,
+    entry: &str,
+    name: &str,
+    t: ResourceClaimTemplateSpec,
+) -> ResourceClaim {
+    let meta = t.metadata.unwrap_or_default();
+    let mut annotations = meta.annotations.unwrap_or_default();
+    annotations.insert(POD_CLAIM_NAME_ANNOTATION.into(), entry.into());
+    ResourceClaim {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: pg.namespace(),
+            labels: meta.labels,
+            annotations: Some(annotations),
+            owner_references: Some(vec![OwnerReference {
+                api_version: PodGroup::api_version(&()).into_owned(),
+                kind: PodGroup::kind(&()).into_owned(),
+                name: pg.name_any(),
+                uid: uid.into(),
+                controller: Some(true),
+                block_owner_deletion: Some(true),
+            }]),
+            ..ObjectMeta::default()
+        },
+        spec: t.spec,
+        status: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn claim_names_are_group_and_entry_and_stay_valid_when_long() {
+        assert_eq!(claim_name("train", "gpu"), "train-gpu");
+        let long = "g".repeat(250);
+        let a = claim_name(&long, "nvlink");
+        let b = claim_name(&long, "nvswitch");
+        assert_eq!(a.len(), MAX_NAME);
+        assert_ne!(a, b, "two entries of one long group get two names");
+        assert!(a.starts_with(&"g".repeat(244)));
+        let dashes = format!("{}-{}", "g".repeat(243), "x".repeat(20));
+        let c = claim_name(&dashes, "e");
+        assert!(!c.contains("--"), "no '-' run before the hash: {c}");
+    }
+}
