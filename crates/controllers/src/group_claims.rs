@@ -11,7 +11,7 @@
 //!   creates a per-pod claim for every pod entry that names a template, so member pods must name the group's
 //!   claim by `resourceClaimName`, and a name they can write before the claim exists is what lets them.
 //! - A claim of that name that this group does not own is reported on the group (`Valid=False`,
-//!   `ResourceClaimConflict`), never adopted or replaced.
+//!   [`CLAIM_CONFLICT`]), never adopted or replaced; a template that does not exist is [`TEMPLATE_NOT_FOUND`].
 //!
 //! The scheduler allocates such a claim once, in the group's cycle, and reserves it for every member that uses it
 //! (kubelet checks each pod against `reservedFor`); kube-controller-manager removes finished pods from
@@ -30,6 +30,13 @@ use crate::status::Problem;
 
 /// The annotation upstream's resourceclaim controller puts on a generated claim: the entry's `name`.
 pub const POD_CLAIM_NAME_ANNOTATION: &str = "resource.kubernetes.io/pod-claim-name";
+
+/// `Valid=False` reason: a claim of the generated name exists and is not the group's.
+pub const CLAIM_CONFLICT: &str = "ResourceClaimConflict";
+/// `Valid=False` reason: an entry's ResourceClaimTemplate does not exist (yet).
+pub const TEMPLATE_NOT_FOUND: &str = "ResourceClaimTemplateNotFound";
+/// `Valid=False` reason: the server does not serve `resource.k8s.io/v1`.
+pub const CLAIMS_NOT_SERVED: &str = "ResourceClaimsNotServed";
 
 /// Longest object name (DNS-1123 subdomain).
 const MAX_NAME: usize = 253;
@@ -72,7 +79,7 @@ pub async fn ensure(ctx: &Ctx, pg: &PodGroup) -> Result<GroupClaims> {
     }
     let Some(dra) = ctx.store.dra() else {
         out.problem = Some(Problem::new(
-            "ResourceClaimsNotServed",
+            CLAIMS_NOT_SERVED,
             "spec.resourceClaims: resource.k8s.io/v1 is not served by the API server, so the group's claims cannot be \
              allocated",
         ));
@@ -81,7 +88,8 @@ pub async fn ensure(ctx: &Ctx, pg: &PodGroup) -> Result<GroupClaims> {
     let (Some(ns), Some(uid)) = (pg.namespace(), pg.uid()) else {
         return Ok(out);
     };
-    let mut problems = Vec::new();
+    // (reason, message): the first reason names the condition, every message is kept.
+    let mut problems: Vec<(&str, String)> = Vec::new();
     for (i, entry) in entries.iter().enumerate() {
         let Some(template) = &entry.resource_claim_template_name else {
             continue;
@@ -95,9 +103,12 @@ pub async fn ensure(ctx: &Ctx, pg: &PodGroup) -> Result<GroupClaims> {
                     resource_claim_name: Some(name),
                 });
             } else {
-                problems.push(format!(
-                    "{field} ({}): ResourceClaim {name:?} exists and was not generated for this PodGroup",
-                    entry.name
+                problems.push((
+                    CLAIM_CONFLICT,
+                    format!(
+                        "{field} ({}): ResourceClaim {name:?} exists and was not generated for this PodGroup",
+                        entry.name
+                    ),
                 ));
             }
             continue;
@@ -107,8 +118,12 @@ pub async fn ensure(ctx: &Ctx, pg: &PodGroup) -> Result<GroupClaims> {
             .get(&ObjectRef::new(template).within(&ns))
             .and_then(|t| t.spec.clone())
         else {
-            problems.push(format!(
-                "{field}.resourceClaimTemplateName: ResourceClaimTemplate {template:?} not found in namespace {ns:?}"
+            problems.push((
+                TEMPLATE_NOT_FOUND,
+                format!(
+                    "{field}.resourceClaimTemplateName: ResourceClaimTemplate {template:?} not found in namespace \
+                     {ns:?}; the group's claim {name:?} is created once it exists"
+                ),
             ));
             continue;
         };
@@ -123,8 +138,9 @@ pub async fn ensure(ctx: &Ctx, pg: &PodGroup) -> Result<GroupClaims> {
             Err(e) => return Err(e.into()),
         }
     }
-    if !problems.is_empty() {
-        out.problem = Some(Problem::new("ResourceClaimConflict", problems.join("; ")));
+    if let Some((reason, _)) = problems.first() {
+        let message: Vec<String> = problems.iter().map(|(_, m)| m.clone()).collect();
+        out.problem = Some(Problem::new(reason, message.join("; ")));
     }
     Ok(out)
 }

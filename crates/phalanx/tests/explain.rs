@@ -884,3 +884,41 @@ async fn explain_never_counts_a_pending_pod_as_bound() -> anyhow::Result<()> {
     assert!(!text.contains("pod(s) bound"), "{text}");
     Ok(())
 }
+
+/// A group the controllers found invalid (here: the template of its own claim is missing) after the scheduler wrote
+/// its condition: explain shows the scheduler's condition first and the controllers' `Valid=False` beside it, so a
+/// pending group whose pods only say "not found" points at the group's spec.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_shows_the_controllers_verdict_beside_the_schedulers() -> anyhow::Result<()> {
+    let cx = setup("ex-invalid").await?;
+    cx.node("n1", "8", &[]).await?;
+    cx.group("v", 1, None).await?;
+    let now = k8s_openapi::jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    let missing =
+        "spec.resourceClaims[0].resourceClaimTemplateName: ResourceClaimTemplate \"fabric-chanel\" not found";
+    Api::<PodGroup>::namespaced(cx.client.clone(), &cx.ns)
+        .patch_status(
+            "v",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({ "status": { "conditions": [
+                { "type": "PodGroupInitiallyScheduled", "status": "False", "reason": "Unschedulable",
+                  "message": "0/1 nodes are available: 1 resourceclaim.resource.k8s.io \"v-fabric\" not found",
+                  "lastTransitionTime": now },
+                { "type": "Valid", "status": "False", "reason": "ResourceClaimTemplateNotFound", "message": missing,
+                  "lastTransitionTime": now },
+            ]}})),
+        )
+        .await?;
+    let (text, j) = cx.explain("podgroup", "v")?;
+    assert_eq!(s(&j, "/condition/type"), "PodGroupInitiallyScheduled", "{j}");
+    assert_eq!(s(&j, "/invalid/reason"), "ResourceClaimTemplateNotFound", "{j}");
+    assert!(
+        text.contains(&format!(
+            "Invalid: Valid=False (ResourceClaimTemplateNotFound): {missing}"
+        )),
+        "{text}"
+    );
+    Ok(())
+}

@@ -391,7 +391,7 @@ fn best_placement(placed: &[usize]) -> Option<(usize, usize)> {
 
 /// For the closest domain of a failed topology group: the claim that keeps a pod out of it, when one does
 /// (`; in it, pod p1: claim ns/c1: node(s) didn't find available persistent volumes to bind`), and the device
-/// class it is short of (`; in it, 6 of 8 devices of class gpu.example.com free`); empty for a group without
+/// class it is short of (`; in it, 8 devices of class gpu.example.com wanted, 6 free`); empty for a group without
 /// claims.
 fn volume_note(
     snapshot: &Snapshot,

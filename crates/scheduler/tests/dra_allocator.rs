@@ -228,3 +228,70 @@ fn an_empty_claim_and_no_claims_allocate_nothing() {
         Vec::<Vec<String>>::new()
     );
 }
+
+fn index_is(want: usize) -> DeviceSelector {
+    DeviceSelector::new(&format!("name == gpu-{want}"), move |d| {
+        Ok(*d.id.device == *format!("gpu-{want}"))
+    })
+}
+
+/// The trap of k/k#138765 in a gang of 8 on a node of 8: seven members take any device, the last only gpu-0,
+/// which first fit gives the first member. Filling the most constrained request first solves it in a few dozen
+/// steps (chronological backtracking alone ran out of 10,000).
+#[test]
+fn a_request_only_one_device_satisfies_is_filled_first() {
+    let devices: Vec<Device> = (0..8).map(|i| gpu(&format!("gpu-{i}"), "a100", "r0")).collect();
+    let mut claims: Vec<ClaimRequests> = (0..7)
+        .map(|i| claim(&format!("ns/any-{i}"), vec![request("gpu", 1, vec![])]))
+        .collect();
+    claims.push(claim("ns/only-0", vec![request("gpu", 1, vec![index_is(0)])]));
+    let out = allocate(&refs(&claims), &refs(&devices), |_| false, 64);
+    let got = names(&out);
+    assert_eq!(got[7], vec!["gpu-0"], "{got:?}");
+    let all: HashSet<&String> = got.iter().flatten().collect();
+    assert_eq!(all.len(), 8, "no device twice: {got:?}");
+    assert_eq!(got[0], vec!["gpu-1"], "the others keep the order of the devices");
+}
+
+/// Nine claims of one device on eight: each fits alone, all cannot. The count over the candidates says so before
+/// any search (the search itself ran to its budget): the last claim wants 1 and the others leave it 0.
+#[test]
+fn more_claims_than_devices_are_unsatisfiable_without_a_search() {
+    let devices: Vec<Device> = (0..8).map(|i| gpu(&format!("gpu-{i}"), "a100", "r0")).collect();
+    let claims: Vec<ClaimRequests> = (0..9)
+        .map(|i| claim(&format!("ns/c{i}"), vec![request("gpu", 1, vec![])]))
+        .collect();
+    match allocate(&refs(&claims), &refs(&devices), |_| false, 1) {
+        AllocationOutcome::Unsatisfiable(s) => assert_eq!((s.claim, s.wanted, s.free), (8, 1, 0)),
+        other => panic!("nine on eight: {other:?}"),
+    }
+}
+
+/// A claim of two requests filled in another order than written still reports its devices in request order.
+#[test]
+fn devices_come_back_in_request_order_whatever_order_the_search_took() {
+    let devices: Vec<Device> = (0..3).map(|i| gpu(&format!("gpu-{i}"), "a100", "r0")).collect();
+    let c = claim(
+        "ns/two",
+        vec![
+            request("wide", 2, vec![]),
+            request("narrow", 1, vec![index_is(2)]),
+        ],
+    );
+    let AllocationOutcome::Allocated(got) = allocate(&[&c], &refs(&devices), |_| false, 100) else {
+        panic!("not allocated");
+    };
+    let order: Vec<(&str, String)> = got[0]
+        .devices
+        .iter()
+        .map(|(r, d, _)| (&**r, d.device.to_string()))
+        .collect();
+    assert_eq!(
+        order,
+        vec![
+            ("wide", "gpu-0".to_string()),
+            ("wide", "gpu-1".to_string()),
+            ("narrow", "gpu-2".to_string())
+        ]
+    );
+}

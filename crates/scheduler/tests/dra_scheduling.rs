@@ -408,7 +408,7 @@ fn a_gang_that_fits_no_rack_names_the_device_class_it_is_short_of_in_the_closest
     let (_, _, message) = sim.condition("g").expect("condition");
     assert!(message.contains("rack=r1"), "{message}");
     assert!(
-        message.contains("6 of 8 devices of class gpu.example.com free"),
+        message.contains("8 devices of class gpu.example.com wanted, 6 free"),
         "{message}"
     );
 }

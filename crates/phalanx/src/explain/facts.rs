@@ -46,8 +46,8 @@ pub struct DomainFit {
     /// reasons>`), when there is one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub volumes: Option<String>,
-    /// The first device class the pending pods want more of than the domain has free (`6 of 8 devices of class
-    /// gpu.example.com free`), when there is one.
+    /// The first device class the pending pods want more of than the domain has free (`8 devices of class
+    /// gpu.example.com wanted, 6 free`), when there is one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub devices: Option<String>,
 }

@@ -103,6 +103,12 @@ pub async fn explain(
         .as_ref()
         .and_then(|g| group_condition(&store, g))
         .or_else(|| pod.as_deref().and_then(pod_condition));
+    // The controllers' verdict when the scheduler's condition took the first line (a group claim whose template
+    // is missing is pending for that reason, whatever the scheduler last said).
+    let invalid = group
+        .as_ref()
+        .and_then(|g| invalid_condition(&store, g))
+        .filter(|v| condition.as_ref().is_none_or(|c| c.type_ != v.type_));
     let ours: Vec<&Arc<Pod>> = members
         .iter()
         .filter(|p| !is_terminal(p) && tools::is_ours(p, scheduler_name))
@@ -323,6 +329,7 @@ pub async fn explain(
         state: standing,
         summary,
         condition,
+        invalid,
         quorum,
         members: member_facts,
         gang_breakers,
@@ -398,6 +405,27 @@ fn deletion(store: &Store, g: &GroupKey, members: &[Arc<Pod>]) -> Option<Deletio
         finalizers: meta.finalizers.unwrap_or_default(),
         waiting_for,
     })
+}
+
+/// The group's `Valid` condition when it is False.
+fn invalid_condition(store: &Store, g: &GroupKey) -> Option<ConditionFacts> {
+    let list = match g.kind {
+        GroupKind::PodGroup => store
+            .pod_group(&g.namespace, &g.name)?
+            .status
+            .as_ref()?
+            .conditions
+            .clone(),
+        GroupKind::CompositePodGroup => store
+            .composite_pod_group(&g.namespace, &g.name)?
+            .status
+            .as_ref()?
+            .conditions
+            .clone(),
+    };
+    list.iter()
+        .find(|c| c.type_ == phalanx_controllers::status::VALID && c.status == conditions::status::FALSE)
+        .map(condition_facts)
 }
 
 fn group_condition(store: &Store, g: &GroupKey) -> Option<ConditionFacts> {

@@ -159,6 +159,9 @@ pub struct Explanation {
     /// The group's `…InitiallyScheduled` condition, else its `Valid=False` (e.g. `PodsOfAnotherScheduler`); for a pod
     /// without group: its `PodScheduled`.
     pub condition: Option<ConditionFacts>,
+    /// The group's `Valid=False` condition (the controllers' verdict), when `condition` is the scheduler's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub invalid: Option<ConditionFacts>,
     /// Quorum, for a PodGroup.
     pub quorum: Option<Quorum>,
     /// MemberFacts pods.
@@ -171,8 +174,8 @@ pub struct Explanation {
     pub shortfall: Vec<facts::Shortfall>,
     /// The first claim no considered node can satisfy (`pod p: claim ns/c: <upstream reasons>`).
     pub volumes: Option<String>,
-    /// The first device class the pending pods want more of than the considered nodes have free (`6 of 8 devices
-    /// of class gpu.example.com free`).
+    /// The first device class the pending pods want more of than the considered nodes have free (`8 devices of
+    /// class gpu.example.com wanted, 6 free`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub devices: Option<String>,
     /// Topology domains, closest first (groups with a topology constraint).

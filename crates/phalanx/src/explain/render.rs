@@ -25,6 +25,13 @@ pub fn text(e: &Explanation) -> String {
             let _ = writeln!(s, "    {}", c.message);
         }
     }
+    if let Some(v) = &e.invalid {
+        let _ = writeln!(
+            s,
+            "  Invalid: {}={} ({}): {}",
+            v.type_, v.status, v.reason, v.message
+        );
+    }
     if let Some(d) = &e.deletion {
         let waits = if d.waiting_for.is_empty() {
             "nothing left to wait for".to_string()

@@ -7,12 +7,21 @@
 //! claim it needs on the node (the ones already chosen in this cycle and the new pod's), and this search treats
 //! them as one problem.
 //!
-//! The search fills slots in order: one slot per device of an `ExactCount` request, claims and requests in the
-//! order given. For each slot it tries the candidates of the request in the order of `devices`, skipping devices
-//! taken by an earlier slot or held by other claims (`in_use`), and devices that break a `matchAttribute`
-//! constraint already fixed by an earlier slot. Slots of one request take candidates in increasing order, so no
-//! set of devices is tried twice in another order. Each candidate tried is one step; the search stops with
-//! [`AllocationOutcome::BudgetExhausted`] after `budget` steps.
+//! The search fills slots in order: one slot per device of an `ExactCount` request (and per device of an `All`
+//! request, fixed). Before it starts:
+//! - if the slots that take a device for themselves outnumber the devices any of them may take, no assignment
+//!   exists (a count over the union of their candidates), and the answer is [`AllocationOutcome::Unsatisfiable`]
+//!   without a search;
+//! - the slots are ordered most constrained first (fewest candidates; ties keep the order of claims and requests
+//!   given), the classic heuristic that fills a request only one device satisfies before the requests that
+//!   could take any, so that the trap of k/k#138765 costs one step per slot instead of a search through the
+//!   earlier claims' choices.
+//!
+//! For each slot it tries the candidates of the request in the order of `devices`, skipping devices taken by an
+//! earlier slot or held by other claims (`in_use`), and devices that break a `matchAttribute` constraint already
+//! fixed by an earlier slot. Slots of one request take candidates in increasing order, so no set of devices is
+//! tried twice in another order. Each candidate tried is one step; the search stops with
+//! [`AllocationOutcome::BudgetExhausted`] after `budget` steps. `benches/dra_budget.rs` measures what a step costs.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -176,6 +185,11 @@ pub fn allocate(
             }
         }
     }
+    if let Some(short) = too_few_devices(claims, &slots) {
+        return AllocationOutcome::Unsatisfiable(short);
+    }
+    // Stable: the slots of one request keep their ranks in order, next to each other (they share a length).
+    slots.sort_by_key(|s| s.candidates.len());
     let n = slots.len();
     let mut search = Search {
         devices,
@@ -206,6 +220,31 @@ pub fn allocate(
             })
         }
     }
+}
+
+/// The count check before the search: the slots without admin access each need a device of their own, so when
+/// they are more than the devices any of them may take, none of the assignments exists. Names the last such
+/// slot's request (the new pod's, when the caller passes the claims already placed first): it wants its own count,
+/// and what is free for it is what the other slots leave of those devices.
+fn too_few_devices(claims: &[&ClaimRequests], slots: &[Slot]) -> Option<Shortfall> {
+    let own: Vec<&Slot> = slots.iter().filter(|s| !s.admin).collect();
+    let union: HashSet<usize> = own.iter().flat_map(|s| s.candidates.iter().copied()).collect();
+    let last = own.last()?;
+    (own.len() > union.len()).then(|| {
+        let mine = own
+            .iter()
+            .filter(|s| (s.claim, s.request) == (last.claim, last.request))
+            .count();
+        let req = &claims[last.claim].requests[last.request];
+        Shortfall {
+            claim: last.claim,
+            request: req.name.clone(),
+            class: req.class.clone(),
+            wanted: u32::try_from(mine).unwrap_or(u32::MAX),
+            free: u32::try_from(union.len().saturating_sub(own.len() - mine)).unwrap_or(u32::MAX),
+            error: None,
+        }
+    })
 }
 
 fn wanted(mode: AllocationMode, matching: u32) -> u32 {
@@ -289,7 +328,10 @@ impl Search<'_> {
             .iter()
             .map(|_| ClaimAllocation { devices: Vec::new() })
             .collect();
-        for (slot, &di) in self.slots.iter().zip(&self.chosen) {
+        // In request order within each claim, whatever order the search filled the slots in.
+        let mut filled: Vec<(&Slot, usize)> = self.slots.iter().zip(self.chosen.iter().copied()).collect();
+        filled.sort_by_key(|(s, _)| (s.claim, s.request, s.rank));
+        for (slot, di) in filled {
             let req = &self.claims[slot.claim].requests[slot.request];
             out[slot.claim]
                 .devices
