@@ -100,6 +100,9 @@ pub struct Snapshot {
     affinity_pods: std::collections::BTreeMap<PodKey, Arc<str>>,
     undo: Vec<Undo>,
     domains: DomainCache,
+    /// Per node (by index), its position in name order ([`Snapshot::name_ranks`]); built on first use and
+    /// dropped when a node is added or removed (names never change otherwise). Not cluster state.
+    name_ranks: std::sync::OnceLock<Arc<[u32]>>,
     /// Inputs of preemption (group objects, nominated pods, PDBs, ...), see
     /// [`crate::preemption::PreemptionState`]; never touched by assume/revert.
     pub(crate) preemption: PreemptionState,
@@ -150,6 +153,7 @@ impl Clone for Snapshot {
             affinity_pods: self.affinity_pods.clone(),
             undo: self.undo.clone(),
             domains: self.domains.clone(),
+            name_ranks: self.name_ranks.clone(),
             preemption: self.preemption.clone(),
             victim_costs: self.victim_costs.clone(),
             completed: self.completed.clone(),
@@ -181,6 +185,7 @@ impl Snapshot {
             affinity_pods: std::collections::BTreeMap::new(),
             undo: Vec::new(),
             domains: DomainCache::default(),
+            name_ranks: std::sync::OnceLock::new(),
             preemption: PreemptionState::default(),
             victim_costs: None,
             completed: HashMap::new(),
@@ -269,6 +274,20 @@ impl Snapshot {
         d
     }
 
+    /// Per node (by index), its position among the snapshot's nodes sorted by name: comparing two nodes' ranks is
+    /// comparing their names (names are unique), without touching the names. Built once per node set.
+    pub(crate) fn name_ranks(&self) -> &[u32] {
+        self.name_ranks.get_or_init(|| {
+            let mut order: Vec<usize> = (0..self.nodes.len()).collect();
+            order.sort_unstable_by(|&a, &b| self.nodes[a].name().cmp(self.nodes[b].name()));
+            let mut ranks = vec![0u32; order.len()];
+            for (rank, &i) in order.iter().enumerate() {
+                ranks[i] = rank as u32;
+            }
+            ranks.into()
+        })
+    }
+
     /// Number of pods in the snapshot that carry inter-pod affinity terms.
     pub fn pods_with_affinity(&self) -> u32 {
         self.affinity_pods.len() as u32
@@ -298,6 +317,7 @@ impl Snapshot {
             return;
         }
         let i = self.nodes.len();
+        self.name_ranks = std::sync::OnceLock::new();
         self.index.insert(node.name.clone(), i);
         let mut info = NodeInfo::new(node.clone());
         // Pods that arrived before their node (sorted so the result does not depend on hashing).
@@ -327,6 +347,7 @@ impl Snapshot {
             return false;
         };
         self.domains.clear();
+        self.name_ranks = std::sync::OnceLock::new();
         let removed = self.nodes.swap_remove(i);
         self.generations.swap_remove(i);
         for p in &removed.pods {
@@ -732,6 +753,27 @@ mod tests {
         );
         s.upsert_node(Arc::new(NodeStatic::simple("d", 1000, 0, &[("rack", "r3")])));
         assert_eq!(s.domains("rack").len(), 3);
+    }
+
+    #[test]
+    fn name_ranks_follow_names_as_nodes_come_and_go() {
+        let mut s = Snapshot::new(["b", "c", "a"].map(|n| Arc::new(NodeStatic::simple(n, 1000, 0, &[]))));
+        assert_eq!(s.name_ranks(), [1, 2, 0]);
+        let copy = s.clone();
+        s.upsert_node(Arc::new(NodeStatic::simple("aa", 1000, 0, &[])));
+        assert_eq!(s.name_ranks(), [2, 3, 0, 1]);
+        assert_eq!(copy.name_ranks(), [1, 2, 0]);
+        assert!(s.remove_node("b"));
+        // "aa" moved into b's index.
+        assert_eq!(s.name_ranks(), [1, 2, 0]);
+        for i in 0..s.len() {
+            for j in 0..s.len() {
+                assert_eq!(
+                    s.name_ranks()[i] < s.name_ranks()[j],
+                    s.node(i).name() < s.node(j).name()
+                );
+            }
+        }
     }
 
     #[test]
