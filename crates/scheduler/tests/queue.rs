@@ -551,3 +551,21 @@ fn a_group_being_resized_holds_its_pending_pods_until_cleared() {
     );
     assert_eq!(q.pop(t).map(|e| e.key), Some(gkey("g")));
 }
+
+/// Every pod that joins a group not created yet is announced (the runtime writes `WaitingForPodGroup` on members
+/// that do not carry it), not only the first: the gate's message is the same for all, so it never changes.
+#[test]
+fn each_pod_of_a_missing_group_is_announced() {
+    let mut q = SchedulingQueue::new(&SchedulerConfig::default());
+    let t = Instant::now();
+    for p in ["a", "b", "c"] {
+        q.add_pod(pod(p, Some("g"), 0), t);
+    }
+    let changes = q.take_gate_changes();
+    assert_eq!(changes.len(), 3, "{changes:?}");
+    assert!(changes.iter().all(|(k, g)| *k == gkey("g")
+        && g.as_ref().is_some_and(|g| g.reason == GateReason::WaitingForPodGroup)));
+    // An update of a pod already there announces nothing new.
+    q.update_pod(pod("a", Some("g"), 0), t);
+    assert!(q.take_gate_changes().is_empty());
+}

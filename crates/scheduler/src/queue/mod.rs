@@ -255,7 +255,16 @@ impl SchedulingQueue {
                 true
             }
         };
+        let changes = self.gate_changes.len();
         self.reevaluate(&key, now);
+        // A pod that joins an entity gated for a reason that did not change (a group not created yet says the same
+        // to every member) is announced too: the runtime writes the reason on members that do not carry it yet.
+        if added
+            && self.gate_changes.len() == changes
+            && let Some(Loc::Gated(g)) = self.entries.get(&key).map(|e| &e.loc)
+        {
+            self.gate_changes.push((key.clone(), Some(g.clone())));
+        }
         if added && matches!(&key, EntityKey::Group(_)) {
             // GangScheduling's hint (UnscheduledPod/Add -> Queue for the same hierarchy): a new
             // pending member re-queues an unschedulable group or tree, through backoff. The new pod
