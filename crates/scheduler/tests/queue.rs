@@ -563,8 +563,11 @@ fn each_pod_of_a_missing_group_is_announced() {
     }
     let changes = q.take_gate_changes();
     assert_eq!(changes.len(), 3, "{changes:?}");
-    assert!(changes.iter().all(|(k, g)| *k == gkey("g")
-        && g.as_ref().is_some_and(|g| g.reason == GateReason::WaitingForPodGroup)));
+    assert!(changes.iter().all(|(k, g)| {
+        *k == gkey("g")
+            && g.as_ref()
+                .is_some_and(|g| g.reason == GateReason::WaitingForPodGroup)
+    }));
     // An update of a pod already there announces nothing new.
     q.update_pod(pod("a", Some("g"), 0), t);
     assert!(q.take_gate_changes().is_empty());
