@@ -1727,13 +1727,18 @@ async fn a_pod_groups_own_claim_is_generated_and_allocated_once_for_its_members(
             .map(|d| d.results.into_iter().flatten().map(|r| r.device).collect())
             .unwrap_or_default();
         ensure!(devices.len() == 1, "one device for the group: {devices:?}");
-        for i in 0..3 {
-            let p = pods.get(&format!("train-{i}")).await?;
-            ensure!(
-                p.spec.and_then(|s| s.node_name).as_deref() == Some(node.as_str()),
-                "train-{i} is not bound to {node}"
-            );
-        }
+        // PreBind writes the claim before it binds any pod: the binds follow.
+        wait_for("the 3 members bound", Duration::from_secs(30), || async {
+            let mut bound = 0;
+            for i in 0..3 {
+                let p = pods.get(&format!("train-{i}")).await?;
+                let on = p.spec.and_then(|s| s.node_name);
+                ensure!(on.is_none() || on.as_deref() == Some(node.as_str()), "train-{i} bound to {on:?}");
+                bound += usize::from(on.is_some());
+            }
+            Ok((bound == 3).then_some(()))
+        })
+        .await?;
         let names: Vec<String> = claims.list(&ListParams::default()).await?.items.iter().map(|c| c.name_any()).collect();
         ensure!(names.len() == 2, "only the group's claim and the user's: {names:?}");
 
