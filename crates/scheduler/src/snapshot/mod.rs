@@ -100,8 +100,7 @@ pub struct Snapshot {
     affinity_pods: std::collections::BTreeMap<PodKey, Arc<str>>,
     undo: Vec<Undo>,
     domains: DomainCache,
-    /// Per node (by index), its position in name order ([`Snapshot::name_ranks`]); built on first use and
-    /// dropped when a node is added or removed (names never change otherwise). Not cluster state.
+    /// [`Snapshot::name_ranks`], built on first use, dropped when a node comes or goes. Not cluster state.
     name_ranks: std::sync::OnceLock<Arc<[u32]>>,
     /// Inputs of preemption (group objects, nominated pods, PDBs, ...), see
     /// [`crate::preemption::PreemptionState`]; never touched by assume/revert.
@@ -274,8 +273,8 @@ impl Snapshot {
         d
     }
 
-    /// Per node (by index), its position among the snapshot's nodes sorted by name: comparing two nodes' ranks is
-    /// comparing their names (names are unique), without touching the names. Built once per node set.
+    /// Per node (by index), its rank among the snapshot's nodes sorted by name: comparing two ranks is comparing
+    /// the names (unique, never changed), without touching them. Built once per node set.
     pub(crate) fn name_ranks(&self) -> &[u32] {
         self.name_ranks.get_or_init(|| {
             let mut order: Vec<usize> = (0..self.nodes.len()).collect();
