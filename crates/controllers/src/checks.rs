@@ -10,11 +10,10 @@
 //!   fields written in a Workload's templates must be those of their class ([`template_priorities`]).
 //! - Members: a pending member pod must name one of the schedulers of this deployment ([`foreign_members`]).
 
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
-use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 use phalanx_api::v1beta1::{PolicyKind, PreemptionPolicy, Workload, WorkloadReference, WorkloadSpec};
+use phalanx_store::PodRecord;
 use phalanx_store::{GroupKey, GroupKind, HierarchyError, Store, validate_ancestry, validate_tree};
 
 use crate::status::Problem;
@@ -216,20 +215,19 @@ pub fn foreign_scheduler_message(members: &[(String, String)], names: &[String])
 /// ([`foreign_scheduler_message`], reason [`REASON_PODS_OF_ANOTHER_SCHEDULER`]). Upstream's scheduler fails a
 /// PodGroup whose members name another scheduler (`validatePodGroup`, `schedule_one_podgroup.go`); here no Phalanx
 /// scheduler even sees such pods, so nothing would say why the group never starts. `names` empty: no check.
-pub fn foreign_members<'a>(pods: impl IntoIterator<Item = &'a Pod>, names: &[String]) -> Option<Problem> {
+pub fn foreign_members<'a>(
+    pods: impl IntoIterator<Item = &'a PodRecord>,
+    names: &[String],
+) -> Option<Problem> {
     if names.is_empty() {
         return None;
     }
     let foreign: Vec<(String, String)> = pods
         .into_iter()
-        .filter(|p| !phalanx_scheduler::is_terminal(p) && phalanx_store::pod_node(p).is_none())
+        .filter(|p| !p.is_terminal() && p.node_name().is_none())
         .filter_map(|p| {
-            let scheduler = p
-                .spec
-                .as_ref()
-                .and_then(|s| s.scheduler_name.clone())
-                .unwrap_or_else(|| "default-scheduler".into());
-            (!scheduler_matches(&scheduler, names)).then(|| (p.name_any(), scheduler))
+            let scheduler = p.scheduler_name();
+            (!scheduler_matches(scheduler, names)).then(|| (p.name().to_owned(), scheduler.to_owned()))
         })
         .collect();
     foreign_scheduler_message(&foreign, names).map(|m| Problem::new(REASON_PODS_OF_ANOTHER_SCHEDULER, m))
@@ -275,13 +273,15 @@ mod tests {
         );
     }
 
-    fn pod(name: &str, scheduler: Option<&str>, node: Option<&str>) -> Pod {
-        serde_json::from_value(serde_json::json!({
-            "metadata": { "name": name },
-            "spec": { "schedulerName": scheduler, "nodeName": node, "containers": [] },
-            "status": { "phase": "Pending" },
-        }))
-        .unwrap()
+    fn pod(name: &str, scheduler: Option<&str>, node: Option<&str>) -> PodRecord {
+        PodRecord::from_pod(
+            &serde_json::from_value(serde_json::json!({
+                "metadata": { "name": name },
+                "spec": { "schedulerName": scheduler, "nodeName": node, "containers": [] },
+                "status": { "phase": "Pending" },
+            }))
+            .unwrap(),
+        )
     }
 
     /// Pending pods of another scheduler are named with their scheduler; bound ones and ours are not.

@@ -31,10 +31,9 @@ use phalanx_api::conditions::reasons::{GROUP_RESTARTED, RESTARTED_BY_RECOVERY_PO
 use phalanx_api::conditions::{DISRUPTION_TARGET, POD_GROUP_FAILED, POD_GROUP_SATISFIED, TERMINATING};
 use phalanx_api::finalizers::POD_GROUP_PROTECTION;
 use phalanx_api::v1beta1::{PodGroup, PodGroupResourceClaimStatus};
+use phalanx_store::PodRecord;
 use phalanx_store::{GroupKey, GroupKind};
 use serde_json::{Value, json};
-
-use phalanx_scheduler::is_terminal;
 
 use crate::checks;
 use crate::context::Ctx;
@@ -74,24 +73,19 @@ pub struct Counts {
 }
 
 /// Pure: counts member pods.
-pub fn count<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> Counts {
+pub fn count<'a>(pods: impl IntoIterator<Item = &'a PodRecord>) -> Counts {
     let mut c = Counts::default();
     for p in pods {
-        match p.status.as_ref().and_then(|s| s.phase.as_deref()) {
+        match p.phase {
             Some("Succeeded") => c.succeeded += 1,
             Some("Failed") => c.failed += 1,
             _ => {}
         }
-        if is_terminal(p) {
+        if p.is_terminal() {
             continue;
         }
         c.pods += 1;
-        let is = |type_: &str| {
-            p.status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|cs| cs.iter().any(|c| c.type_ == type_ && c.status == "True"))
-        };
+        let is = |type_: &str| p.condition(type_).is_some_and(|c| c.status == "True");
         if is("Ready") {
             c.ready += 1;
         }
@@ -99,17 +93,13 @@ pub fn count<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> Counts {
         if disrupted {
             c.disrupted += 1;
         }
-        if p.spec
-            .as_ref()
-            .and_then(|s| s.node_name.as_deref())
-            .is_some_and(|n| !n.is_empty())
-        {
+        if p.node_name().is_some() {
             c.scheduled += 1;
-            if !disrupted && p.metadata.deletion_timestamp.is_none() {
+            if !disrupted && p.deletion_timestamp.is_none() {
                 c.healthy += 1;
             }
         }
-        if p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running") {
+        if p.phase == Some("Running") {
             c.running += 1;
         }
     }
@@ -138,12 +128,12 @@ const TERMINATING_NAMES: usize = 10;
 
 /// Pure: the `Terminating=True/WaitingForPods` condition of a group being deleted while it has
 /// non-terminal members (`None` otherwise); the transition time is the deletion's.
-pub fn terminating_condition(pg: &PodGroup, members: &[Arc<Pod>]) -> Option<Condition> {
+pub fn terminating_condition(pg: &PodGroup, members: &[Arc<PodRecord>]) -> Option<Condition> {
     let since = pg.metadata.deletion_timestamp.clone()?;
     let mut names: Vec<String> = members
         .iter()
-        .filter(|p| !is_terminal(p))
-        .map(|p| p.name_any())
+        .filter(|p| !p.is_terminal())
+        .map(|p| p.name().to_owned())
         .collect();
     if names.is_empty() {
         return None;
@@ -383,11 +373,9 @@ pub async fn reconcile(pg: Arc<PodGroup>, ctx: Ctx) -> Result<Action> {
 /// Marks a member `DisruptionTarget=True/RestartedByRecoveryPolicy` (so that a Job's
 /// `podFailurePolicy` can tell the restart from a failure, as it does for preemption and eviction)
 /// and deletes it with its UID as precondition. `false`: it was already gone or replaced.
-async fn restart_member(ctx: &Ctx, pod: &Pod) -> Result<bool> {
-    let (Some(ns), name) = (pod.namespace(), pod.name_any()) else {
-        return Ok(false);
-    };
-    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+async fn restart_member(ctx: &Ctx, pod: &PodRecord) -> Result<bool> {
+    let name = pod.name();
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), pod.namespace());
     let cond = PodCondition {
         type_: DISRUPTION_TARGET.into(),
         status: "True".into(),
@@ -399,19 +387,21 @@ async fn restart_member(ctx: &Ctx, pod: &Pod) -> Result<bool> {
         ..Default::default()
     };
     let patch = Patch::Strategic(json!({ "status": { "conditions": [cond] } }));
-    match api.patch_status(&name, &PatchParams::default(), &patch).await {
+    match api.patch_status(name, &PatchParams::default(), &patch).await {
         Err(kube::Error::Api(e)) if e.code == 404 => return Ok(false),
         Err(e) => return Err(e.into()),
         Ok(_) => {}
     }
     let dp = DeleteParams {
-        preconditions: pod.metadata.uid.clone().map(|uid| Preconditions {
-            uid: Some(uid),
-            resource_version: None,
-        }),
+        preconditions: Some(pod.uid())
+            .filter(|u| !u.is_empty())
+            .map(|uid| Preconditions {
+                uid: Some(uid.to_owned()),
+                resource_version: None,
+            }),
         ..DeleteParams::default()
     };
-    match api.delete(&name, &dp).await {
+    match api.delete(name, &dp).await {
         Ok(_) => Ok(true),
         Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(false),
         Err(e) => Err(e.into()),
@@ -425,7 +415,7 @@ async fn act(
     uid: &str,
     reference: &k8s_openapi::api::core::v1::ObjectReference,
     step: &recovery::Step,
-    members: &[Arc<Pod>],
+    members: &[Arc<PodRecord>],
     live: &LiveStatus,
 ) -> Result<()> {
     match step {
@@ -510,7 +500,7 @@ mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{PodSpec, PodStatus};
 
-    fn pod(node: Option<&str>, phase: &str) -> Pod {
+    fn api_pod(node: Option<&str>, phase: &str) -> Pod {
         // A Running pod is Ready here, as kwok's pod-ready stage makes it.
         let ready = (phase == "Running").then(|| {
             vec![k8s_openapi::api::core::v1::PodCondition {
@@ -531,6 +521,10 @@ mod tests {
             }),
             ..Default::default()
         }
+    }
+
+    fn pod(node: Option<&str>, phase: &str) -> PodRecord {
+        PodRecord::from_pod(&api_pod(node, phase))
     }
 
     #[test]
@@ -562,11 +556,11 @@ mod tests {
     fn a_group_being_deleted_names_the_pods_it_waits_for() {
         let mut pg = PodGroup::new("g", phalanx_api::v1beta1::PodGroupSpec::default());
         let named = |name: &str, phase: &str| {
-            let mut p = pod(Some("n1"), phase);
+            let mut p = api_pod(Some("n1"), phase);
             p.metadata.name = Some(name.into());
-            Arc::new(p)
+            Arc::new(PodRecord::from_pod(&p))
         };
-        let members: Vec<Arc<Pod>> = (0..12)
+        let members: Vec<Arc<PodRecord>> = (0..12)
             .map(|i| named(&format!("p{i:02}"), "Running"))
             .chain([named("done", "Succeeded")])
             .collect();

@@ -13,8 +13,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
-
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
@@ -24,6 +22,7 @@ use phalanx_api::v1beta1::{
     CompositePodGroupTemplate, PodGroup, PodGroupTemplate, RecoveryAction, RecoveryPolicy, Workload,
     WorkloadSpec,
 };
+use phalanx_store::PodRecord;
 use phalanx_store::Store;
 
 /// The recovery policy that applies to `pg`: its own `spec.recoveryPolicy`, else that of the Workload template its
@@ -60,10 +59,10 @@ fn template_policy(spec: &WorkloadSpec, name: &str) -> Option<RecoveryPolicy> {
 }
 
 /// The members a `RestartGroup` deletes: not terminal and bound to a node.
-pub fn bound_members(members: &[Arc<Pod>]) -> impl Iterator<Item = &Arc<Pod>> {
+pub fn bound_members(members: &[Arc<PodRecord>]) -> impl Iterator<Item = &Arc<PodRecord>> {
     members
         .iter()
-        .filter(|p| !phalanx_scheduler::is_terminal(p) && phalanx_store::pod_node(p).is_some())
+        .filter(|p| !p.is_terminal() && p.node_name().is_some())
 }
 
 /// What the controller does about a group's recovery policy now.

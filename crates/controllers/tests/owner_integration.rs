@@ -675,14 +675,14 @@ async fn annotated_deployment_is_one_group_across_a_rollout() -> Result<()> {
             .pods()
             .state()
             .into_iter()
-            .filter(|p| p.metadata.namespace.as_deref() == Some(c.ns.as_str()))
+            .filter(|p| p.namespace() == c.ns.as_str())
             .collect();
         ensure!(mine.len() >= 3, "pods: {}", mine.len());
         for p in &mine {
             ensure!(
                 store.group_of_pod(p) == Some(key.clone()),
                 "pod {} resolves to {:?}",
-                p.name_any(),
+                p.name(),
                 store.group_of_pod(p)
             );
         }

@@ -14,7 +14,7 @@ use kube::{
     Api, Client,
     api::{ObjectMeta, PostParams},
 };
-use phalanx_store::Leader;
+use phalanx_store::{Leader, PodRecord};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// What happened to one bind call.
@@ -78,11 +78,10 @@ impl Binder {
 
     /// Binds `pod` to `node` under `permit` (from [`Binder::try_permit`]), released when the call returns. The
     /// timeout covers the API call.
-    pub async fn bind_with(&self, permit: BindPermit, pod: &Pod, node: &str) -> BindOutcome {
+    pub async fn bind_with(&self, permit: BindPermit, pod: &PodRecord, node: &str) -> BindOutcome {
         let _permit = permit;
-        let (Some(ns), Some(name)) = (pod.metadata.namespace.as_deref(), pod.metadata.name.as_deref()) else {
-            return BindOutcome::Failed("pod has no namespace or name".into());
-        };
+        let (ns, name) = (pod.namespace(), pod.name());
+        let uid = Some(pod.uid()).filter(|u| !u.is_empty());
         // Leadership is checked here, after the wait for a permit, at the moment the call is sent: a replica that
         // was paused or lost the Lease while queued must not bind beside the new leader.
         if !self.leader.is_leader() {
@@ -92,7 +91,7 @@ impl Binder {
             metadata: ObjectMeta {
                 name: Some(name.to_owned()),
                 namespace: Some(ns.to_owned()),
-                uid: pod.metadata.uid.clone(),
+                uid: uid.map(str::to_owned),
                 ..Default::default()
             },
             target: ObjectReference {
@@ -107,10 +106,7 @@ impl Binder {
         let call = api.create_subresource::<_, serde_json::Value>("binding", name, &pp, &binding);
         match tokio::time::timeout(self.timeout, call).await {
             // The call may have reached the API server: read the pod before calling it a failure.
-            Err(_) => {
-                self.after_timeout(&api, name, pod.metadata.uid.as_deref(), node)
-                    .await
-            }
+            Err(_) => self.after_timeout(&api, name, uid, node).await,
             Ok(Ok(_)) => BindOutcome::Bound,
             Ok(Err(kube::Error::Api(s))) if s.is_conflict() => classify_conflict(&s.message, node),
             Ok(Err(kube::Error::Api(s))) if s.is_not_found() => BindOutcome::NotFound,

@@ -6,11 +6,11 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Pod, PodCondition};
+use k8s_openapi::api::core::v1::PodCondition;
 use kube::ResourceExt;
 use phalanx_api::conditions::reasons;
-use phalanx_scheduler::{EntityKey, Gate, GateReason, GroupKey, GroupKind, GroupPolicy, PodKey, is_terminal};
-use phalanx_store::pod_node;
+use phalanx_scheduler::{EntityKey, Gate, GateReason, GroupKey, GroupKind, GroupPolicy, PodKey};
+use phalanx_store::PodRecord;
 
 use crate::{
     convert, names,
@@ -44,7 +44,7 @@ impl Driver {
             }
             let bound = members
                 .iter()
-                .filter(|p| pod_node(p).is_some() && !is_terminal(p))
+                .filter(|p| p.node_name().is_some() && !p.is_terminal())
                 .count();
             let quorum = match convert::group_info(&pg, &self.store.priority_classes().state()).policy {
                 GroupPolicy::Gang { min_count } => min_count as usize,
@@ -118,7 +118,7 @@ impl Driver {
                 *ours |= members.iter().any(|p| self.ours(p));
                 let bound = members
                     .iter()
-                    .filter(|p| pod_node(p).is_some() && !is_terminal(p))
+                    .filter(|p| p.node_name().is_some() && !p.is_terminal())
                     .count();
                 bound >= convert::group_info(&pg, classes).policy.min_count().max(1) as usize
             }
@@ -160,10 +160,10 @@ impl Driver {
         let job = async move {
             let Ok(_p) = permits.acquire().await else { return };
             let Some(pod) = store.pod(&k) else { return };
-            if uid.is_some() && pod.metadata.uid != uid {
+            if uid.as_deref().is_some_and(|u| u != pod.uid()) {
                 return;
             }
-            if pod_node(&pod).is_some() || store.assumed_node(&k).is_some() {
+            if pod.node_name().is_some() || store.assumed_node(&k).is_some() {
                 return;
             }
             // A wait is announced once per reason: a later message for the same wait (a count that moved, a
@@ -319,23 +319,19 @@ impl Driver {
         let mut message = gate.message.clone();
         let mut pod_message = gate.pod_message.clone();
         if let Some((foreign, _)) = self.foreign_member(&self.entity_leaves(k)) {
-            let name = foreign
-                .spec
-                .as_ref()
-                .and_then(|s| s.scheduler_name.clone())
-                .unwrap_or_default();
+            let name = foreign.scheduler_name();
             let note = format!(
                 "; pod {}/{} names schedulerName {name:?}, not {:?}: it is not counted, and another scheduler may \
                  bind it outside the gang",
-                foreign.namespace().unwrap_or_default(),
-                foreign.name_any(),
+                foreign.namespace(),
+                foreign.name(),
                 self.opts.scheduler_name
             );
             message.push_str(&note);
             pod_message.push_str(&note);
         }
         let reason = names::gate_reason(gate.reason);
-        let pods: Vec<Arc<Pod>> = match k {
+        let pods: Vec<Arc<PodRecord>> = match k {
             EntityKey::Pod(p) => self.store.pod(&p.clone()).into_iter().collect(),
             EntityKey::Group(g) if g.kind == GroupKind::CompositePodGroup => {
                 // A root CompositePodGroup's entity holds the pods of every leaf below it.
@@ -351,7 +347,7 @@ impl Driver {
             EntityKey::Group(g) => self.store.group_members(&g.clone()),
         };
         for pod in pods {
-            if !self.ours(&pod) || pod_node(&pod).is_some() || is_terminal(&pod) {
+            if !self.ours(&pod) || pod.node_name().is_some() || pod.is_terminal() {
                 continue;
             }
             // The gate changes with every arrival (its group message carries the count), but a member's message
@@ -361,8 +357,8 @@ impl Driver {
             }) {
                 continue;
             }
-            let Some(key) = PodKey::of(&pod) else { continue };
-            self.submit_pod_condition(key, pod.metadata.uid.clone(), reason, pod_message.clone(), false);
+            let uid = Some(pod.uid().to_owned()).filter(|u| !u.is_empty());
+            self.submit_pod_condition(pod.key().clone(), uid, reason, pod_message.clone(), false);
         }
         if let EntityKey::Group(g) = k {
             let sg = g.clone();
@@ -411,16 +407,11 @@ where
 }
 
 /// The pod's `PodScheduled` condition, if any.
-fn pod_scheduled(pod: &Pod) -> Option<&PodCondition> {
-    pod.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == "PodScheduled")
+fn pod_scheduled(pod: &PodRecord) -> Option<&PodCondition> {
+    pod.condition("PodScheduled")
 }
 
 /// The reason of the pod's `PodScheduled` condition, if any.
-fn pod_scheduled_reason(pod: &Pod) -> Option<String> {
+fn pod_scheduled_reason(pod: &PodRecord) -> Option<String> {
     pod_scheduled(pod)?.reason.clone()
 }

@@ -4,7 +4,7 @@
 
 use std::{collections::HashMap, sync::Arc};
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::ResourceExt;
 use phalanx_api::{v1alpha3::CompositePodGroup, v1beta1::PodGroup};
@@ -12,6 +12,7 @@ use phalanx_scheduler::model::{DisruptionMode, GroupPolicy, PreemptionPolicy};
 use phalanx_scheduler::{
     CompositeGroupInfo, CompositePolicy, ConvertError, GroupInfo, NodeStatic, PodInfo, PodKey,
 };
+use phalanx_store::PodRecord;
 
 /// Priority and preemption policy of a group from its PriorityClass (`phalanx_store::priority::resolve`), never from
 /// `spec.priority`: a tenant can write that field before the controller fills it, and would jump the queue. A class
@@ -184,11 +185,13 @@ pub fn composite_conditions(
         .unwrap_or_default()
 }
 
-/// Caches of converted nodes and pods keyed by name and resourceVersion.
+/// Caches of converted nodes keyed by name and resourceVersion, and of the models of pods whose group came from
+/// their owner chain (the store's record holds every other pod's model).
 #[derive(Default)]
 pub struct ModelCache {
     nodes: HashMap<String, (String, Arc<NodeStatic>)>,
-    pods: HashMap<PodKey, (String, Option<phalanx_scheduler::GroupKey>, Arc<PodInfo>)>,
+    /// Per pod: the record's model it was derived from, the group, and the model with that group.
+    pods: HashMap<PodKey, (Arc<PodInfo>, phalanx_scheduler::GroupKey, Arc<PodInfo>)>,
 }
 
 impl ModelCache {
@@ -211,30 +214,28 @@ impl ModelCache {
         self.nodes.remove(name);
     }
 
-    /// The pod converted (cached by resourceVersion and group). `group` is the pod's PodGroup as the store
-    /// resolved it (`Store::group_of_pod`: its own label or field, else its owner's), so a pod whose owner was
-    /// annotated after it was cached is converted again.
-    pub fn pod(&mut self, p: &Pod, group: Option<phalanx_scheduler::GroupKey>) -> Arc<PodInfo> {
-        let name = group.as_ref().map(|g| g.name.to_string());
-        let Some(key) = PodKey::of(p) else {
-            return Arc::new(PodInfo::from_pod(p, name.as_deref()));
+    /// The pod's model with `group`, its PodGroup as the store resolved it (`Store::group_of_pod`: its own label or
+    /// field, else its owner's). For a pod in its own group or none, that is the record's model itself (the store
+    /// built it once, and keeps it across status-only updates); a pod that joins its owner's group gets a copy
+    /// with that group, cached while the record's model and the group stay the same. The copy shares the labels
+    /// and the scheduling data (`Arc`s) with the record.
+    pub fn pod(&mut self, p: &PodRecord, group: Option<phalanx_scheduler::GroupKey>) -> Arc<PodInfo> {
+        let Some(group) = group.filter(|g| p.info.group_name.as_deref() != Some(&*g.name)) else {
+            self.pods.remove(p.key());
+            return p.info.clone();
         };
-        let rv = p.resource_version().unwrap_or_default();
-        if let Some((crv, cg, c)) = self.pods.get(&key)
-            && *crv == rv
+        if let Some((source, cg, c)) = self.pods.get(p.key())
+            && Arc::ptr_eq(source, &p.info)
             && *cg == group
         {
             return c.clone();
         }
-        let info = PodInfo::from_pod(p, name.as_deref());
-        // A new resourceVersion that changes nothing the scheduler models (kwok's or a kubelet's status update of a
-        // bound pod) keeps the `Arc` already handed out, so the snapshot, the queue and this cache go on sharing one
-        // copy instead of holding one each until they catch up.
-        let c = match self.pods.get(&key) {
-            Some((_, cg, c)) if *cg == group && **c == info => c.clone(),
-            _ => Arc::new(info),
-        };
-        self.pods.insert(key, (rv, group, c.clone()));
+        let c = Arc::new(PodInfo {
+            group_name: Some(group.name.clone()),
+            ..(*p.info).clone()
+        });
+        self.pods
+            .insert(p.key().clone(), (p.info.clone(), group, c.clone()));
         c
     }
 
@@ -343,7 +344,7 @@ mod tests {
         assert_eq!(group_info(&pg(Some("gone"), Some(5)), &classes).priority, Some(0));
     }
 
-    fn pod(rv: &str, phase: &str, node: Option<&str>) -> Pod {
+    fn pod(rv: &str, phase: &str, node: Option<&str>) -> k8s_openapi::api::core::v1::Pod {
         serde_json::from_value(serde_json::json!({
             "metadata": {"name": "p", "namespace": "ns", "resourceVersion": rv, "labels": {"app": "a"}},
             "spec": {"schedulerName": "phalanx-scheduler", "nodeName": node, "containers": [{"name": "c"}]},
@@ -352,23 +353,26 @@ mod tests {
         .expect("valid Pod")
     }
 
-    /// A status-only update keeps the model already handed out (one copy shared by the snapshot, the queue and the
-    /// cache); a change the scheduler models gives a new one.
+    /// A pod in its own group or none gets the record's model itself; a pod that joins its owner's group gets one
+    /// copy with that group, kept while the record's model (shared across status-only updates) stays the same.
     #[test]
-    fn a_status_only_update_keeps_the_shared_model() {
+    fn the_records_model_is_handed_out_and_an_owners_group_is_copied_once() {
         let mut cache = ModelCache::default();
-        let bound = cache.pod(&pod("1", "Pending", Some("n1")), None);
-        let running = cache.pod(&pod("2", "Running", Some("n1")), None);
-        assert!(Arc::ptr_eq(&bound, &running));
-        let moved = cache.pod(&pod("3", "Running", Some("n2")), None);
-        assert!(!Arc::ptr_eq(&running, &moved));
-        assert_eq!(moved.node_name.as_deref(), Some("n2"));
-        // The same object with another group is another model.
-        let grouped = cache.pod(
-            &pod("3", "Running", Some("n2")),
-            Some(phalanx_scheduler::GroupKey::pod_group("ns", "g")),
-        );
-        assert!(!Arc::ptr_eq(&moved, &grouped));
+        let bound = PodRecord::from_pod(&pod("1", "Pending", Some("n1")));
+        assert!(Arc::ptr_eq(&cache.pod(&bound, None), &bound.info));
+        let running = PodRecord::from_pod(&pod("2", "Running", Some("n1"))).sharing_model_of(&bound);
+        let g = phalanx_scheduler::GroupKey::pod_group("ns", "g");
+        let grouped = cache.pod(&running, Some(g.clone()));
         assert_eq!(grouped.group_name.as_deref(), Some("g"));
+        assert!(
+            Arc::ptr_eq(&grouped.spec, &bound.info.spec),
+            "the copy shares the scheduling data"
+        );
+        let again = PodRecord::from_pod(&pod("3", "Running", Some("n1"))).sharing_model_of(&running);
+        assert!(Arc::ptr_eq(&cache.pod(&again, Some(g.clone())), &grouped));
+        let moved = PodRecord::from_pod(&pod("4", "Running", Some("n2"))).sharing_model_of(&again);
+        let regrouped = cache.pod(&moved, Some(g));
+        assert!(!Arc::ptr_eq(&regrouped, &grouped));
+        assert_eq!(regrouped.node_name.as_deref(), Some("n2"));
     }
 }

@@ -8,10 +8,7 @@
 use std::time::Instant;
 
 use phalanx_api::conditions::reasons;
-use phalanx_scheduler::{
-    Decision, GroupKey, Outcome, PodKey, QueuedEntity, Snapshot, is_succeeded, is_terminal,
-};
-use phalanx_store::pod_node;
+use phalanx_scheduler::{Decision, GroupKey, Outcome, PodKey, QueuedEntity, Snapshot};
 
 use crate::{
     BindOutcome, names,
@@ -38,11 +35,11 @@ impl Driver {
         let mut completed = std::collections::HashMap::new();
         for g in &groups {
             for p in self.store.group_members(g) {
-                let Some(key) = PodKey::of(&p) else { continue };
-                if is_succeeded(&p) {
+                let key = p.key().clone();
+                if p.is_succeeded() {
                     // Finished members count toward the quorum without holding a node (k/k#142330).
                     *completed.entry(g.clone()).or_insert(0) += 1;
-                } else if pod_node(&p).is_some() && !is_terminal(&p) && !snap.contains_pod(&key) {
+                } else if p.node_name().is_some() && !p.is_terminal() && !snap.contains_pod(&key) {
                     snap.add_pod(self.cache.pod(&p, Some(g.clone())));
                     extras.push(key);
                 }
@@ -117,7 +114,7 @@ impl Driver {
         for b in &d.bindings {
             let key = b.pod.clone();
             let Some(pod) = self.store.pod(&key) else { continue };
-            if pod.metadata.uid.as_deref() != Some(&*b.uid) {
+            if pod.uid() != &*b.uid {
                 continue;
             }
             let node = b.node.to_string();
@@ -278,7 +275,7 @@ impl Driver {
         self.snapshots.pod_changed(&r.key);
         // The queue counted the pod as assigned when the decision was done; put it back unless it is gone or bound.
         let Some(p) = pod else { return };
-        if pod_node(&p).is_some() || is_terminal(&p) || !self.ours(&p) {
+        if p.node_name().is_some() || p.is_terminal() || !self.ours(&p) {
             return;
         }
         let info = self.cache.pod(&p, self.store.group_of_pod(&p));

@@ -29,7 +29,7 @@ use phalanx_scheduler::dra::{Allocated, ClaimWrite, Consumer, DeviceAllocation, 
 use phalanx_scheduler::model::PodKey;
 use phalanx_scheduler::selectors::NodeSelectorTerm;
 use phalanx_scheduler::volumes::ClaimKey;
-use phalanx_store::{Store, pod_node};
+use phalanx_store::Store;
 use serde_json::{Value, json};
 
 use crate::state::Driver;
@@ -93,8 +93,8 @@ impl Driver {
                     claims.iter().map(|c| &**c),
                     |key: &PodKey, uid: &str| {
                         let p = store.pod(key)?;
-                        (p.metadata.uid.as_deref() == Some(uid))
-                            .then(|| pod_node(&p).map(Arc::from))
+                        (Some(p.uid()) == Some(uid))
+                            .then(|| p.node_name().map(Arc::from))
                             .flatten()
                     },
                 );

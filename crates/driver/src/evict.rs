@@ -20,13 +20,14 @@ use k8s_openapi::{
     jiff::Timestamp,
 };
 use kube::{
-    Api, Client, ResourceExt,
+    Api, Client,
     api::{DeleteParams, Patch, PatchParams, Preconditions},
 };
 use phalanx_api::conditions::{DISRUPTION_TARGET, reasons};
 use serde_json::json;
 
 use crate::StatusWriter;
+use phalanx_store::PodRecord;
 
 /// What happened to one victim.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,15 +70,13 @@ impl Evictor {
     /// grace period) and emits `Preempted` naming `preemptor` (`pod <uid>` or `pod group <uid>`) and `node`.
     pub async fn preempt(
         &self,
-        victim: &Pod,
+        victim: &PodRecord,
         scheduler_name: &str,
         preemptor: &str,
         node: &str,
     ) -> EvictOutcome {
-        let (Some(ns), name) = (victim.namespace(), victim.name_any()) else {
-            return EvictOutcome::Gone;
-        };
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
+        let (ns, name) = (victim.namespace(), victim.name());
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
         if !self.writer.is_leader() {
             return EvictOutcome::NotLeader;
         }
@@ -93,7 +92,7 @@ impl Evictor {
             PatchParams::default(),
             Patch::Strategic(json!({ "status": { "conditions": [cond] } })),
         );
-        let marked = api.patch_status(&name, &pp, &patch);
+        let marked = api.patch_status(name, &pp, &patch);
         match tokio::time::timeout(self.timeout, marked).await {
             Err(_) => return EvictOutcome::Failed(format!("marking {ns}/{name} timed out")),
             Ok(Err(kube::Error::Api(s))) if s.is_not_found() => return EvictOutcome::Gone,
@@ -104,13 +103,15 @@ impl Evictor {
             return EvictOutcome::NotLeader;
         }
         let dp = DeleteParams {
-            preconditions: victim.metadata.uid.clone().map(|uid| Preconditions {
-                uid: Some(uid),
-                resource_version: None,
-            }),
+            preconditions: Some(victim.uid())
+                .filter(|u| !u.is_empty())
+                .map(|uid| Preconditions {
+                    uid: Some(uid.to_owned()),
+                    resource_version: None,
+                }),
             ..DeleteParams::default()
         };
-        let outcome = match tokio::time::timeout(self.timeout, api.delete(&name, &dp)).await {
+        let outcome = match tokio::time::timeout(self.timeout, api.delete(name, &dp)).await {
             Err(_) => return EvictOutcome::Failed(format!("deleting {ns}/{name} timed out")),
             Ok(Err(kube::Error::Api(s))) if s.is_not_found() || s.is_conflict() => EvictOutcome::Gone,
             Ok(Err(e)) => return EvictOutcome::Failed(format!("deleting {ns}/{name}: {e}")),

@@ -9,14 +9,11 @@ use std::{
     time::Instant,
 };
 
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use phalanx_api::{v1alpha3::CompositePodGroup, v1beta1::PodGroup};
-use phalanx_scheduler::{
-    ClusterEvent, EntityKey, GroupKey, GroupKind, NodeStatic, PodInfo, PodKey, is_succeeded, is_terminal,
-};
-use phalanx_store::{StoreEvent, pod_node};
+use phalanx_scheduler::{ClusterEvent, EntityKey, GroupKey, GroupKind, NodeStatic, PodInfo, PodKey};
+use phalanx_store::{PodRecord, StoreEvent};
 
 use crate::{convert, state::Driver};
 
@@ -66,8 +63,7 @@ impl Driver {
         // node, or any pod deleted while devices are allocated, rebuilds the device catalog.
         let has_claims = pod
             .as_ref()
-            .and_then(|p| p.spec.as_ref())
-            .is_some_and(|s| s.resource_claims.as_ref().is_some_and(|c| !c.is_empty()));
+            .is_some_and(|p| !p.info.spec.resource_claims.is_empty());
         if has_claims
             || (deleted
                 && self
@@ -79,7 +75,7 @@ impl Driver {
         }
         match &pod {
             // Any pod may be a victim terminating by preemption; ours are handled with their queue model below.
-            Some(p) if is_terminal(p) || !self.ours(p) => self.preemption.on_pod(p, None),
+            Some(p) if p.is_terminal() || !self.ours(p) => self.preemption.on_pod(p, None),
             Some(_) => {}
             None => {
                 if self.preemption.on_pod_deleted(&key) {
@@ -97,7 +93,7 @@ impl Driver {
             }
         }
         match pod {
-            Some(p) if !is_terminal(&p) && self.ours(&p) => {
+            Some(p) if !p.is_terminal() && self.ours(&p) => {
                 let info = self.queue_info(&key, &p);
                 // A pending pod's nomination (written by an earlier preemption, ours or a previous leader's) keeps
                 // its room reserved; a bound pod needs none.
@@ -109,7 +105,7 @@ impl Driver {
                 }
             }
             Some(ref p)
-                if !is_terminal(p)
+                if !p.is_terminal()
                     && !self.known.contains_key(&key)
                     && node.as_deref().is_some_and(|n| self.node_considered(n)) =>
             {
@@ -120,7 +116,7 @@ impl Driver {
                         .on_event(ClusterEvent::AssignedPodAdded { pod: key, group }, now);
                 }
             }
-            Some(ref p) if !is_terminal(p) && pod_node(p).is_none() && group.is_some() => {
+            Some(ref p) if !p.is_terminal() && p.node_name().is_none() && group.is_some() => {
                 // A pending pod of another scheduler names one of our groups: it breaks the gang. Tell the group
                 // now (its gate message names the pod), or let its next cycle fail it with SchedulerError.
                 let Some(g) = group.clone() else { return };
@@ -130,14 +126,14 @@ impl Driver {
                     None => self.queue.on_event(ClusterEvent::AssignedPodUpdated, now),
                 }
             }
-            Some(ref p) if is_succeeded(p) && self.ours(p) && group.is_some() => {
+            Some(ref p) if p.is_succeeded() && self.ours(p) && group.is_some() => {
                 // A member that finished: it frees its node but keeps counting toward its gang's quorum, so the
                 // last pods of a Job with `completions > parallelism` can still bind (k/k#142330).
                 self.foreign_bound.remove(&key);
                 self.complete(key, p, now);
             }
             other => {
-                let terminal = other.as_ref().is_some_and(|p| is_terminal(p));
+                let terminal = other.as_ref().is_some_and(|p| p.is_terminal());
                 self.foreign_bound.remove(&key);
                 if let Some(old) = self.known.remove(&key).or_else(|| self.completed.remove(&key)) {
                     self.queue.delete_pod(&old, now);
@@ -162,7 +158,7 @@ impl Driver {
     }
 
     /// Records a Succeeded member of one of our groups with the queue, once ([`Driver::completed`]).
-    pub(crate) fn complete(&mut self, key: PodKey, p: &Pod, now: Instant) {
+    pub(crate) fn complete(&mut self, key: PodKey, p: &PodRecord, now: Instant) {
         if self.completed.contains_key(&key) {
             return;
         }
@@ -177,7 +173,7 @@ impl Driver {
     /// The pod as the queue should see it: an assumed pod counts as assigned to its assumed node (upstream counts
     /// assumed pods as scheduled), so an older watch event of a pod being bound does not put it back in the queue
     /// or lower its group's quorum count.
-    pub(crate) fn queue_info(&mut self, key: &PodKey, p: &Pod) -> Arc<PodInfo> {
+    pub(crate) fn queue_info(&mut self, key: &PodKey, p: &PodRecord) -> Arc<PodInfo> {
         let info = self.cache.pod(p, self.store.group_of_pod(p));
         match self.store.assumed_node(key) {
             Some(node) if info.node_name.is_none() => {
@@ -355,22 +351,22 @@ impl Driver {
         let mut pods = self.store.pods().state();
         pods.sort_by_cached_key(|p| {
             (
-                p.metadata.creation_timestamp.as_ref().map(|t| t.0),
-                p.namespace().unwrap_or_default(),
-                p.name_any(),
+                p.creation_timestamp.as_ref().map(|t| t.0),
+                p.namespace().to_owned(),
+                p.name().to_owned(),
             )
         });
         for p in &pods {
-            if is_succeeded(p) && self.ours(p) && self.store.group_of_pod(p).is_some() {
-                let Some(key) = PodKey::of(p) else { continue };
+            if p.is_succeeded() && self.ours(p) && self.store.group_of_pod(p).is_some() {
+                let key = p.key().clone();
                 seen.insert(key.clone());
                 self.complete(key, p, now);
                 continue;
             }
-            if is_terminal(p) || !self.ours(p) {
+            if p.is_terminal() || !self.ours(p) {
                 continue;
             }
-            let Some(key) = PodKey::of(p) else { continue };
+            let key = p.key().clone();
             let info = self.queue_info(&key, p);
             seen.insert(key.clone());
             if self.known.insert(key, info.clone()).is_some() {
@@ -393,11 +389,11 @@ impl Driver {
         // preemption): after a restart or a failover this is all the new leader knows of plans it did not make.
         let known = &self.known;
         self.preemption.on_resync(pods.iter().map(|p| {
-            let ours = PodKey::of(p).and_then(|k| known.get(&k));
+            let ours = known.get(p.key());
             (&**p, ours)
         }));
         // Every other per-pod record is pruned to the pods that still exist.
-        let existing: HashSet<PodKey> = pods.iter().filter_map(|p| PodKey::of(p)).collect();
+        let existing: HashSet<PodKey> = pods.iter().map(|p| p.key().clone()).collect();
         self.foreign_bound.retain(|k| existing.contains(k));
         let nodes: HashSet<String> = self.store.nodes().state().iter().map(|n| n.name_any()).collect();
         self.cache.retain(|k| existing.contains(k), |n| nodes.contains(n));

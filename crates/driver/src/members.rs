@@ -8,14 +8,12 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Pod;
-use kube::ResourceExt;
 use phalanx_scheduler::validation::ValidationError;
 use phalanx_scheduler::{
     ConditionReason, ConditionType, Decision, EntityKey, FailureReason, GroupCondition, GroupKey, GroupKind,
-    Outcome, PodFailure, QueuedEntity, Requeue, RequeueMode, is_terminal,
+    Outcome, PodFailure, QueuedEntity, Requeue, RequeueMode,
 };
-use phalanx_store::pod_node;
+use phalanx_store::PodRecord;
 
 use crate::state::Driver;
 
@@ -36,17 +34,20 @@ impl Driver {
     }
 
     /// Pending members of `leaves` that name another scheduler, with one pod of ours to compare against.
-    pub(crate) fn foreign_member(&self, leaves: &[GroupKey]) -> Option<(Arc<Pod>, Option<Arc<Pod>>)> {
+    pub(crate) fn foreign_member(
+        &self,
+        leaves: &[GroupKey],
+    ) -> Option<(Arc<PodRecord>, Option<Arc<PodRecord>>)> {
         let mut ours = None;
         let mut foreign = None;
         for l in leaves {
             for p in self.store.group_members(l) {
-                if is_terminal(&p) {
+                if p.is_terminal() {
                     continue;
                 }
                 if self.ours(&p) {
                     ours.get_or_insert(p);
-                } else if pod_node(&p).is_none() {
+                } else if p.node_name().is_none() {
                     foreign.get_or_insert(p);
                 }
             }
@@ -55,16 +56,12 @@ impl Driver {
     }
 
     /// Upstream's message for a group whose members name different schedulers.
-    pub(crate) fn foreign_message(&self, foreign: &Pod, ours: Option<&Pod>) -> String {
-        let key = |p: &Pod| format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any());
+    pub(crate) fn foreign_message(&self, foreign: &PodRecord, ours: Option<&PodRecord>) -> String {
+        let key = |p: &PodRecord| p.key().to_string();
         ValidationError::SchedulerNameMismatch {
             first_name: self.opts.scheduler_name.clone(),
             first_pod: ours.map(key).unwrap_or_default(),
-            name: foreign
-                .spec
-                .as_ref()
-                .and_then(|s| s.scheduler_name.clone())
-                .unwrap_or_else(|| "default-scheduler".into()),
+            name: foreign.scheduler_name().to_owned(),
             pod: key(foreign),
         }
         .to_string()

@@ -15,10 +15,10 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::reflector::ObjectRef;
 use phalanx_api::conditions::reasons;
+use phalanx_scheduler::GroupCondition;
 use phalanx_scheduler::convert::ANN_SELECTED_NODE;
 use phalanx_scheduler::volumes::{ClaimKey, VolumeAction};
-use phalanx_scheduler::{GroupCondition, is_terminal};
-use phalanx_store::{Store, pod_node};
+use phalanx_store::Store;
 
 use crate::names;
 use crate::state::{BindJob, Driver};
@@ -150,7 +150,7 @@ impl Driver {
             self.store.forget(&b.key);
             self.snapshots.pod_changed(&b.key);
             let Some(p) = self.store.pod(&b.key) else { continue };
-            if pod_node(&p).is_some() || is_terminal(&p) || !self.ours(&p) {
+            if p.node_name().is_some() || p.is_terminal() || !self.ours(&p) {
                 continue;
             }
             let info = self.cache.pod(&p, self.store.group_of_pod(&p));
@@ -158,7 +158,7 @@ impl Driver {
             self.queue.bind_failed(info, now);
             self.submit_pod_condition(
                 b.key,
-                p.metadata.uid.clone(),
+                Some(p.uid().to_owned()).filter(|u| !u.is_empty()),
                 reasons::SCHEDULER_ERROR,
                 message.clone(),
                 true,

@@ -89,11 +89,7 @@ impl Driver {
         let act = self.preemption.on_decision(
             d,
             |k| known.get(k).cloned(),
-            |v| {
-                store
-                    .pod(&v.pod)
-                    .is_some_and(|p| p.metadata.uid.as_deref() == Some(&*v.uid))
-            },
+            |v| store.pod(&v.pod).is_some_and(|p| Some(p.uid()) == Some(&*v.uid)),
         );
         let written: Vec<oneshot::Receiver<bool>> = act
             .nominate
@@ -256,7 +252,7 @@ impl Driver {
     /// The API object of a preemptor (its pod, PodGroup or root CompositePodGroup), for events.
     fn object_of(&self, entity: &EntityKey) -> Option<ObjectReference> {
         match entity {
-            EntityKey::Pod(p) => self.store.pod(p).map(|o| o.object_ref(&())),
+            EntityKey::Pod(p) => self.store.pod(p).map(|o| o.object_ref()),
             EntityKey::Group(g) if g.kind == GroupKind::PodGroup => self
                 .store
                 .pod_group(&g.namespace, &g.name)

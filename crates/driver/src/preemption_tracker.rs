@@ -29,11 +29,10 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Pod;
 use phalanx_api::conditions::{DISRUPTION_TARGET, reasons};
 use phalanx_scheduler::model::DisruptionMode;
-use phalanx_scheduler::{Decision, EntityKey, GroupKey, PodInfo, PodKey, Snapshot, Victim, is_terminal};
-use phalanx_store::pod_node;
+use phalanx_scheduler::{Decision, EntityKey, GroupKey, PodInfo, PodKey, Snapshot, Victim};
+use phalanx_store::PodRecord;
 
 /// A pod's `metadata.uid`.
 pub(crate) type Uid = Arc<str>;
@@ -97,35 +96,24 @@ pub(crate) struct PreemptionTracker {
 
 /// Whether `pod` is terminating because a scheduler preempted it (upstream `podTerminatingByPreemption` in
 /// `pkg/scheduler/framework/preemption/preemption.go`).
-pub(crate) fn terminating_by_preemption(pod: &Pod) -> bool {
-    pod.metadata.deletion_timestamp.is_some()
-        && pod
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|cs| {
-                cs.iter().any(|c| {
-                    c.type_ == DISRUPTION_TARGET
-                        && c.status == "True"
-                        && c.reason.as_deref() == Some(reasons::PREEMPTION_BY_SCHEDULER)
-                })
-            })
+pub(crate) fn terminating_by_preemption(pod: &PodRecord) -> bool {
+    pod.deletion_timestamp.is_some()
+        && pod.condition(DISRUPTION_TARGET).is_some_and(|c| {
+            c.status == "True" && c.reason.as_deref() == Some(reasons::PREEMPTION_BY_SCHEDULER)
+        })
 }
 
-fn nominated_node(pod: &Pod) -> Option<Arc<str>> {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.nominated_node_name.as_deref())
-        .filter(|n| !n.is_empty())
-        .map(Into::into)
+fn nominated_node(pod: &PodRecord) -> Option<Arc<str>> {
+    pod.nominated_node_name.as_deref().map(Into::into)
 }
 
 impl PreemptionTracker {
     /// A pod was added or changed (`ours` = its queue model when the scheduler owns it and it is not terminal).
-    pub(crate) fn on_pod(&mut self, pod: &Pod, ours: Option<&Arc<PodInfo>>) {
-        let (Some(key), Some(uid)) = (PodKey::of(pod), pod.metadata.uid.as_deref()) else {
+    pub(crate) fn on_pod(&mut self, pod: &PodRecord, ours: Option<&Arc<PodInfo>>) {
+        let (key, uid) = (pod.key().clone(), pod.uid());
+        if uid.is_empty() {
             return;
-        };
+        }
         let uid: Uid = uid.into();
         if let Some(old) = self.uids.get(&key)
             && *old != uid
@@ -134,7 +122,7 @@ impl PreemptionTracker {
             let old = old.clone();
             self.forget(&old);
         }
-        if is_terminal(pod) {
+        if pod.is_terminal() {
             self.forget(&uid);
             return;
         }
@@ -159,7 +147,7 @@ impl PreemptionTracker {
             self.requested.remove(&uid);
             return;
         };
-        if pod_node(pod).is_some() {
+        if pod.node_name().is_some() {
             // Bound: it needs no room kept any more.
             self.nominated.remove(&uid);
             self.reserved.remove(&uid);
@@ -213,7 +201,7 @@ impl PreemptionTracker {
     /// which at worst keeps room on a node a little longer.
     pub(crate) fn on_resync<'a>(
         &mut self,
-        pods: impl IntoIterator<Item = (&'a Pod, Option<&'a Arc<PodInfo>>)>,
+        pods: impl IntoIterator<Item = (&'a PodRecord, Option<&'a Arc<PodInfo>>)>,
     ) {
         self.uids.clear();
         self.nominated.clear();
@@ -222,8 +210,9 @@ impl PreemptionTracker {
         self.requested.clear();
         let mut alive: HashMap<Uid, PodKey> = HashMap::new();
         for (pod, ours) in pods {
-            if let (Some(key), Some(uid)) = (PodKey::of(pod), pod.metadata.uid.as_deref())
-                && !is_terminal(pod)
+            if let (key, uid) = (pod.key().clone(), pod.uid())
+                && !uid.is_empty()
+                && !pod.is_terminal()
             {
                 alive.insert(uid.into(), key);
             }
@@ -424,14 +413,14 @@ impl PreemptionTracker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{PodCondition, PodSpec, PodStatus};
+    use k8s_openapi::api::core::v1::{Pod, PodCondition, PodSpec, PodStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use k8s_openapi::jiff::Timestamp;
     use kube::api::ObjectMeta;
     use phalanx_scheduler::{Nomination, Outcome, PreemptionReport};
     use std::time::Duration;
 
-    fn pod(name: &str, uid: &str) -> Pod {
+    fn api_pod(name: &str, uid: &str, node: Option<&str>) -> Pod {
         Pod {
             metadata: ObjectMeta {
                 namespace: Some("ns".into()),
@@ -439,26 +428,31 @@ mod tests {
                 uid: Some(uid.into()),
                 ..Default::default()
             },
-            spec: Some(PodSpec::default()),
+            spec: Some(PodSpec {
+                node_name: node.map(Into::into),
+                ..Default::default()
+            }),
             status: Some(PodStatus::default()),
         }
     }
 
-    fn nominated(name: &str, uid: &str, node: &str) -> Pod {
-        let mut p = pod(name, uid);
-        p.status.as_mut().unwrap().nominated_node_name = Some(node.into());
-        p
+    fn pod(name: &str, uid: &str) -> PodRecord {
+        PodRecord::from_pod(&api_pod(name, uid, None))
     }
 
-    fn bound(name: &str, uid: &str, node: &str) -> Pod {
-        let mut p = pod(name, uid);
-        p.spec.as_mut().unwrap().node_name = Some(node.into());
-        p
+    fn nominated(name: &str, uid: &str, node: &str) -> PodRecord {
+        let mut p = api_pod(name, uid, None);
+        p.status.as_mut().unwrap().nominated_node_name = Some(node.into());
+        PodRecord::from_pod(&p)
+    }
+
+    fn bound(name: &str, uid: &str, node: &str) -> PodRecord {
+        PodRecord::from_pod(&api_pod(name, uid, Some(node)))
     }
 
     /// A bound victim with `deletionTimestamp` and `DisruptionTarget=True/PreemptionByScheduler`.
-    fn terminating(name: &str, uid: &str, node: &str) -> Pod {
-        let mut p = bound(name, uid, node);
+    fn terminating(name: &str, uid: &str, node: &str) -> PodRecord {
+        let mut p = api_pod(name, uid, Some(node));
         p.metadata.deletion_timestamp = Some(Time(Timestamp::now()));
         p.status.as_mut().unwrap().conditions = Some(vec![PodCondition {
             type_: DISRUPTION_TARGET.into(),
@@ -466,7 +460,7 @@ mod tests {
             reason: Some(reasons::PREEMPTION_BY_SCHEDULER.into()),
             ..Default::default()
         }]);
-        p
+        PodRecord::from_pod(&p)
     }
 
     fn info(name: &str, uid: &str) -> Arc<PodInfo> {

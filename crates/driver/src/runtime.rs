@@ -61,15 +61,13 @@ impl Driver {
                 else {
                     continue;
                 };
-                let cached_bound = self
-                    .store
-                    .pod(&key)
-                    .is_some_and(|c| phalanx_store::pod_node(&c).is_some());
+                let cached_bound = self.store.pod(&key).is_some_and(|c| c.node_name().is_some());
                 if !cached_bound
                     && !phalanx_scheduler::is_terminal(&p)
                     && self.store.assumed_node(&key).is_none()
                 {
-                    self.store.assume(std::sync::Arc::new(p), &node);
+                    self.store
+                        .assume(std::sync::Arc::new(phalanx_store::PodRecord::from_pod(&p)), &node);
                     self.store.finish_binding(&key);
                     added += 1;
                 }

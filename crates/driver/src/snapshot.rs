@@ -10,16 +10,15 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Pod;
-use phalanx_scheduler::{PodKey, is_terminal};
-use phalanx_store::{AssumedPod, Store};
+use phalanx_scheduler::PodKey;
+use phalanx_store::{AssumedPod, PodRecord, Store};
 
 /// What the snapshot reads from the cluster caches; [`Store`] implements it.
 pub(crate) trait ClusterView {
     /// Pods assumed on a node whose bind the watch has not confirmed yet.
     fn assumed(&self) -> Vec<(PodKey, AssumedPod)>;
     /// Pods the watch shows bound to `node`.
-    fn pods_on_node(&self, node: &str) -> Vec<Arc<Pod>>;
+    fn pods_on_node(&self, node: &str) -> Vec<Arc<PodRecord>>;
 }
 
 impl ClusterView for Store {
@@ -27,7 +26,7 @@ impl ClusterView for Store {
         Store::assumed(self)
     }
 
-    fn pods_on_node(&self, node: &str) -> Vec<Arc<Pod>> {
+    fn pods_on_node(&self, node: &str) -> Vec<Arc<PodRecord>> {
         Store::pods_on_node(self, node)
     }
 }
@@ -35,7 +34,7 @@ impl ClusterView for Store {
 /// A pod for the snapshot: the object and, for an assumed pod, the node it is assumed on.
 pub(crate) struct SnapshotPod {
     /// The pod as cached.
-    pub(crate) pod: Arc<Pod>,
+    pub(crate) pod: Arc<PodRecord>,
     /// `Some(node)` for an assumed pod (its object has no `nodeName` yet).
     pub(crate) assumed_on: Option<String>,
 }
@@ -48,12 +47,10 @@ pub(crate) fn pods_for_snapshot(view: &impl ClusterView, nodes: &[String]) -> Ve
     let mut seen: HashSet<PodKey> = HashSet::new();
     for n in nodes {
         for p in view.pods_on_node(n) {
-            if is_terminal(&p) {
+            if p.is_terminal() {
                 continue;
             }
-            if let Some(k) = PodKey::of(&p) {
-                seen.insert(k);
-            }
+            seen.insert(p.key().clone());
             out.push(SnapshotPod {
                 pod: p,
                 assumed_on: None,
@@ -76,13 +73,13 @@ pub(crate) fn pods_for_snapshot(view: &impl ClusterView, nodes: &[String]) -> Ve
 mod tests {
     use std::cell::RefCell;
 
-    use k8s_openapi::api::core::v1::PodSpec;
+    use k8s_openapi::api::core::v1::{Pod, PodSpec};
     use kube::api::ObjectMeta;
 
     use super::*;
 
-    fn pod(name: &str, node: Option<&str>) -> Arc<Pod> {
-        Arc::new(Pod {
+    fn pod(name: &str, node: Option<&str>) -> Arc<PodRecord> {
+        Arc::new(PodRecord::from_pod(&Pod {
             metadata: ObjectMeta {
                 name: Some(name.into()),
                 namespace: Some("ns".into()),
@@ -94,14 +91,14 @@ mod tests {
                 ..Default::default()
             }),
             ..Default::default()
-        })
+        }))
     }
 
     /// A store whose watch confirms the bind of `p` right after the node index was read: the interleaving that made
     /// the old order (index first, overlay second) lose `p`.
     struct ConfirmDuringRead {
         assumed: RefCell<Vec<(PodKey, AssumedPod)>>,
-        bound: RefCell<Vec<Arc<Pod>>>,
+        bound: RefCell<Vec<Arc<PodRecord>>>,
     }
 
     impl ClusterView for ConfirmDuringRead {
@@ -109,7 +106,7 @@ mod tests {
             self.assumed.borrow().clone()
         }
 
-        fn pods_on_node(&self, _node: &str) -> Vec<Arc<Pod>> {
+        fn pods_on_node(&self, _node: &str) -> Vec<Arc<PodRecord>> {
             let before = self.bound.borrow().clone();
             // The watch event lands now: the index gains the pod, then the assumption ends.
             self.bound.borrow_mut().push(pod("p", Some("n1")));
@@ -135,12 +132,7 @@ mod tests {
         let got = pods_for_snapshot(&view, &["n1".into()]);
         let names: Vec<(String, Option<String>)> = got
             .iter()
-            .map(|s| {
-                (
-                    s.pod.metadata.name.clone().unwrap_or_default(),
-                    s.assumed_on.clone(),
-                )
-            })
+            .map(|s| (s.pod.name().to_owned(), s.assumed_on.clone()))
             .collect();
         assert_eq!(
             names,

@@ -17,10 +17,8 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Instant;
 
-use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use phalanx_scheduler::{PodKey, Snapshot, is_terminal};
-use phalanx_store::pod_node;
+use phalanx_scheduler::{PodKey, Snapshot};
 
 use crate::{snapshot, state::Driver};
 
@@ -58,14 +56,6 @@ impl SnapshotCache {
     pub(crate) fn put(&mut self, snap: Snapshot) {
         self.snap = Some(snap);
     }
-}
-
-/// `status.startTime` in Unix milliseconds (victim order among equal priorities).
-fn start_millis(p: &Pod) -> Option<i64> {
-    p.status
-        .as_ref()
-        .and_then(|s| s.start_time.as_ref())
-        .map(|t| t.0.as_millisecond())
 }
 
 impl Driver {
@@ -119,8 +109,7 @@ impl Driver {
         let mut snap = Snapshot::new(statics);
         for sp in snapshot::pods_for_snapshot(&self.store, &names) {
             let info = self.cache.pod(&sp.pod, self.store.group_of_pod(&sp.pod));
-            let Some(key) = PodKey::of(&sp.pod) else { continue };
-            snap.set_pod_start_time(&key, start_millis(&sp.pod));
+            snap.set_pod_start_time(sp.pod.key(), sp.pod.start_millis());
             match sp.assumed_on {
                 None => {
                     snap.add_pod(info);
@@ -150,9 +139,7 @@ impl Driver {
                     snap.upsert_node(st);
                     if added {
                         for p in self.store.pods_on_node(&name) {
-                            if let Some(k) = PodKey::of(&p) {
-                                self.snapshots.dirty_pods.insert(k);
-                            }
+                            self.snapshots.dirty_pods.insert(p.key().clone());
                         }
                     }
                 }
@@ -178,13 +165,13 @@ impl Driver {
         let bound = self
             .store
             .pod(key)
-            .filter(|p| !is_terminal(p) && pod_node(p).is_some_and(|n| snap.node_index(n).is_some()));
+            .filter(|p| !p.is_terminal() && p.node_name().is_some_and(|n| snap.node_index(n).is_some()));
         let (info, start) = match (bound, assumed) {
-            (Some(p), _) => (self.cache.pod(&p, self.store.group_of_pod(&p)), start_millis(&p)),
+            (Some(p), _) => (self.cache.pod(&p, self.store.group_of_pod(&p)), p.start_millis()),
             (None, Some(a)) => {
                 let mut info = (*self.cache.pod(&a.pod, self.store.group_of_pod(&a.pod))).clone();
                 info.node_name = Some(a.node.as_str().into());
-                (Arc::new(info), start_millis(&a.pod))
+                (Arc::new(info), a.pod.start_millis())
             }
             (None, None) => {
                 snap.remove_pod(key);

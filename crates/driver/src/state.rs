@@ -7,7 +7,6 @@ use std::{
     sync::Arc,
 };
 
-use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::events::Reporter;
 use phalanx_scheduler::{GroupKey, PodInfo, PodKey, Scheduler, SchedulingQueue};
 use phalanx_store::{Leader, Store};
@@ -44,7 +43,7 @@ pub(crate) enum WriteKey {
 /// A bind decided by a cycle, waiting for a binder permit: the pod is assumed on `node` in the store already.
 pub(crate) struct BindJob {
     pub(crate) key: PodKey,
-    pub(crate) pod: Arc<k8s_openapi::api::core::v1::Pod>,
+    pub(crate) pod: Arc<phalanx_store::PodRecord>,
     pub(crate) node: String,
     /// When the cycle decided it (the bind latency metric counts the wait for a permit).
     pub(crate) queued: std::time::Instant,
@@ -213,8 +212,8 @@ impl Driver {
         self.leader.is_leader()
     }
 
-    pub(crate) fn ours(&self, p: &Pod) -> bool {
-        p.spec.as_ref().and_then(|s| s.scheduler_name.as_deref()) == Some(self.opts.scheduler_name.as_str())
+    pub(crate) fn ours(&self, p: &phalanx_store::PodRecord) -> bool {
+        p.scheduler_name() == self.opts.scheduler_name
     }
 
     pub(crate) fn node_considered(&self, name: &str) -> bool {

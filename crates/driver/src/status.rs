@@ -22,7 +22,7 @@ use kube::{
 };
 use phalanx_api::conditions::reasons;
 use phalanx_scheduler::PodKey;
-use phalanx_store::{Leader, NoteRecorders};
+use phalanx_store::{Leader, NoteRecorders, PodRecord};
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
@@ -63,15 +63,11 @@ impl StatusWriter {
     /// Returns whether a patch was sent.
     pub async fn pod_unschedulable(
         &self,
-        pod: &Pod,
+        pod: &PodRecord,
         reason: &str,
         message: &str,
     ) -> Result<bool, kube::Error> {
-        let current = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .and_then(|c| c.iter().find(|c| c.type_ == "PodScheduled"));
+        let current = pod.condition("PodScheduled");
         if current.is_some_and(|c| {
             c.status == "False"
                 && c.reason.as_deref() == Some(reason)
@@ -95,22 +91,19 @@ impl StatusWriter {
             last_transition_time: Some(ltt),
             ..Default::default()
         };
-        let (Some(ns), name) = (pod.namespace(), pod.name_any()) else {
-            return Ok(false);
-        };
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), pod.namespace());
         let patch = json!({ "status": { "conditions": [cond] } });
-        api.patch_status(&name, &PatchParams::default(), &Patch::Strategic(patch))
+        api.patch_status(pod.name(), &PatchParams::default(), &Patch::Strategic(patch))
             .await?;
         Ok(true)
     }
 
     /// Emits the `Scheduled` event kube-scheduler emits after a successful bind.
-    pub async fn event_scheduled(&self, pod: &Pod, node: &str) {
+    pub async fn event_scheduled(&self, pod: &PodRecord, node: &str) {
         let note = format!(
             "Successfully assigned {}/{} to {}",
-            pod.namespace().unwrap_or_default(),
-            pod.name_any(),
+            pod.namespace(),
+            pod.name(),
             node
         );
         self.event(pod, EventType::Normal, "Scheduled", "Binding", note)
@@ -122,7 +115,7 @@ impl StatusWriter {
     /// a waiting reason (`WaitingForPodGroup`, `WaitingForQuorum`, `SchedulingGated`; upstream emits nothing
     /// there) gives a Normal event with that reason.
     /// Waiting is not a failure, so it is not reported as one.
-    pub async fn event_failed(&self, pod: &Pod, pod_reason: &str, message: &str) {
+    pub async fn event_failed(&self, pod: &PodRecord, pod_reason: &str, message: &str) {
         let (type_, reason) = match pod_reason {
             reasons::UNSCHEDULABLE | reasons::SCHEDULER_ERROR => (EventType::Warning, "FailedScheduling"),
             waiting => (EventType::Normal, waiting),
@@ -133,7 +126,7 @@ impl StatusWriter {
 
     /// Emits the `Preempted` event on a preemption victim (upstream `prepareCandidate`: Normal, reason `Preempted`,
     /// action `Preempting`).
-    pub async fn event_preempted(&self, victim: &Pod, note: String) {
+    pub async fn event_preempted(&self, victim: &PodRecord, note: String) {
         self.event(victim, EventType::Normal, "Preempted", "Preempting", note)
             .await;
     }
@@ -165,9 +158,8 @@ impl StatusWriter {
         Ok(true)
     }
 
-    async fn event(&self, pod: &Pod, type_: EventType, reason: &str, action: &str, note: String) {
-        self.publish(&pod.object_ref(&()), type_, reason, action, note)
-            .await;
+    async fn event(&self, pod: &PodRecord, type_: EventType, reason: &str, action: &str, note: String) {
+        self.publish(&pod.object_ref(), type_, reason, action, note).await;
     }
 
     async fn publish(

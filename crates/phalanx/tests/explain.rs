@@ -822,7 +822,9 @@ async fn explain_resolves_a_deployments_pods_as_the_scheduler_does() -> anyhow::
     for name in &names {
         let (_, jp) = cx.explain("pod", name)?;
         let pod = pods.get(name).await?;
-        let scheduler = live.group_of_pod(&pod).map(|g| g.name.to_string());
+        let scheduler = live
+            .group_of_pod(&phalanx_store::PodRecord::from_pod(&pod))
+            .map(|g| g.name.to_string());
         assert_eq!(s(&jp, "/podGroup"), "web-deployment", "{jp}");
         assert_eq!(
             scheduler.as_deref(),

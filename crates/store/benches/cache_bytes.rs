@@ -6,12 +6,15 @@
 //! token volume and its mount, the two default tolerations, `status` with its conditions, `managedFields`; a kwok
 //! node with its labels, status, conditions and addresses). Then it is kept the way the runtime keeps it, and the
 //! heap that stays allocated is divided by the number of objects:
-//! - `store_pod`: the watch cache's copy, `Arc<Pod>` after `phalanx_store::slim::pod` (what the reflector stores);
-//! - `pod_info`: the scheduler's `PodInfo` of that pod (`PodInfo::from_pod`), on top of the cached pod;
-//! - `store_node` and `node_static`: the same for a node (`slim::node`, `NodeStatic::from_node`).
+//! - `store_pod`: the watch cache's record, `Arc<PodRecord>` (`phalanx_store::record`), the scheduler's model of
+//!   the pod included: the driver hands that model to the core as it is;
+//! - `pod_info_owner_group`: what a pod that joins its owner's group (no group label of its own) costs on top: a
+//!   copy of the model with that group, sharing labels and scheduling data;
+//! - `store_node` and `node_static`: the cached node (`slim::node`) and the scheduler's `NodeStatic` of it.
 //!
-//! Prints `bench: cache-bytes pods=<n> store_pod=<bytes> pod_info=<bytes> nodes=<n> store_node=<bytes>
-//! node_static=<bytes>`. `BENCH_PODS` (default 10,000) and `BENCH_NODES` (default 5,000) set the counts.
+//! Prints `bench: cache-bytes pods=<n> store_pod=<bytes> pod_info_owner_group=<bytes> nodes=<n>
+//! store_node=<bytes> node_static=<bytes>`. Before the compact record the pod cache held the slimmed decoded
+//! `Pod`: 7,544 bytes, plus a `PodInfo` of 1,700 (docs/benchmarks.md). `BENCH_PODS` (default 10,000) and `BENCH_NODES` (default 5,000) set the counts.
 //! Run: `cargo bench -p phalanx-store --bench cache_bytes`.
 
 use std::sync::Arc;
@@ -19,6 +22,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use phalanx_scheduler::PodInfo;
 use phalanx_scheduler::model::NodeStatic;
+use phalanx_store::PodRecord;
 use serde_json::{Value, json};
 
 #[global_allocator]
@@ -144,12 +148,15 @@ fn main() {
     let decode_node =
         |i: usize| -> Node { serde_json::from_value(served_node(i)).expect("the served node decodes") };
 
-    let (store_pod, cached) = per_object(pods, |i| {
-        let mut p = decode_pod(i);
-        phalanx_store::slim::pod(&mut p);
-        Arc::new(p)
+    let (store_pod, cached) = per_object(pods, |i| Arc::new(PodRecord::from_pod(&decode_pod(i))));
+    // The driver hands the record's own model to the core (an `Arc` clone, no heap); only a pod that joins its
+    // owner's group (no label of its own) gets a copy of the model with that group, sharing labels and spec.
+    let (pod_info, infos) = per_object(pods, |i| {
+        Arc::new(PodInfo {
+            group_name: Some("owner-group".into()),
+            ..(*cached[i].info).clone()
+        })
     });
-    let (pod_info, infos) = per_object(pods, |i| PodInfo::from_pod(&cached[i], Some("gang")));
     let (store_node, cached_nodes) = per_object(nodes, |i| {
         let mut n = decode_node(i);
         phalanx_store::slim::node(&mut n);
@@ -159,7 +166,7 @@ fn main() {
         Arc::new(NodeStatic::from_node(&cached_nodes[i]).expect("the served node converts"))
     });
     println!(
-        "bench: cache-bytes pods={pods} store_pod={store_pod} pod_info={pod_info} nodes={nodes} \
+        "bench: cache-bytes pods={pods} store_pod={store_pod} pod_info_owner_group={pod_info} nodes={nodes} \
          store_node={store_node} node_static={node_static}"
     );
     drop((cached, infos, cached_nodes, statics));

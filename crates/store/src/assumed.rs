@@ -9,16 +9,17 @@
 
 use std::{collections::HashMap, sync::Arc};
 
-use k8s_openapi::api::core::v1::Pod;
 use tokio::time::Instant;
 
 use phalanx_scheduler::model::PodKey;
+
+use crate::record::PodRecord;
 
 /// One assumed pod: the pod object as the scheduler saw it and the node it was assumed on.
 #[derive(Clone, Debug)]
 pub struct AssumedPod {
     /// The pod as it was when assumed (without `nodeName`).
-    pub pod: Arc<Pod>,
+    pub pod: Arc<PodRecord>,
     /// Node the pod is being bound to.
     pub node: String,
     /// UID of the pod; a recreated pod with the same name does not confirm this assumption.
@@ -40,8 +41,8 @@ impl AssumeCache {
     }
 
     /// Records that `pod` will be bound to `node`. Replaces an earlier assumption of the same pod.
-    pub fn assume(&mut self, key: PodKey, pod: Arc<Pod>, node: String) {
-        let uid = pod.metadata.uid.clone().unwrap_or_default();
+    pub fn assume(&mut self, key: PodKey, pod: Arc<PodRecord>, node: String) {
+        let uid = pod.uid().to_owned();
         self.pods.insert(
             key,
             AssumedPod {
@@ -66,16 +67,9 @@ impl AssumeCache {
     }
 
     /// Applies a watched pod: a pod with a `nodeName`, or a different UID than assumed, ends the assumption.
-    pub fn observe(&mut self, key: &PodKey, pod: &Pod) {
-        let bound = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.node_name.as_deref())
-            .is_some_and(|n| !n.is_empty());
-        let same_uid = self
-            .pods
-            .get(key)
-            .is_some_and(|a| Some(a.uid.as_str()) == pod.metadata.uid.as_deref());
+    pub fn observe(&mut self, key: &PodKey, pod: &PodRecord) {
+        let bound = pod.node_name().is_some();
+        let same_uid = self.pods.get(key).is_some_and(|a| a.uid == pod.uid());
         if bound || !same_uid {
             self.pods.remove(key);
         }
@@ -110,11 +104,11 @@ impl AssumeCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::PodSpec;
+    use k8s_openapi::api::core::v1::{Pod, PodSpec};
     use kube::api::ObjectMeta;
 
-    fn pod(uid: &str, node: Option<&str>) -> Pod {
-        Pod {
+    fn pod(uid: &str, node: Option<&str>) -> PodRecord {
+        PodRecord::from_pod(&Pod {
             metadata: ObjectMeta {
                 name: Some("p".into()),
                 namespace: Some("ns".into()),
@@ -126,7 +120,7 @@ mod tests {
                 ..Default::default()
             }),
             ..Default::default()
-        }
+        })
     }
 
     /// A watch that lags after a successful bind must not give the capacity back (k/k#106361): before this

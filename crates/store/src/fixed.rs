@@ -299,7 +299,7 @@ where
 /// A reader holding exactly `objects`, as after a complete list.
 pub(crate) fn reader<K>(objects: Vec<K>) -> reflector::Store<K>
 where
-    K: Resource<DynamicType = ()> + Clone + 'static,
+    K: reflector::Lookup<DynamicType = ()> + Clone + 'static,
 {
     let mut w = reflector::store::Writer::<K>::default();
     w.apply_watcher_event(&watcher::Event::Init);
@@ -359,7 +359,7 @@ impl Store {
         let dra_served = state.dra.is_some();
         let target = KINDS + if dra_served { crate::dra::DRA_KINDS } else { 0 };
         let (_ready_tx, ready) = watch::channel(target);
-        let pods = reader(state.pods);
+        let pods = reader(state.pods.iter().map(crate::PodRecord::from_pod).collect());
         let owners = crate::reflectors::OwnerReaders::from_objects(&state.owners);
         let custom = crate::custom_owners::CustomOwners::fixed(&state.owner_kinds, &state.owners);
         let store = Store {

@@ -11,6 +11,8 @@ use k8s_openapi::api::core::v1::Pod;
 
 use phalanx_scheduler::model::{GroupKey, GroupKind, PodKey};
 
+use crate::record::PodRecord;
+
 /// Label that links a pod to its PodGroup in the pod's namespace (re-exported from `phalanx_api::labels`).
 pub const POD_GROUP_LABEL: &str = phalanx_api::labels::POD_GROUP;
 
@@ -59,16 +61,16 @@ pub struct ClusterIndex {
 
 impl ClusterIndex {
     /// Adds or updates a pod whose group is its own (label or `spec.schedulingGroup`) only.
-    pub fn apply_pod(&mut self, pod: &Pod) {
-        self.apply_pod_resolved(pod, pod_group_key(pod), Vec::new());
+    pub fn apply_pod(&mut self, pod: &PodRecord) {
+        self.apply_pod_resolved(pod, pod.group_key(), Vec::new());
     }
 
     /// Adds or updates a pod with the group resolved by the store (its own, else its owner's) and the owner uids
     /// that resolution visited.
-    pub fn apply_pod_resolved(&mut self, pod: &Pod, group: Option<GroupKey>, chain: Vec<String>) {
-        let Some(key) = PodKey::of(pod) else { return };
+    pub fn apply_pod_resolved(&mut self, pod: &PodRecord, group: Option<GroupKey>, chain: Vec<String>) {
+        let key = pod.key().clone();
         let entry = PodEntry {
-            node: pod_node(pod).map(str::to_owned),
+            node: pod.node_name().map(str::to_owned),
             group,
             chain,
         };
@@ -135,14 +137,14 @@ impl ClusterIndex {
     }
 
     /// Replaces every pod entry (after a relist).
-    pub fn reset_pods<'a>(&mut self, pods: impl IntoIterator<Item = &'a Pod>) {
-        self.reset_pods_resolved(pods.into_iter().map(|p| (p, pod_group_key(p), Vec::new())));
+    pub fn reset_pods<'a>(&mut self, pods: impl IntoIterator<Item = &'a PodRecord>) {
+        self.reset_pods_resolved(pods.into_iter().map(|p| (p, p.group_key(), Vec::new())));
     }
 
     /// Replaces every pod entry (after a relist) with groups resolved by the store.
     pub fn reset_pods_resolved<'a>(
         &mut self,
-        pods: impl IntoIterator<Item = (&'a Pod, Option<GroupKey>, Vec<String>)>,
+        pods: impl IntoIterator<Item = (&'a PodRecord, Option<GroupKey>, Vec<String>)>,
     ) {
         self.pods.clear();
         self.by_node.clear();
@@ -274,8 +276,8 @@ mod tests {
     use k8s_openapi::api::core::v1::{PodSchedulingGroup, PodSpec};
     use kube::api::ObjectMeta;
 
-    fn pod(name: &str, node: Option<&str>, label: Option<&str>, field: Option<&str>) -> Pod {
-        Pod {
+    fn pod(name: &str, node: Option<&str>, label: Option<&str>, field: Option<&str>) -> PodRecord {
+        PodRecord::from_pod(&Pod {
             metadata: ObjectMeta {
                 name: Some(name.into()),
                 namespace: Some("ns".into()),
@@ -290,7 +292,7 @@ mod tests {
                 ..Default::default()
             }),
             ..Default::default()
-        }
+        })
     }
 
     #[test]

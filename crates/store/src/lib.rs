@@ -20,6 +20,7 @@ pub mod index;
 pub mod leader;
 pub mod owners;
 pub mod priority;
+pub mod record;
 mod reflectors;
 pub mod retry;
 pub mod server;
@@ -31,11 +32,7 @@ use std::sync::{
     atomic::{AtomicBool, AtomicUsize, Ordering},
 };
 
-use k8s_openapi::api::{
-    core::v1::{Node, Pod},
-    policy::v1::PodDisruptionBudget,
-    scheduling::v1::PriorityClass,
-};
+use k8s_openapi::api::{core::v1::Node, policy::v1::PodDisruptionBudget, scheduling::v1::PriorityClass};
 use kube::runtime::reflector::{ObjectRef, Store as Reader};
 use phalanx_api::{
     v1alpha3::CompositePodGroup,
@@ -48,6 +45,7 @@ pub use events::NoteRecorders;
 pub use fixed::{ClusterState, ListError, OwnerKind, OwnerObject};
 pub use index::{ClusterIndex, pod_group_key, pod_group_name, pod_node};
 pub use leader::{Leader, LeaderFence};
+pub use record::PodRecord;
 // Keys and hierarchy rules are defined once, in the pure core, and shared with the driver and the controllers.
 pub use phalanx_scheduler::hierarchy::{
     Ancestry, GroupNode, HierarchyError, MAX_TREE_DEPTH, check_edge, validate_ancestry, validate_tree,
@@ -110,7 +108,7 @@ pub enum StoreEvent {
 
 pub(crate) struct Inner {
     nodes: Reader<Node>,
-    pods: Reader<Pod>,
+    pods: Reader<PodRecord>,
     pod_groups: Reader<PodGroup>,
     composite_pod_groups: Reader<CompositePodGroup>,
     workloads: Reader<Workload>,
@@ -129,7 +127,7 @@ pub(crate) struct Shared {
     index: RwLock<ClusterIndex>,
     assumed: Mutex<AssumeCache>,
     events: broadcast::Sender<StoreEvent>,
-    pods: Reader<Pod>,
+    pods: Reader<PodRecord>,
     owners: reflectors::OwnerReaders,
     custom: custom_owners::CustomOwners,
     /// Storage kinds (plural names) the scheduler may not list: counted as ready and empty (see
@@ -154,21 +152,17 @@ impl Shared {
     }
 
     /// The pod's group (its own, else its owner's; see [`owners::resolve`]) and the owner uids visited.
-    fn resolve(&self, pod: &Pod) -> (Option<GroupKey>, Vec<String>) {
-        if let Some(g) = pod_group_key(pod) {
+    fn resolve(&self, pod: &PodRecord) -> (Option<GroupKey>, Vec<String>) {
+        if let Some(g) = pod.group_key() {
             return (Some(g), Vec::new());
         }
-        let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+        let ns = pod.namespace();
         let r = {
             let ix = self
                 .index
                 .read()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            owners::resolve(
-                &pod.metadata,
-                |o| self.lookup_owner(o),
-                |uid| ix.group_of_owner(uid),
-            )
+            owners::resolve(pod, |o| self.lookup_owner(o), |uid| ix.group_of_owner(uid))
         };
         (r.group.map(|n| GroupKey::pod_group(ns, &n)), r.chain)
     }
@@ -190,8 +184,8 @@ impl Shared {
             .pods
             .state()
             .iter()
-            .filter(|p| pod_group_key(p).is_none())
-            .filter_map(|p| PodKey::of(p))
+            .filter(|p| p.group_name().is_none())
+            .map(|p| p.key().clone())
             .collect();
         self.reresolve(keys);
     }
@@ -205,7 +199,7 @@ impl Shared {
             let old = self.index_mut().group_of(&key);
             self.index_mut().apply_pod_resolved(&p, group.clone(), chain);
             if old != group {
-                let node = pod_node(&p).map(str::to_owned);
+                let node = p.node_name().map(str::to_owned);
                 if old.is_some() {
                     self.publish(StoreEvent::Pod {
                         key: key.clone(),
@@ -302,8 +296,8 @@ impl Store {
     pub fn nodes(&self) -> &Reader<Node> {
         &self.inner.nodes
     }
-    /// Reader of the Pod cache (slimmed pods).
-    pub fn pods(&self) -> &Reader<Pod> {
+    /// Reader of the Pod cache: one compact [`PodRecord`] per pod ([`record`]).
+    pub fn pods(&self) -> &Reader<PodRecord> {
         &self.inner.pods
     }
     /// Reader of the PodGroup cache.
@@ -383,7 +377,7 @@ impl Store {
     }
 
     /// One pod by key.
-    pub fn pod(&self, key: &PodKey) -> Option<Arc<Pod>> {
+    pub fn pod(&self, key: &PodKey) -> Option<Arc<PodRecord>> {
         self.inner
             .pods
             .get(&ObjectRef::new(&key.name).within(&key.namespace))
@@ -402,23 +396,23 @@ impl Store {
     }
 
     /// Pods bound to `node` according to the watch (assumed pods are separate, see [`Store::assumed`]).
-    pub fn pods_on_node(&self, node: &str) -> Vec<Arc<Pod>> {
+    pub fn pods_on_node(&self, node: &str) -> Vec<Arc<PodRecord>> {
         let keys = self.hierarchy().pods_on_node(node);
         keys.iter().filter_map(|k| self.pod(k)).collect()
     }
 
     /// The PodGroup `pod` belongs to: its own (label, `spec.schedulingGroup`), else the one its owner chain resolved
     /// to (see [`owners`]), as the index holds it. `None` for a pod in no group or not cached.
-    pub fn group_of_pod(&self, pod: &Pod) -> Option<GroupKey> {
-        pod_group_key(pod).or_else(|| PodKey::of(pod).and_then(|k| self.hierarchy().group_of(&k)))
+    pub fn group_of_pod(&self, pod: &PodRecord) -> Option<GroupKey> {
+        pod.group_key().or_else(|| self.hierarchy().group_of(pod.key()))
     }
 
     /// Walks `pod`'s owner chain over the caches (see [`owners::resolve`]); the integration controller uses the
     /// `top` owner it returns.
-    pub fn resolve_owners(&self, pod: &Pod) -> owners::Resolution {
+    pub fn resolve_owners(&self, pod: &PodRecord) -> owners::Resolution {
         let ix = self.hierarchy();
         owners::resolve(
-            &pod.metadata,
+            pod,
             |o| self.inner.shared.lookup_owner(o),
             |uid| ix.group_of_owner(uid),
         )
@@ -450,7 +444,7 @@ impl Store {
     }
 
     /// Pods that name the PodGroup `group`, bound or not.
-    pub fn group_members(&self, group: &GroupKey) -> Vec<Arc<Pod>> {
+    pub fn group_members(&self, group: &GroupKey) -> Vec<Arc<PodRecord>> {
         let keys = self.hierarchy().members(group);
         keys.iter().filter_map(|k| self.pod(k)).collect()
     }
@@ -472,10 +466,9 @@ impl Store {
     }
 
     /// Assumes `pod` on `node`: it counts there until confirmed, forgotten or expired.
-    pub fn assume(&self, pod: Arc<Pod>, node: &str) {
-        if let Some(key) = PodKey::of(&pod) {
-            self.assumed_cache().assume(key, pod, node.to_owned());
-        }
+    pub fn assume(&self, pod: Arc<PodRecord>, node: &str) {
+        let key = pod.key().clone();
+        self.assumed_cache().assume(key, pod, node.to_owned());
     }
 
     /// The bind for `key` returned: start the expiry timer of its assumption.

@@ -13,6 +13,8 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
+use crate::record::PodRecord;
+
 /// How many controller references are followed at most (pod -> ReplicaSet -> Deployment -> custom parent needs 3).
 pub const MAX_OWNER_DEPTH: usize = 5;
 
@@ -97,17 +99,17 @@ fn is_deployment_replica_set(owner: &OwnerRef, meta: &ObjectMeta) -> bool {
         && controller_of(meta).is_some_and(|c| c.api_version == "apps/v1" && c.kind == "Deployment")
 }
 
-/// Walks the controller references of a pod (its `metadata`) up to [`MAX_OWNER_DEPTH`] owners: [`resolve_from`]
+/// Walks the controller references of a cached pod up to [`MAX_OWNER_DEPTH`] owners: [`resolve_from`]
 /// its controller. This is the one answer to "which group does this pod join": the store's index, and through it
 /// the scheduler, the controllers' counters and `phalanx explain` (over a store built from one read,
 /// [`crate::Store::from_state`]), all take it from here.
 pub fn resolve(
-    pod: &ObjectMeta,
+    pod: &PodRecord,
     lookup: impl Fn(&OwnerRef) -> Lookup,
     group_of_uid: impl Fn(&str) -> Option<String>,
 ) -> Resolution {
-    let namespace = pod.namespace.as_deref().unwrap_or_default();
-    match controller_of(pod) {
+    let namespace = pod.namespace();
+    match pod.owner_references.iter().find(|o| o.controller == Some(true)) {
         Some(o) => resolve_from(owner_ref(namespace, o), lookup, group_of_uid),
         None => Resolution::default(),
     }
@@ -244,8 +246,12 @@ mod tests {
     }
 
     fn run(pod: &ObjectMeta, objs: &HashMap<String, ObjectMeta>, groups: &[(&str, &str)]) -> Resolution {
+        let pod = crate::PodRecord::from_pod(&k8s_openapi::api::core::v1::Pod {
+            metadata: pod.clone(),
+            ..Default::default()
+        });
         resolve(
-            pod,
+            &pod,
             |o| {
                 if !is_watched(&o.api_version, &o.kind) {
                     return Lookup::NotWatched;

@@ -43,7 +43,7 @@ use crate::{
     AssumeCache, ClusterIndex, GroupKey, GroupKind, GroupNode, Inner, PodKey, Shared, Store, StoreConfig,
     StoreEvent,
     owners::{Lookup, OwnerRef},
-    pod_group_key, pod_node,
+    record::PodRecord,
 };
 
 /// What one kind does with each watch event after the reflector applied it.
@@ -140,7 +140,7 @@ impl OwnerReaders {
 
 pub(crate) fn start(client: Client, config: StoreConfig) -> Store {
     let (events, _) = broadcast::channel(config.event_buffer.max(16));
-    let (pods_reader, pods_writer) = reflector::store::<Pod>();
+    let (pods_reader, pods_writer) = reflector::store::<PodRecord>();
     let (jobs, jobs_w) = reflector::store();
     let (replica_sets, replica_sets_w) = reflector::store();
     let (deployments, deployments_w) = reflector::store();
@@ -178,15 +178,24 @@ pub(crate) fn start(client: Client, config: StoreConfig) -> Store {
         &mut tasks,
         (Box::new(node_hook), crate::slim::node, Tolerate::No),
     );
-    let pods = spawn_with::<Pod>(
+    // Pods are cached as records (see `crate::record`); a status-only update keeps the model already shared.
+    let to_record = |p: Pod, cached: &Reader<PodRecord>| {
+        let record = PodRecord::from_pod(&p);
+        match cached.get(&ObjectRef::new(record.name()).within(record.namespace())) {
+            Some(previous) => record.sharing_model_of(&previous),
+            None => record,
+        }
+    };
+    let pods = pods_reader.clone();
+    let task = tokio::spawn(watch_converted::<Pod, PodRecord, _>(
         (pods_reader, pods_writer),
         Api::all(client.clone()),
         wc.clone(),
-        &shared,
-        &ready_tx,
-        &mut tasks,
-        (Box::new(pod_hook), crate::slim::pod, Tolerate::No),
-    );
+        shared.clone(),
+        ready_tx.clone(),
+        (Box::new(pod_hook), to_record, Tolerate::No),
+    ));
+    tasks.push(task.abort_handle());
     spawn_owner::<Job>(
         jobs_w,
         Api::all(client.clone()),
@@ -524,14 +533,36 @@ pub(crate) async fn watch_kind<K>(
 ) where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
+    let convert = move |mut o: K, _: &Reader<K>| {
+        slim(&mut o);
+        o
+    };
+    watch_converted((r, writer), api, wc, shared, ready_tx, (hook, convert, tolerate)).await;
+}
+
+/// [`watch_kind`] for a cache of records of another type than the watched kind (the pods' [`PodRecord`]s):
+/// `convert` turns each watched object into its record, seeing the cache as it was before the event.
+pub(crate) async fn watch_converted<K, R, F>(
+    (r, mut writer): (Reader<R>, Writer<R>),
+    api: Api<K>,
+    wc: watcher::Config,
+    shared: Arc<Shared>,
+    ready_tx: watch::Sender<usize>,
+    (hook, convert, tolerate): (Hook<R>, F, Tolerate),
+) where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    R: reflector::Lookup<DynamicType = ()> + Clone + Send + Sync + 'static,
+    F: Fn(K, &Reader<R>) -> R + Send,
+{
     let kind = K::kind(&()).to_string();
     let plural = K::plural(&()).to_string();
     let mut counted = false;
-    let stream = watcher(api, wc).default_backoff().modify(slim).reflect(writer);
+    let stream = watcher(api, wc).default_backoff();
     let mut stream = std::pin::pin!(stream);
     while let Some(item) = stream.next().await {
-        match item {
+        match item.map(|ev| convert_event(ev, |o| convert(o, &r))) {
             Ok(ev) => {
+                writer.apply_watcher_event(&ev);
                 if matches!(ev, watcher::Event::InitDone) && set_forbidden(&shared, tolerate, &plural, false)
                 {
                     tracing::info!(kind, "{plural} readable again");
@@ -572,6 +603,17 @@ pub(crate) async fn watch_kind<K>(
     }
 }
 
+/// One watch event with its object converted by `f`.
+fn convert_event<K, R>(ev: watcher::Event<K>, f: impl Fn(K) -> R) -> watcher::Event<R> {
+    match ev {
+        watcher::Event::Apply(o) => watcher::Event::Apply(f(o)),
+        watcher::Event::Delete(o) => watcher::Event::Delete(f(o)),
+        watcher::Event::Init => watcher::Event::Init,
+        watcher::Event::InitApply(o) => watcher::Event::InitApply(f(o)),
+        watcher::Event::InitDone => watcher::Event::InitDone,
+    }
+}
+
 fn node_hook(ev: &watcher::Event<Node>, _: &Reader<Node>, s: &Shared) {
     match ev {
         watcher::Event::Apply(n) | watcher::Event::Delete(n) => s.publish(StoreEvent::Node(n.name_any())),
@@ -580,10 +622,10 @@ fn node_hook(ev: &watcher::Event<Node>, _: &Reader<Node>, s: &Shared) {
     }
 }
 
-fn pod_hook(ev: &watcher::Event<Pod>, reader: &Reader<Pod>, s: &Shared) {
+fn pod_hook(ev: &watcher::Event<PodRecord>, reader: &Reader<PodRecord>, s: &Shared) {
     match ev {
         watcher::Event::Apply(p) => {
-            let Some(key) = PodKey::of(p) else { return };
+            let key = p.key().clone();
             let old_group = s.index_mut().group_of(&key);
             let (new_group, chain) = s.resolve(p);
             s.index_mut().apply_pod_resolved(p, new_group.clone(), chain);
@@ -592,19 +634,19 @@ fn pod_hook(ev: &watcher::Event<Pod>, reader: &Reader<Pod>, s: &Shared) {
             s.publish(StoreEvent::Pod {
                 key,
                 group,
-                node: pod_node(p).map(str::to_owned),
+                node: p.node_name().map(str::to_owned),
                 deleted: false,
             });
         }
         watcher::Event::Delete(p) => {
-            let Some(key) = PodKey::of(p) else { return };
+            let key = p.key().clone();
             let old_group = s.index_mut().group_of(&key);
             s.index_mut().remove_pod(&key);
             s.assumed().observe_delete(&key);
             s.publish(StoreEvent::Pod {
                 key,
-                group: old_group.or_else(|| pod_group_key(p)),
-                node: pod_node(p).map(str::to_owned),
+                group: old_group.or_else(|| p.group_key()),
+                node: p.node_name().map(str::to_owned),
                 deleted: true,
             });
         }
@@ -620,10 +662,8 @@ fn pod_hook(ev: &watcher::Event<Pod>, reader: &Reader<Pod>, s: &Shared) {
             s.index_mut().reset_pods_resolved(resolved);
             // One map lookup per assumption (not a scan of every pod), and the map is built before the assumption
             // lock is taken, so a relist of many pods holds that lock only briefly.
-            let by_key: std::collections::HashMap<PodKey, &Pod> = pods
-                .iter()
-                .filter_map(|p| PodKey::of(p).map(|k| (k, p.as_ref())))
-                .collect();
+            let by_key: std::collections::HashMap<&PodKey, &PodRecord> =
+                pods.iter().map(|p| (p.key(), p.as_ref())).collect();
             let mut assumed = s.assumed();
             for (key, _) in assumed.all() {
                 match by_key.get(&key) {

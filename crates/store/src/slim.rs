@@ -1,17 +1,11 @@
 //! What the caches drop from each object before storing it: every kind loses `metadata.managedFields` (large, and
-//! read by no one here). Pods also lose what no scheduler, controller or explain path reads: container commands,
-//! arguments, environment, probes and lifecycle hooks, the volumes the volume plugins do not read (config maps,
-//! secrets, projected, emptyDir and the like; claims, ephemeral claims and single-attach in-tree disks stay, an
-//! ephemeral volume without its claim template), the
-//! `kubectl apply` copy of the whole object in the `kubectl.kubernetes.io/last-applied-configuration` annotation,
-//! and per-container statuses. Scheduling reads resources, ports, affinity, tolerations, topology spread, node
-//! selection, scheduling gates, claims, labels, owners, phase and conditions, all of which stay. Nodes keep their
-//! metadata, spec (taints, `unschedulable`) and capacity and allocatable, and lose their annotations and the rest
-//! of the status (conditions, addresses, images, node info), which kubelets rewrite on every heartbeat and
-//! scheduling does not read: kube-scheduler too filters on taints, not conditions. kube-scheduler keeps whole pods in its informer cache; at
-//! 50,000 pods the difference is most of the process's memory (docs/benchmarks.md).
+//! read by no one here). Nodes keep their metadata, spec (taints, `unschedulable`) and capacity and allocatable, and
+//! lose their annotations and the rest of the status (conditions, addresses, images, node info), which kubelets
+//! rewrite on every heartbeat and scheduling does not read: kube-scheduler too filters on taints, not conditions.
+//! Pods are not slimmed but kept as compact records ([`crate::record`]); the `kubectl apply` copy of an object
+//! ([`LAST_APPLIED`]) is dropped from them and from the storage kinds.
 
-use k8s_openapi::api::core::v1::{Container, Node, NodeStatus, Pod};
+use k8s_openapi::api::core::v1::{Node, NodeStatus};
 use kube::Resource;
 
 /// The annotation `kubectl apply` writes with the last applied object, often as large as the object itself.
@@ -34,42 +28,6 @@ pub fn group_managed_fields<K: Resource>(o: &mut K) {
                 && e.operation.as_deref() == Some("Update")
                 && e.subresource.as_deref().is_none_or(str::is_empty)
         });
-    }
-}
-
-/// [`managed_fields`], and the parts of a pod that Phalanx never reads (see the module doc).
-pub fn pod(p: &mut Pod) {
-    managed_fields(p);
-    if let Some(a) = p.metadata.annotations.as_mut() {
-        a.remove(LAST_APPLIED);
-    }
-    if let Some(spec) = p.spec.as_mut() {
-        if let Some(vs) = spec.volumes.as_mut() {
-            vs.retain(|v| {
-                v.persistent_volume_claim.is_some()
-                    || v.ephemeral.is_some()
-                    || v.gce_persistent_disk.is_some()
-                    || v.aws_elastic_block_store.is_some()
-                    || v.iscsi.is_some()
-                    || v.rbd.is_some()
-            });
-            for v in vs.iter_mut() {
-                if let Some(e) = v.ephemeral.as_mut() {
-                    // Only its presence matters: the claim `<pod>-<volume>` is read from the claim cache.
-                    e.volume_claim_template = None;
-                }
-            }
-            if vs.is_empty() {
-                spec.volumes = None;
-            }
-        }
-        spec.containers.iter_mut().for_each(container);
-        spec.init_containers.iter_mut().flatten().for_each(container);
-    }
-    if let Some(status) = p.status.as_mut() {
-        status.container_statuses = None;
-        status.init_container_statuses = None;
-        status.ephemeral_container_statuses = None;
     }
 }
 
@@ -106,17 +64,6 @@ pub fn node(n: &mut Node) {
     }
 }
 
-fn container(c: &mut Container) {
-    c.command = None;
-    c.args = None;
-    c.env = None;
-    c.env_from = None;
-    c.liveness_probe = None;
-    c.readiness_probe = None;
-    c.startup_probe = None;
-    c.lifecycle = None;
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -148,57 +95,6 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_slim_pod_keeps_what_scheduling_reads() {
-        let mut p: Pod = serde_json::from_value(json!({
-            "metadata": {
-                "name": "p", "namespace": "ns", "labels": {"scheduling.phalanx.dev/pod-group": "g"},
-                "annotations": {LAST_APPLIED: "{...}", "keep": "me"},
-                "managedFields": [{"manager": "kubectl"}],
-            },
-            "spec": {
-                "schedulerName": "phalanx-scheduler",
-                "nodeSelector": {"rack": "r1"},
-                "initContainers": [{"name": "i", "command": ["sh"], "resources": {"requests": {"cpu": "1"}}}],
-                "containers": [{
-                    "name": "c", "image": "x", "command": ["run"], "args": ["--big"],
-                    "env": [{"name": "A", "value": "1"}],
-                    "ports": [{"containerPort": 80, "hostPort": 8080}],
-                    "resources": {"requests": {"cpu": "2", "nvidia.com/gpu": "1"}},
-                    "readinessProbe": {"exec": {"command": ["true"]}},
-                }],
-            },
-            "status": {"phase": "Running", "conditions": [{"type": "PodScheduled", "status": "True"}],
-                       "containerStatuses": [{"name": "c", "image": "x", "imageID": "", "ready": true, "restartCount": 0}]},
-        }))
-        .unwrap();
-        pod(&mut p);
-        assert!(p.metadata.managed_fields.is_none());
-        let a = p.metadata.annotations.as_ref().unwrap();
-        assert!(!a.contains_key(LAST_APPLIED) && a.contains_key("keep"));
-        let spec = p.spec.as_ref().unwrap();
-        let c = &spec.containers[0];
-        assert!(c.command.is_none() && c.args.is_none() && c.env.is_none() && c.readiness_probe.is_none());
-        assert_eq!(c.ports.as_ref().unwrap()[0].host_port, Some(8080));
-        assert!(
-            c.resources
-                .as_ref()
-                .unwrap()
-                .requests
-                .as_ref()
-                .unwrap()
-                .contains_key("nvidia.com/gpu")
-        );
-        assert!(spec.init_containers.as_ref().unwrap()[0].command.is_none());
-        assert_eq!(spec.node_selector.as_ref().unwrap()["rack"], "r1");
-        let st = p.status.as_ref().unwrap();
-        assert_eq!(st.phase.as_deref(), Some("Running"));
-        assert_eq!(st.conditions.as_ref().unwrap().len(), 1);
-        assert!(st.container_statuses.is_none());
-        assert_eq!(p.metadata.labels.as_ref().unwrap().len(), 1);
-    }
-
-    /// A group keeps only the controllers' own merge-patch entry: what says which priority fields they filled.
     #[test]
     fn a_slim_group_keeps_only_the_controllers_patch_entry() {
         let mut g: phalanx_api::v1beta1::PodGroup = serde_json::from_value(json!({

@@ -39,8 +39,8 @@ use kube::runtime::events::EventType;
 use phalanx_api::conditions::reasons;
 use phalanx_api::field_managers::INTEGRATION;
 use phalanx_api::v1beta1::{PodGroup, Workload};
+use phalanx_store::StoreEvent;
 use phalanx_store::owners::{Lookup, OwnerRef, asks_for_gang, is_watched};
-use phalanx_store::{StoreEvent, pod_group_key};
 use tokio::sync::{Mutex, broadcast::error::RecvError, mpsc};
 use tokio_util::sync::CancellationToken;
 
@@ -169,8 +169,8 @@ fn signature(m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> 
 
 /// The custom-resource top owner of a pod that names no group itself, if any. Any scheduler name counts (the
 /// controllers do not know which names this process schedules).
-fn custom_top_owner(ctx: &Ctx, p: &k8s_openapi::api::core::v1::Pod) -> Option<OwnerRef> {
-    if pod_group_key(p).is_some() {
+fn custom_top_owner(ctx: &Ctx, p: &phalanx_store::PodRecord) -> Option<OwnerRef> {
+    if p.group_name().is_some() {
         return None;
     }
     let top = ctx.store.resolve_owners(p).top?;

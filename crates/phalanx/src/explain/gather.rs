@@ -4,12 +4,12 @@
 use std::sync::Arc;
 
 use anyhow::bail;
-use k8s_openapi::api::core::v1::{Event, Pod};
+use k8s_openapi::api::core::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::{Api, ResourceExt, api::ListParams};
+use kube::{Api, api::ListParams};
 use phalanx_api::conditions::{self, reasons};
-use phalanx_scheduler::{EntityKey, GateReason, GroupKey, GroupKind, Outcome, PodKey, is_terminal};
-use phalanx_store::{ClusterState, MAX_TREE_DEPTH, Store, pod_node};
+use phalanx_scheduler::{EntityKey, GateReason, GroupKey, GroupKind, Outcome, PodKey};
+use phalanx_store::{ClusterState, MAX_TREE_DEPTH, PodRecord, Store};
 
 use super::{
     ConditionFacts, DeletionFacts, EventFacts, Explanation, MemberFacts, PreemptionFacts, Quorum, Standing,
@@ -58,11 +58,7 @@ pub async fn explain(
             // Its own label, else its owner's group (a Job's or StatefulSet's pods carry no label).
             let group = store.group_of_pod(&pod);
             if group.is_none() && !tools::is_ours(&pod, &view.scheduler_name) {
-                let theirs = pod
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.scheduler_name.as_deref())
-                    .unwrap_or("default-scheduler");
+                let theirs = pod.scheduler_name();
                 bail!(
                     "pod {namespace}/{name} names schedulerName {theirs:?}, not {:?}: this scheduler does not place it \
                      (--scheduler-name takes another instance's view)",
@@ -79,7 +75,7 @@ pub async fn explain(
         ),
     };
     let leaves = group.as_ref().map(|g| leaves_of(&store, g)).unwrap_or_default();
-    let members: Vec<Arc<Pod>> = match (&group, &pod) {
+    let members: Vec<Arc<PodRecord>> = match (&group, &pod) {
         (Some(_), _) => leaves.iter().flat_map(|l| store.group_members(l)).collect(),
         (None, Some(p)) => vec![p.clone()],
         (None, None) => vec![],
@@ -93,7 +89,7 @@ pub async fn explain(
     }
     let entity = match (&group, &pod) {
         (Some(g), _) => EntityKey::Group(store.hierarchy().root_of(g, MAX_TREE_DEPTH + 1)),
-        (None, Some(p)) => EntityKey::Pod(PodKey::of(p).unwrap_or_else(|| PodKey::new(namespace, name))),
+        (None, Some(p)) => EntityKey::Pod(p.key().clone()),
         (None, None) => bail!("{} {namespace}/{name}: nothing to explain", kind.to_lowercase()),
     };
     let dry = tools::run_dry(client.clone(), store.clone(), view)?;
@@ -109,9 +105,9 @@ pub async fn explain(
         .as_ref()
         .and_then(|g| invalid_condition(&store, g))
         .filter(|v| condition.as_ref().is_none_or(|c| c.type_ != v.type_));
-    let ours: Vec<&Arc<Pod>> = members
+    let ours: Vec<&Arc<PodRecord>> = members
         .iter()
-        .filter(|p| !is_terminal(p) && tools::is_ours(p, scheduler_name))
+        .filter(|p| !p.is_terminal() && tools::is_ours(p, scheduler_name))
         .collect();
     let quorum = match (
         &group,
@@ -127,7 +123,7 @@ pub async fn explain(
                 .as_ref()
                 .map_or(1, |gang| u32::try_from(gang.min_count).unwrap_or(1)),
             present: ours.len(),
-            members: ours.iter().map(|p| p.name_any()).collect(),
+            members: ours.iter().map(|p| p.name().to_owned()).collect(),
         }),
         _ => None,
     };
@@ -136,15 +132,12 @@ pub async fn explain(
     let foreign = group.as_ref().and_then(|_| {
         let theirs: Vec<(String, String)> = members
             .iter()
-            .filter(|p| !is_terminal(p) && pod_node(p).is_none() && !tools::is_ours(p, scheduler_name))
-            .map(|p| {
-                let s = p.spec.as_ref().and_then(|s| s.scheduler_name.clone());
-                (p.name_any(), s.unwrap_or_else(|| "default-scheduler".into()))
-            })
+            .filter(|p| !p.is_terminal() && p.node_name().is_none() && !tools::is_ours(p, scheduler_name))
+            .map(|p| (p.name().to_owned(), p.scheduler_name().to_owned()))
             .collect();
         phalanx_controllers::checks::foreign_scheduler_message(&theirs, &[scheduler_name.to_owned()])
     });
-    let pending = |p: &&&Arc<Pod>| pod_node(p).is_none();
+    let pending = |p: &&&Arc<PodRecord>| p.node_name().is_none();
     let preempting_live = ours
         .iter()
         .filter(pending)
@@ -174,7 +167,7 @@ pub async fn explain(
             Outcome::Error => Standing::SchedulerError,
             Outcome::Skipped => Standing::Scheduled,
         }
-    } else if ours.iter().any(|p| pod_node(p).is_none()) {
+    } else if ours.iter().any(|p| p.node_name().is_none()) {
         // Pending members that the queue did not hand out: held for their group's sake (e.g. its CompositePodGroup
         // is missing) without a gate of their own.
         Standing::WaitingForPodGroup
@@ -297,7 +290,7 @@ pub async fn explain(
     };
     let member_facts: Vec<MemberFacts> = members
         .iter()
-        .filter(|p| !is_terminal(p))
+        .filter(|p| !p.is_terminal())
         .map(|p| member(p))
         .collect();
     let gang_breakers = gang_breakers(&member_facts, scheduler_name, group.is_some());
@@ -377,14 +370,14 @@ pub(super) fn condition_facts(c: &Condition) -> ConditionFacts {
 
 /// What a group being deleted waits for: its non-terminal member pods (a PodGroup) or its child groups (a
 /// CompositePodGroup). `None` when the group is not being deleted.
-fn deletion(store: &Store, g: &GroupKey, members: &[Arc<Pod>]) -> Option<DeletionFacts> {
+fn deletion(store: &Store, g: &GroupKey, members: &[Arc<PodRecord>]) -> Option<DeletionFacts> {
     let (meta, waiting_for) = match g.kind {
         GroupKind::PodGroup => {
             let pg = store.pod_group(&g.namespace, &g.name)?;
             let pods = members
                 .iter()
-                .filter(|p| !is_terminal(p))
-                .map(|p| p.name_any())
+                .filter(|p| !p.is_terminal())
+                .map(|p| p.name().to_owned())
                 .collect();
             (pg.metadata.clone(), pods)
         }
@@ -460,14 +453,8 @@ fn group_condition(store: &Store, g: &GroupKey) -> Option<ConditionFacts> {
         .map(condition_facts)
 }
 
-fn pod_condition(p: &Pod) -> Option<ConditionFacts> {
-    let c = p
-        .status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == "PodScheduled")?;
+fn pod_condition(p: &PodRecord) -> Option<ConditionFacts> {
+    let c = p.condition("PodScheduled")?;
     Some(ConditionFacts {
         type_: c.type_.clone(),
         status: c.status.clone(),
@@ -477,16 +464,12 @@ fn pod_condition(p: &Pod) -> Option<ConditionFacts> {
     })
 }
 
-fn member(p: &Pod) -> MemberFacts {
+fn member(p: &PodRecord) -> MemberFacts {
     MemberFacts {
-        name: p.name_any(),
-        node: pod_node(p).map(str::to_owned),
-        scheduler_name: p
-            .spec
-            .as_ref()
-            .and_then(|s| s.scheduler_name.clone())
-            .unwrap_or_else(|| "default-scheduler".into()),
-        priority: p.spec.as_ref().and_then(|s| s.priority).unwrap_or(0),
+        name: p.name().to_owned(),
+        node: p.node_name().map(str::to_owned),
+        scheduler_name: p.scheduler_name().to_owned(),
+        priority: p.info.priority,
         reason: pod_condition(p).map(|c| c.reason).filter(|r| !r.is_empty()),
     }
 }
@@ -598,7 +581,7 @@ async fn events(
     kind: &str,
     name: &str,
     group: &Option<GroupKey>,
-    members: &[Arc<Pod>],
+    members: &[Arc<PodRecord>],
 ) -> anyhow::Result<Vec<EventFacts>> {
     let api: Api<Event> = Api::namespaced(client.clone(), namespace);
     let mut objects: Vec<(String, String)> = vec![(kind.to_owned(), name.to_owned())];
@@ -612,9 +595,9 @@ async fn events(
         };
         objects.push((k.into(), g.name.to_string()));
     }
-    for p in members.iter().filter(|p| pod_node(p).is_none()).take(3) {
-        if p.name_any() != name {
-            objects.push(("Pod".into(), p.name_any()));
+    for p in members.iter().filter(|p| p.node_name().is_none()).take(3) {
+        if p.name() != name {
+            objects.push(("Pod".into(), p.name().to_owned()));
         }
     }
     let mut out = Vec::new();

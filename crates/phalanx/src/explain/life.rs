@@ -4,7 +4,6 @@
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use phalanx_api::conditions::{POD_GROUP_FAILED, POD_GROUP_SATISFIED};
 use phalanx_api::v1beta1::{RecoveryAction, RecoveryPolicy};
@@ -63,7 +62,12 @@ fn describe(p: &RecoveryPolicy) -> String {
 }
 
 /// Gathers the facts of the PodGroup `g` with its `members`.
-pub fn gather(store: &Store, g: &GroupKey, members: &[Arc<Pod>], now: Timestamp) -> Option<LifeFacts> {
+pub fn gather(
+    store: &Store,
+    g: &GroupKey,
+    members: &[Arc<phalanx_store::PodRecord>],
+    now: Timestamp,
+) -> Option<LifeFacts> {
     if g.kind != GroupKind::PodGroup {
         return None;
     }

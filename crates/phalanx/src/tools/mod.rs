@@ -106,6 +106,6 @@ pub fn run_dry(client: kube::Client, store: Store, view: &View) -> anyhow::Resul
 }
 
 /// Whether `pod` is ours (its `spec.schedulerName` is `scheduler_name`).
-pub fn is_ours(pod: &k8s_openapi::api::core::v1::Pod, scheduler_name: &str) -> bool {
-    pod.spec.as_ref().and_then(|s| s.scheduler_name.as_deref()) == Some(scheduler_name)
+pub fn is_ours(pod: &phalanx_store::PodRecord, scheduler_name: &str) -> bool {
+    pod.scheduler_name() == scheduler_name
 }

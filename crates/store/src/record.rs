@@ -1,0 +1,267 @@
+//! The pod cache's compact record: what scheduling, the controllers and `explain` read of a pod, instead of the
+//! decoded API object.
+//!
+//! A decoded `k8s_openapi` `Pod` is mostly inline space for fields nobody here sets or reads: a `Container` alone
+//! is 2,336 bytes before any of its strings, and a slimmed pod of one container took 7.5 KB of heap
+//! (`cargo bench -p phalanx-store --bench cache_bytes`, docs/benchmarks.md). A [`PodRecord`] keeps the scheduler's
+//! model of the pod ([`PodInfo`]: requests summed per container once, affinity, spread, tolerations, ports,
+//! claims; labels shared) built once when the watch delivers the object, plus the few metadata and status fields
+//! the controllers and `explain` read. The driver hands the record's `PodInfo` to the core as it is, so a pod's
+//! scheduling data exists once in the process. kube-scheduler keeps whole pods in its informer cache
+//! (`pkg/scheduler/backend/cache`), and so did Phalanx before this record.
+//!
+//! Writes that need the whole object (none on the scheduling path: binds, evictions and status patches are built
+//! from names and uids) read it from the API server.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{ObjectReference, Pod, PodCondition};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+use kube::runtime::reflector::Lookup;
+use phalanx_scheduler::{GroupKey, PodInfo, PodKey};
+
+/// Pod condition types a record keeps: `PodScheduled` (the scheduler's own verdict, which the status writer
+/// compares before it writes), `Ready` (the PodGroup controller's `readyPods`) and `DisruptionTarget` (set on a
+/// preemption victim, read by the preemption tracker). kubelet's and kwok's `Initialized` and `ContainersReady`
+/// are read by no one here.
+pub const KEPT_CONDITIONS: [&str; 3] = [
+    "PodScheduled",
+    "Ready",
+    phalanx_api::conditions::DISRUPTION_TARGET,
+];
+
+/// One pod as the cache keeps it (see the module doc).
+///
+/// Built by [`PodRecord::from_pod`]; immutable once cached (the watch replaces the whole record). Cheap to clone
+/// behind the cache's `Arc`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PodRecord {
+    /// The scheduler's model. Its `group_name` is the pod's own group (the label, else
+    /// `spec.schedulingGroup.podGroupName`); a group resolved through the owner chain is the index's
+    /// ([`crate::Store::group_of_pod`]).
+    pub info: Arc<PodInfo>,
+    /// `metadata.resourceVersion`.
+    pub resource_version: Option<String>,
+    /// `metadata.annotations`, less `kubectl apply`'s copy of the object ([`crate::slim::LAST_APPLIED`]).
+    pub annotations: BTreeMap<String, String>,
+    /// `metadata.ownerReferences` (owner resolution, [`crate::owners`]).
+    pub owner_references: Vec<OwnerReference>,
+    /// `metadata.creationTimestamp`.
+    pub creation_timestamp: Option<Time>,
+    /// `metadata.deletionTimestamp`.
+    pub deletion_timestamp: Option<Time>,
+    /// `spec.priorityClassName`.
+    pub priority_class_name: Option<String>,
+    /// `status.phase`, one of the API's five values (`None` when unset or unknown to this version).
+    pub phase: Option<&'static str>,
+    /// `status.conditions` of the [`KEPT_CONDITIONS`] types, without `lastProbeTime`.
+    pub conditions: Vec<PodCondition>,
+    /// `status.nominatedNodeName`.
+    pub nominated_node_name: Option<String>,
+    /// `status.startTime`.
+    pub start_time: Option<Time>,
+}
+
+/// The API's pod phases (`PodPhase`, `k8s.io/api/core/v1/types.go`), so that a record points at one static copy.
+const PHASES: [&str; 5] = ["Pending", "Running", "Succeeded", "Failed", "Unknown"];
+
+impl PodRecord {
+    /// The record of an API pod: the scheduler's model ([`PodInfo::from_pod`], with the pod's own group) and the
+    /// fields listed on the struct. Never fails: what the model cannot convert lands in `info.invalid`.
+    pub fn from_pod(pod: &Pod) -> PodRecord {
+        let meta = &pod.metadata;
+        let status = pod.status.as_ref();
+        let mut annotations = meta.annotations.clone().unwrap_or_default();
+        annotations.remove(crate::slim::LAST_APPLIED);
+        let conditions = status
+            .and_then(|s| s.conditions.as_ref())
+            .into_iter()
+            .flatten()
+            .filter(|c| KEPT_CONDITIONS.contains(&c.type_.as_str()))
+            .map(|c| PodCondition {
+                last_probe_time: None,
+                ..c.clone()
+            })
+            .collect();
+        PodRecord {
+            info: Arc::new(PodInfo::from_pod(pod, phalanx_api::pod_group_name(pod))),
+            resource_version: meta.resource_version.clone(),
+            annotations,
+            owner_references: meta.owner_references.clone().unwrap_or_default(),
+            creation_timestamp: meta.creation_timestamp.clone(),
+            deletion_timestamp: meta.deletion_timestamp.clone(),
+            priority_class_name: pod.spec.as_ref().and_then(|s| s.priority_class_name.clone()),
+            phase: status
+                .and_then(|s| s.phase.as_deref())
+                .and_then(|p| PHASES.iter().copied().find(|k| *k == p)),
+            conditions,
+            nominated_node_name: status
+                .and_then(|s| s.nominated_node_name.clone())
+                .filter(|n| !n.is_empty()),
+            start_time: status.and_then(|s| s.start_time.clone()),
+        }
+    }
+
+    /// A record whose model is `previous`'s when the two models are equal, so that a status-only update (kwok's or
+    /// a kubelet's of a bound pod) keeps the `Arc` that the snapshot and the queue already share.
+    pub fn sharing_model_of(mut self, previous: &PodRecord) -> PodRecord {
+        if !Arc::ptr_eq(&self.info, &previous.info) && *self.info == *previous.info {
+            self.info = previous.info.clone();
+        }
+        self
+    }
+
+    /// `namespace/name`.
+    pub fn key(&self) -> &PodKey {
+        &self.info.key
+    }
+    /// `metadata.name`.
+    pub fn name(&self) -> &str {
+        &self.info.key.name
+    }
+    /// `metadata.namespace` (`default` when the object had none).
+    pub fn namespace(&self) -> &str {
+        &self.info.key.namespace
+    }
+    /// `metadata.uid` (empty when unset).
+    pub fn uid(&self) -> &str {
+        &self.info.uid
+    }
+    /// `metadata.labels`.
+    pub fn labels(&self) -> &BTreeMap<String, String> {
+        &self.info.labels
+    }
+    /// `spec.nodeName`, `None` when unset or empty.
+    pub fn node_name(&self) -> Option<&str> {
+        self.info.node_name.as_deref()
+    }
+    /// `spec.schedulerName` (`default-scheduler` when unset).
+    pub fn scheduler_name(&self) -> &str {
+        &self.info.scheduler_name
+    }
+    /// The pod's own PodGroup name (label, else `spec.schedulingGroup.podGroupName`).
+    pub fn group_name(&self) -> Option<&str> {
+        self.info.group_name.as_deref()
+    }
+    /// The pod's own PodGroup, in its namespace.
+    pub fn group_key(&self) -> Option<GroupKey> {
+        self.group_name()
+            .map(|g| GroupKey::pod_group(self.namespace(), g))
+    }
+    /// Phase Succeeded or Failed (`phalanx_scheduler::is_terminal` on the object).
+    pub fn is_terminal(&self) -> bool {
+        matches!(self.phase, Some("Succeeded" | "Failed"))
+    }
+    /// Phase Succeeded (`phalanx_scheduler::is_succeeded` on the object).
+    pub fn is_succeeded(&self) -> bool {
+        self.phase == Some("Succeeded")
+    }
+    /// The condition of type `type_`, if kept ([`KEPT_CONDITIONS`]).
+    pub fn condition(&self, type_: &str) -> Option<&PodCondition> {
+        self.conditions.iter().find(|c| c.type_ == type_)
+    }
+    /// `status.startTime` in Unix milliseconds.
+    pub fn start_millis(&self) -> Option<i64> {
+        self.start_time.as_ref().map(|t| t.0.as_millisecond())
+    }
+    /// A reference to the pod for events (`kind: Pod`, `apiVersion: v1`, name, namespace, uid, resourceVersion).
+    pub fn object_ref(&self) -> ObjectReference {
+        ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            name: Some(self.name().to_owned()),
+            namespace: Some(self.namespace().to_owned()),
+            uid: Some(self.uid().to_owned()).filter(|u| !u.is_empty()),
+            resource_version: self.resource_version.clone(),
+            field_path: None,
+        }
+    }
+}
+
+/// The reflector's store keys records by name and namespace only: the key's copies of uid and resourceVersion
+/// (`ObjectRef::extra`) are left out, the record has both.
+impl Lookup for PodRecord {
+    type DynamicType = ();
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        "Pod".into()
+    }
+    fn group(_: &()) -> Cow<'_, str> {
+        "".into()
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        "v1".into()
+    }
+    fn plural(_: &()) -> Cow<'_, str> {
+        "pods".into()
+    }
+    fn name(&self) -> Option<Cow<'_, str>> {
+        Some(Cow::Borrowed(self.name()))
+    }
+    fn namespace(&self) -> Option<Cow<'_, str>> {
+        Some(Cow::Borrowed(PodRecord::namespace(self)))
+    }
+    fn resource_version(&self) -> Option<Cow<'_, str>> {
+        None
+    }
+    fn uid(&self) -> Option<Cow<'_, str>> {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod() -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u1", "resourceVersion": "7",
+                "labels": {"scheduling.phalanx.dev/pod-group": "g"},
+                "annotations": {"a": "b", "kubectl.kubernetes.io/last-applied-configuration": "{}"},
+                "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "ju",
+                    "controller": true}]},
+            "spec": {"schedulerName": "phalanx-scheduler", "nodeName": "n1", "priorityClassName": "high",
+                "containers": [{"name": "c", "resources": {"requests": {"cpu": "100m"}}}]},
+            "status": {"phase": "Running", "startTime": "2026-12-04T12:00:00Z", "conditions": [
+                {"type": "Initialized", "status": "True"},
+                {"type": "Ready", "status": "True", "lastProbeTime": "2026-12-04T12:00:00Z"},
+                {"type": "PodScheduled", "status": "True"}]},
+        }))
+        .expect("valid Pod")
+    }
+
+    /// The record answers what readers asked of the object, and drops what no one reads.
+    #[test]
+    fn a_record_keeps_what_is_read_and_drops_the_rest() {
+        let r = PodRecord::from_pod(&pod());
+        assert_eq!((r.namespace(), r.name(), r.uid()), ("ns", "p", "u1"));
+        assert_eq!(r.group_key(), Some(GroupKey::pod_group("ns", "g")));
+        assert_eq!(r.node_name(), Some("n1"));
+        assert_eq!(r.info.spec.requests.milli_cpu, 100);
+        assert_eq!(r.phase, Some("Running"));
+        assert!(!r.is_terminal());
+        assert_eq!(r.annotations.len(), 1, "the last-applied copy is dropped");
+        assert_eq!(r.owner_references[0].kind, "Job");
+        let kept: Vec<_> = r.conditions.iter().map(|c| c.type_.as_str()).collect();
+        assert_eq!(kept, ["Ready", "PodScheduled"]);
+        assert!(r.condition("Ready").unwrap().last_probe_time.is_none());
+        assert_eq!(r.start_millis(), Some(1_796_385_600_000));
+        assert_eq!(r.object_ref().resource_version.as_deref(), Some("7"));
+    }
+
+    /// A status-only change shares the model; a change of what the scheduler models does not.
+    #[test]
+    fn a_status_only_update_shares_the_model() {
+        let first = PodRecord::from_pod(&pod());
+        let mut p = pod();
+        p.status.as_mut().unwrap().phase = Some("Succeeded".into());
+        let second = PodRecord::from_pod(&p).sharing_model_of(&first);
+        assert!(Arc::ptr_eq(&first.info, &second.info));
+        assert!(second.is_terminal() && second.is_succeeded());
+        p.spec.as_mut().unwrap().node_name = Some("n2".into());
+        let third = PodRecord::from_pod(&p).sharing_model_of(&second);
+        assert!(!Arc::ptr_eq(&second.info, &third.info));
+    }
+}
