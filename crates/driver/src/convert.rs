@@ -4,7 +4,6 @@
 
 use std::{collections::HashMap, sync::Arc};
 
-use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::ResourceExt;
 use phalanx_api::{v1alpha3::CompositePodGroup, v1beta1::PodGroup};
@@ -12,7 +11,7 @@ use phalanx_scheduler::model::{DisruptionMode, GroupPolicy, PreemptionPolicy};
 use phalanx_scheduler::{
     CompositeGroupInfo, CompositePolicy, ConvertError, GroupInfo, NodeStatic, PodInfo, PodKey,
 };
-use phalanx_store::PodRecord;
+use phalanx_store::{NodeRecord, PodRecord};
 
 /// Priority and preemption policy of a group from its PriorityClass (`phalanx_store::priority::resolve`), never from
 /// `spec.priority`: a tenant can write that field before the controller fills it, and would jump the queue. A class
@@ -185,33 +184,18 @@ pub fn composite_conditions(
         .unwrap_or_default()
 }
 
-/// Caches of converted nodes keyed by name and resourceVersion, and of the models of pods whose group came from
-/// their owner chain (the store's record holds every other pod's model).
+/// The models of pods whose group came from their owner chain (the store's records hold every node's and every
+/// other pod's model).
 #[derive(Default)]
 pub struct ModelCache {
-    nodes: HashMap<String, (String, Arc<NodeStatic>)>,
     /// Per pod: the record's model it was derived from, the group, and the model with that group.
     pods: HashMap<PodKey, (Arc<PodInfo>, phalanx_scheduler::GroupKey, Arc<PodInfo>)>,
 }
 
 impl ModelCache {
-    /// The node converted (cached by resourceVersion). Errors name the node and the bad field.
-    pub fn node(&mut self, n: &Node) -> Result<Arc<NodeStatic>, ConvertError> {
-        let name = n.name_any();
-        let rv = n.resource_version().unwrap_or_default();
-        if let Some((crv, c)) = self.nodes.get(&name)
-            && *crv == rv
-        {
-            return Ok(c.clone());
-        }
-        let c = Arc::new(NodeStatic::from_node(n)?);
-        self.nodes.insert(name, (rv, c.clone()));
-        Ok(c)
-    }
-
-    /// Drops a node from the cache.
-    pub fn remove_node(&mut self, name: &str) {
-        self.nodes.remove(name);
+    /// The node's model, built by the store with its record. Errors name the node and the bad field.
+    pub fn node(&self, n: &NodeRecord) -> Result<Arc<NodeStatic>, ConvertError> {
+        n.model.clone()
     }
 
     /// The pod's model with `group`, its PodGroup as the store resolved it (`Store::group_of_pod`: its own label or
@@ -244,11 +228,9 @@ impl ModelCache {
         self.pods.remove(key);
     }
 
-    /// Keeps only the pods and nodes the predicates accept: a resync drops what a delete missed across a relist
-    /// left behind.
-    pub fn retain(&mut self, keep_pod: impl Fn(&PodKey) -> bool, keep_node: impl Fn(&str) -> bool) {
+    /// Keeps only the pods the predicate accepts: a resync drops what a delete missed across a relist left behind.
+    pub fn retain(&mut self, keep_pod: impl Fn(&PodKey) -> bool) {
         self.pods.retain(|k, _| keep_pod(k));
-        self.nodes.retain(|n, _| keep_node(n));
     }
 }
 

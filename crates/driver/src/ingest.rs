@@ -192,7 +192,7 @@ impl Driver {
             .nodes()
             .get(&kube::runtime::reflector::ObjectRef::new(name));
         match node {
-            Some(n) if self.filter.matches(n.metadata.labels.as_ref()) => {
+            Some(n) if self.filter.matches(Some(n.labels())) => {
                 // Compared with what ingest itself saw last, not with the conversion cache: a snapshot built
                 // between the watch event and this call refreshes that cache, and the change would look like no
                 // change, so the waiting groups would sleep until the periodic flush.
@@ -206,7 +206,6 @@ impl Driver {
                 }
             }
             _ => {
-                self.cache.remove_node(name);
                 self.nodes_seen.remove(name);
             }
         }
@@ -395,16 +394,15 @@ impl Driver {
         // Every other per-pod record is pruned to the pods that still exist.
         let existing: HashSet<PodKey> = pods.iter().map(|p| p.key().clone()).collect();
         self.foreign_bound.retain(|k| existing.contains(k));
-        let nodes: HashSet<String> = self.store.nodes().state().iter().map(|n| n.name_any()).collect();
-        self.cache.retain(|k| existing.contains(k), |n| nodes.contains(n));
+        self.cache.retain(|k| existing.contains(k));
         // Ingest's record of the considered nodes restarts from the store: nodes listed at the start (or in a
         // relist) raise no watch event of their own, and the wake-up below covers any change among them.
         self.nodes_seen.clear();
         for n in self.store.nodes().state() {
-            if self.filter.matches(n.metadata.labels.as_ref())
+            if self.filter.matches(Some(n.labels()))
                 && let Ok(info) = self.cache.node(&n)
             {
-                self.nodes_seen.insert(n.name_any(), info);
+                self.nodes_seen.insert(n.name.to_string(), info);
             }
         }
         self.queue.on_event(ClusterEvent::NodeUpdated, now);
@@ -434,9 +432,10 @@ mod tests {
     use crate::convert::ModelCache;
     use k8s_openapi::api::core::v1::{Node, NodeSpec};
     use kube::api::ObjectMeta;
+    use phalanx_store::NodeRecord;
 
-    fn node(rv: &str, unschedulable: bool) -> Node {
-        Node {
+    fn node(rv: &str, unschedulable: bool) -> NodeRecord {
+        NodeRecord::from_node(&Node {
             metadata: ObjectMeta {
                 name: Some("n1".into()),
                 resource_version: Some(rv.into()),
@@ -447,28 +446,29 @@ mod tests {
                 ..Default::default()
             }),
             ..Default::default()
-        }
+        })
     }
 
     /// Before the fix, ingest compared against the conversion cache, which a snapshot had already refreshed, and
-    /// the change was lost.
+    /// the change was lost. The store's record now holds the model, shared by the snapshot and ingest.
     #[test]
     fn node_change_wakes_even_after_a_snapshot_refreshed_the_cache() {
-        let mut cache = ModelCache::default();
+        let cache = ModelCache::default();
         let mut seen = HashMap::new();
         let v1 = cache.node(&node("1", true)).unwrap();
         assert_eq!(node_event(&mut seen, "n1", v1), Some(ClusterEvent::NodeAdded));
-        // A snapshot converts the new version first...
-        let v2 = cache.node(&node("2", false)).unwrap();
+        // A snapshot reads the new version first...
+        let record = node("2", false);
+        let v2 = cache.node(&record).unwrap();
         // ...and ingest still sees a change.
-        let again = cache.node(&node("2", false)).unwrap();
+        let again = cache.node(&record).unwrap();
         assert!(Arc::ptr_eq(&v2, &again));
         assert_eq!(
             node_event(&mut seen, "n1", again),
             Some(ClusterEvent::NodeUpdated)
         );
         // A heartbeat (new resourceVersion, same content) is no change.
-        let v3 = cache.node(&node("3", false)).unwrap();
+        let v3 = cache.node(&node("3", false).sharing_model_of(&record)).unwrap();
         assert_eq!(node_event(&mut seen, "n1", v3), None);
     }
 }

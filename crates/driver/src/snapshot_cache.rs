@@ -17,7 +17,6 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Instant;
 
-use kube::ResourceExt;
 use phalanx_scheduler::{PodKey, Snapshot};
 
 use crate::{snapshot, state::Driver};
@@ -93,7 +92,7 @@ impl Driver {
             .nodes()
             .state()
             .into_iter()
-            .filter(|n| self.filter.matches(n.metadata.labels.as_ref()))
+            .filter(|n| self.filter.matches(Some(n.labels())))
             .collect();
         let mut statics = Vec::with_capacity(nodes.len());
         let mut names = Vec::with_capacity(nodes.len());
@@ -101,9 +100,9 @@ impl Driver {
             match self.cache.node(n) {
                 Ok(s) => {
                     statics.push(s);
-                    names.push(n.name_any());
+                    names.push(n.name.to_string());
                 }
-                Err(e) => tracing::warn!(node = %n.name_any(), error = %e, "node skipped"),
+                Err(e) => tracing::warn!(node = %n.name, error = %e, "node skipped"),
             }
         }
         let mut snap = Snapshot::new(statics);
@@ -131,7 +130,7 @@ impl Driver {
                 .store
                 .nodes()
                 .get(&kube::runtime::reflector::ObjectRef::new(&name))
-                .filter(|n| self.filter.matches(n.metadata.labels.as_ref()));
+                .filter(|n| self.filter.matches(Some(n.labels())));
             let wanted = node.and_then(|n| self.cache.node(&n).ok());
             match wanted {
                 Some(st) => {

@@ -220,6 +220,6 @@ impl Driver {
         self.store
             .nodes()
             .get(&kube::runtime::reflector::ObjectRef::new(name))
-            .is_some_and(|n| self.filter.matches(n.metadata.labels.as_ref()))
+            .is_some_and(|n| self.filter.matches(Some(n.labels())))
     }
 }

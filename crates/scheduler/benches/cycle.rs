@@ -18,6 +18,8 @@
 //! Preemption cases (`preempt-gang8`, `preempt-gang1000`, `preempt-pdb-gang8`, also best of
 //! `BENCH_REPEAT` runs) are described in `benches/support/preempt.rs`.
 
+#[path = "support/cluster.rs"]
+mod cluster;
 #[path = "support/dra.rs"]
 mod dra;
 #[path = "support/preempt.rs"]
@@ -31,33 +33,10 @@ use phalanx_scheduler::{
     GroupInfo, GroupPolicy, PodInfo, Scheduler, SchedulerConfig, SchedulingQueue, Snapshot,
 };
 
-const NODES: usize = 5000;
-const RACKS: usize = 50;
+use cluster::{NODES, nodes_n, running_pods};
 
 fn nodes() -> Vec<Arc<NodeStatic>> {
     nodes_n(NODES)
-}
-
-/// `n` nodes of 32 cores and 128 GiB in 50 racks; 5 racks make a block (10 blocks).
-fn nodes_n(n: usize) -> Vec<Arc<NodeStatic>> {
-    (0..n)
-        .map(|i| {
-            let rack = format!("rack-{}", i % RACKS);
-            let block = format!("block-{}", (i % RACKS) / 5);
-            let host = format!("node-{i}");
-            Arc::new(NodeStatic::simple(
-                &host,
-                32_000,
-                128 << 30,
-                &[
-                    ("rack", &rack),
-                    ("block", &block),
-                    ("kubernetes.io/hostname", &host),
-                    ("topology.kubernetes.io/zone", "zone-a"),
-                ],
-            ))
-        })
-        .collect()
 }
 
 struct Case {
@@ -71,6 +50,8 @@ struct Case {
     preferred: &'static [&'static str],
     /// Each pod claims one of the node's 8 devices through DRA ([`dra`]).
     devices: bool,
+    /// Pods already running before the gangs arrive, spread round-robin over the nodes (1 core each).
+    running: usize,
 }
 
 fn run(case: &Case) -> (f64, f64, f64, usize) {
@@ -83,6 +64,9 @@ fn run(case: &Case) -> (f64, f64, f64, usize) {
         ..SchedulerConfig::default()
     };
     let mut snapshot = Snapshot::new(nodes_n(case.nodes));
+    for p in running_pods(case.running, case.nodes) {
+        snapshot.add_pod(p);
+    }
     if std::env::var_os("BENCH_NO_BATCH").is_some() {
         // An inert pod that requests nothing, with an anti-affinity term selecting every bench
         // pod under a topology key no node has: it changes no decision but switches off the
@@ -206,6 +190,7 @@ fn main() {
             topology: None,
             preferred: &[],
             devices: false,
+            running: 0,
         },
         Case {
             name: "gang1000",
@@ -215,6 +200,7 @@ fn main() {
             topology: None,
             preferred: &[],
             devices: false,
+            running: 0,
         },
         Case {
             name: "gang8-rack",
@@ -224,6 +210,7 @@ fn main() {
             topology: Some("rack"),
             preferred: &[],
             devices: false,
+            running: 0,
         },
         Case {
             name: "gang8-host",
@@ -233,6 +220,7 @@ fn main() {
             topology: Some("kubernetes.io/hostname"),
             preferred: &[],
             devices: false,
+            running: 0,
         },
         Case {
             name: "gang8-preferred",
@@ -242,6 +230,7 @@ fn main() {
             topology: None,
             preferred: &["rack", "block"],
             devices: false,
+            running: 0,
         },
         Case {
             name: "gang8-zone-preferred",
@@ -251,6 +240,7 @@ fn main() {
             topology: Some("topology.kubernetes.io/zone"),
             preferred: &["rack", "block"],
             devices: false,
+            running: 0,
         },
         Case {
             name: "gang1000-preferred",
@@ -260,6 +250,7 @@ fn main() {
             topology: None,
             preferred: &["rack", "block"],
             devices: false,
+            running: 0,
         },
         Case {
             name: "gang8-15k",
@@ -269,6 +260,19 @@ fn main() {
             topology: None,
             preferred: &[],
             devices: false,
+            running: 0,
+        },
+        Case {
+            // The 15,000-node cluster with 100,000 pods already running (about 7 per node): what a cycle costs
+            // once the snapshot is full.
+            name: "gang8-15k-100k",
+            nodes: 15_000,
+            gangs: 1000,
+            size: 8,
+            topology: None,
+            preferred: &[],
+            devices: false,
+            running: 100_000,
         },
         Case {
             name: "gang1000-15k",
@@ -278,6 +282,7 @@ fn main() {
             topology: None,
             preferred: &[],
             devices: false,
+            running: 0,
         },
         Case {
             name: "gang8-dra",
@@ -287,6 +292,7 @@ fn main() {
             topology: None,
             preferred: &[],
             devices: true,
+            running: 0,
         },
     ];
     for case in &cases {

@@ -10,19 +10,18 @@
 //!   the pod included: the driver hands that model to the core as it is;
 //! - `pod_info_owner_group`: what a pod that joins its owner's group (no group label of its own) costs on top: a
 //!   copy of the model with that group, sharing labels and scheduling data;
-//! - `store_node` and `node_static`: the cached node (`slim::node`) and the scheduler's `NodeStatic` of it.
+//! - `store_node`: the node cache's record, `Arc<NodeRecord>`, the scheduler's `NodeStatic` of the node included.
 //!
 //! Prints `bench: cache-bytes pods=<n> store_pod=<bytes> pod_info_owner_group=<bytes> nodes=<n>
-//! store_node=<bytes> node_static=<bytes>`. Before the compact record the pod cache held the slimmed decoded
-//! `Pod`: 7,544 bytes, plus a `PodInfo` of 1,700 (docs/benchmarks.md). `BENCH_PODS` (default 10,000) and `BENCH_NODES` (default 5,000) set the counts.
+//! store_node=<bytes>`. Before the compact records the caches held the slimmed decoded objects: 7,544 bytes per pod
+//! plus a `PodInfo` of 1,700, 3,558 bytes per node plus a `NodeStatic` of 1,100 (docs/benchmarks.md). `BENCH_PODS` (default 10,000) and `BENCH_NODES` (default 5,000) set the counts.
 //! Run: `cargo bench -p phalanx-store --bench cache_bytes`.
 
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use phalanx_scheduler::PodInfo;
-use phalanx_scheduler::model::NodeStatic;
-use phalanx_store::PodRecord;
+use phalanx_store::{NodeRecord, PodRecord};
 use serde_json::{Value, json};
 
 #[global_allocator]
@@ -157,17 +156,14 @@ fn main() {
             ..(*cached[i].info).clone()
         })
     });
-    let (store_node, cached_nodes) = per_object(nodes, |i| {
-        let mut n = decode_node(i);
-        phalanx_store::slim::node(&mut n);
-        Arc::new(n)
-    });
-    let (node_static, statics) = per_object(nodes, |i| {
-        Arc::new(NodeStatic::from_node(&cached_nodes[i]).expect("the served node converts"))
-    });
+    let (store_node, cached_nodes) = per_object(nodes, |i| Arc::new(NodeRecord::from_node(&decode_node(i))));
+    assert!(
+        cached_nodes.iter().all(|n| n.model.is_ok()),
+        "the served nodes convert"
+    );
     println!(
         "bench: cache-bytes pods={pods} store_pod={store_pod} pod_info_owner_group={pod_info} nodes={nodes} \
-         store_node={store_node} node_static={node_static}"
+         store_node={store_node}"
     );
-    drop((cached, infos, cached_nodes, statics));
+    drop((cached, infos, cached_nodes));
 }

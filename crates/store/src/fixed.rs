@@ -364,7 +364,7 @@ impl Store {
         let custom = crate::custom_owners::CustomOwners::fixed(&state.owner_kinds, &state.owners);
         let store = Store {
             inner: Arc::new(Inner {
-                nodes: reader(state.nodes),
+                nodes: reader(state.nodes.iter().map(crate::NodeRecord::from_node).collect()),
                 pods: pods.clone(),
                 pod_groups: reader(state.pod_groups),
                 composite_pod_groups: reader(state.composite_pod_groups),

@@ -32,7 +32,7 @@ use std::sync::{
     atomic::{AtomicBool, AtomicUsize, Ordering},
 };
 
-use k8s_openapi::api::{core::v1::Node, policy::v1::PodDisruptionBudget, scheduling::v1::PriorityClass};
+use k8s_openapi::api::{policy::v1::PodDisruptionBudget, scheduling::v1::PriorityClass};
 use kube::runtime::reflector::{ObjectRef, Store as Reader};
 use phalanx_api::{
     v1alpha3::CompositePodGroup,
@@ -45,7 +45,7 @@ pub use events::NoteRecorders;
 pub use fixed::{ClusterState, ListError, OwnerKind, OwnerObject};
 pub use index::{ClusterIndex, pod_group_key, pod_group_name, pod_node};
 pub use leader::{Leader, LeaderFence};
-pub use record::PodRecord;
+pub use record::{NodeRecord, PodRecord};
 // Keys and hierarchy rules are defined once, in the pure core, and shared with the driver and the controllers.
 pub use phalanx_scheduler::hierarchy::{
     Ancestry, GroupNode, HierarchyError, MAX_TREE_DEPTH, check_edge, validate_ancestry, validate_tree,
@@ -107,7 +107,7 @@ pub enum StoreEvent {
 }
 
 pub(crate) struct Inner {
-    nodes: Reader<Node>,
+    nodes: Reader<NodeRecord>,
     pods: Reader<PodRecord>,
     pod_groups: Reader<PodGroup>,
     composite_pod_groups: Reader<CompositePodGroup>,
@@ -292,8 +292,8 @@ impl Store {
         self.inner.shared.events.subscribe()
     }
 
-    /// Reader of the Node cache.
-    pub fn nodes(&self) -> &Reader<Node> {
+    /// Reader of the Node cache: one compact [`NodeRecord`] per node ([`record`]).
+    pub fn nodes(&self) -> &Reader<NodeRecord> {
         &self.inner.nodes
     }
     /// Reader of the Pod cache: one compact [`PodRecord`] per pod ([`record`]).

@@ -43,7 +43,7 @@ use crate::{
     AssumeCache, ClusterIndex, GroupKey, GroupKind, GroupNode, Inner, PodKey, Shared, Store, StoreConfig,
     StoreEvent,
     owners::{Lookup, OwnerRef},
-    record::PodRecord,
+    record::{NodeRecord, PodRecord},
 };
 
 /// What one kind does with each watch event after the reflector applied it.
@@ -169,15 +169,24 @@ pub(crate) fn start(client: Client, config: StoreConfig) -> Store {
         .any_semantic();
     let mut tasks = Vec::new();
 
-    let nodes = spawn_with::<Node>(
-        reflector::store::<Node>(),
+    // Nodes too are cached as records (the scheduler's model); a heartbeat keeps the model already shared.
+    let to_node_record = |n: Node, cached: &Reader<NodeRecord>| {
+        let record = NodeRecord::from_node(&n);
+        match cached.get(&ObjectRef::new(&record.name)) {
+            Some(previous) => record.sharing_model_of(&previous),
+            None => record,
+        }
+    };
+    let (nodes, nodes_writer) = reflector::store::<NodeRecord>();
+    let task = tokio::spawn(watch_converted::<Node, NodeRecord, _>(
+        (nodes.clone(), nodes_writer),
         Api::all(client.clone()),
         wc.clone(),
-        &shared,
-        &ready_tx,
-        &mut tasks,
-        (Box::new(node_hook), crate::slim::node, Tolerate::No),
-    );
+        shared.clone(),
+        ready_tx.clone(),
+        (Box::new(node_hook), to_node_record, Tolerate::No),
+    ));
+    tasks.push(task.abort_handle());
     // Pods are cached as records (see `crate::record`); a status-only update keeps the model already shared.
     let to_record = |p: Pod, cached: &Reader<PodRecord>| {
         let record = PodRecord::from_pod(&p);
@@ -614,9 +623,11 @@ fn convert_event<K, R>(ev: watcher::Event<K>, f: impl Fn(K) -> R) -> watcher::Ev
     }
 }
 
-fn node_hook(ev: &watcher::Event<Node>, _: &Reader<Node>, s: &Shared) {
+fn node_hook(ev: &watcher::Event<NodeRecord>, _: &Reader<NodeRecord>, s: &Shared) {
     match ev {
-        watcher::Event::Apply(n) | watcher::Event::Delete(n) => s.publish(StoreEvent::Node(n.name_any())),
+        watcher::Event::Apply(n) | watcher::Event::Delete(n) => {
+            s.publish(StoreEvent::Node(n.name.to_string()))
+        }
         watcher::Event::InitDone => s.publish(StoreEvent::Resync),
         _ => {}
     }

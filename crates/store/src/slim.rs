@@ -1,11 +1,7 @@
 //! What the caches drop from each object before storing it: every kind loses `metadata.managedFields` (large, and
-//! read by no one here). Nodes keep their metadata, spec (taints, `unschedulable`) and capacity and allocatable, and
-//! lose their annotations and the rest of the status (conditions, addresses, images, node info), which kubelets
-//! rewrite on every heartbeat and scheduling does not read: kube-scheduler too filters on taints, not conditions.
-//! Pods are not slimmed but kept as compact records ([`crate::record`]); the `kubectl apply` copy of an object
-//! ([`LAST_APPLIED`]) is dropped from them and from the storage kinds.
+//! read by no one here), and the storage kinds the `kubectl apply` copy of the object ([`LAST_APPLIED`]). Pods and
+//! nodes are not slimmed but kept as compact records ([`crate::record`]).
 
-use k8s_openapi::api::core::v1::{Node, NodeStatus};
 use kube::Resource;
 
 /// The annotation `kubectl apply` writes with the last applied object, often as large as the object itself.
@@ -51,49 +47,10 @@ pub fn csi_node(n: &mut k8s_openapi::api::storage::v1::CSINode) {
     }
 }
 
-/// [`managed_fields`], annotations, and every part of a node's status but capacity and allocatable.
-pub fn node(n: &mut Node) {
-    managed_fields(n);
-    n.metadata.annotations = None;
-    if let Some(status) = n.status.take() {
-        n.status = Some(NodeStatus {
-            allocatable: status.allocatable,
-            capacity: status.capacity,
-            ..NodeStatus::default()
-        });
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
-
-    #[test]
-    fn a_slim_node_keeps_labels_taints_and_allocatable() {
-        let mut n: Node = serde_json::from_value(json!({
-            "metadata": {"name": "n", "labels": {"rack": "r1"}, "annotations": {"kwok.x-k8s.io/node": "fake"}},
-            "spec": {"unschedulable": true, "taints": [{"key": "k", "effect": "NoSchedule"}]},
-            "status": {
-                "allocatable": {"cpu": "8"}, "capacity": {"cpu": "8"},
-                "conditions": [{"type": "Ready", "status": "True"}],
-                "images": [{"names": ["a"], "sizeBytes": 1}],
-                "addresses": [{"type": "InternalIP", "address": "10.0.0.1"}],
-            },
-        }))
-        .unwrap();
-        node(&mut n);
-        assert_eq!(n.metadata.labels.as_ref().unwrap()["rack"], "r1");
-        assert!(n.metadata.annotations.is_none());
-        let spec = n.spec.as_ref().unwrap();
-        assert_eq!(spec.unschedulable, Some(true));
-        assert_eq!(spec.taints.as_ref().unwrap().len(), 1);
-        let st = n.status.as_ref().unwrap();
-        assert_eq!(st.allocatable.as_ref().unwrap()["cpu"].0, "8");
-        assert!(
-            st.capacity.is_some() && st.conditions.is_none() && st.images.is_none() && st.addresses.is_none()
-        );
-    }
 
     #[test]
     fn a_slim_group_keeps_only_the_controllers_patch_entry() {
