@@ -419,7 +419,7 @@ start_watchdog() {
 # --- commands -----------------------------------------------------------------------------------------------
 cmd_up() {
   lock
-  local want_api=$UPSTREAM_WORKLOAD_API want_sched=$WITH_KUBE_SCHEDULER want_audit=$AUDIT_LOG
+  local want_api=$UPSTREAM_WORKLOAD_API want_sched=$WITH_KUBE_SCHEDULER want_audit=$AUDIT_LOG pid
   if load_env; then
     AUDIT_LOG=${AUDIT_LOG:-}
     local ok=1 name
@@ -429,7 +429,16 @@ cmd_up() {
       [ "$AUDIT_LOG" = "$want_audit" ] &&
       [ "$(api_get /readyz 2>/dev/null)" = ok ]; then
       phalanx::log "already running at https://127.0.0.1:$API_PORT (state $STATE)"
-      [ -n "$WATCH_PID" ] && ! alive watchdog && start_watchdog
+      if [ -n "$WATCH_PID" ]; then
+        # A watchdog left by an earlier caller watches that caller, which may be exiting right now (a benchmark
+        # started just after another one ended): it would tear down the cluster this caller is about to use. The
+        # cluster passes to this caller. The watchdog's PID is also the `down` it may have exec'd already.
+        if alive watchdog; then
+          read -r pid _ <<<"$(recorded watchdog)"
+          kill -TERM "$pid" 2>/dev/null || true
+        fi
+        start_watchdog
+      fi
       print_export
       return 0
     fi

@@ -264,7 +264,9 @@ impl Context {
             .events
             .get_or_create(&labels(&[("controller", controller), ("reason", reason)]))
             .inc();
-        let recorder = self.recorders.for_note(ev.note.as_deref().unwrap_or_default());
+        let recorder = self
+            .recorders
+            .for_event(reference, ev.note.as_deref().unwrap_or_default());
         if let Err(e) = recorder.publish(&ev, reference).await {
             tracing::warn!(reason, object = ?reference.name, error = %e, "publishing event failed");
         }

@@ -174,7 +174,7 @@ impl StatusWriter {
             return;
         }
         let note = truncate(note, 1000);
-        let recorder = self.recorders.for_note(&note);
+        let recorder = self.recorders.for_event(object, &note);
         let ev = Event {
             type_,
             reason: reason.into(),

@@ -7,7 +7,8 @@
 //! node with its labels, status, conditions and addresses). Then it is kept the way the runtime keeps it, and the
 //! heap that stays allocated is divided by the number of objects:
 //! - `store_pod`: the watch cache's record, `Arc<PodRecord>` (`phalanx_store::record`), the scheduler's model of
-//!   the pod included: the driver hands that model to the core as it is;
+//!   the pod included (the driver hands that model to the core as it is), with labels and names shared through
+//!   the cache's interner (`phalanx_store::intern`) as the store shares them;
 //! - `pod_info_owner_group`: what a pod that joins its owner's group (no group label of its own) costs on top: a
 //!   copy of the model with that group, sharing labels and scheduling data;
 //! - `store_node`: the node cache's record, `Arc<NodeRecord>`, the scheduler's `NodeStatic` of the node included.
@@ -147,7 +148,11 @@ fn main() {
     let decode_node =
         |i: usize| -> Node { serde_json::from_value(served_node(i)).expect("the served node decodes") };
 
-    let (store_pod, cached) = per_object(pods, |i| Arc::new(PodRecord::from_pod(&decode_pod(i))));
+    // One interner for the cache, as the store keeps one: the 8 pods of a gang share their labels and names.
+    let mut interner = phalanx_store::intern::Interner::default();
+    let (store_pod, cached) = per_object(pods, |i| {
+        Arc::new(PodRecord::from_pod_shared(&decode_pod(i), &mut interner))
+    });
     // The driver hands the record's own model to the core (an `Arc` clone, no heap); only a pod that joins its
     // owner's group (no label of its own) gets a copy of the model with that group, sharing labels and spec.
     let (pod_info, infos) = per_object(pods, |i| {

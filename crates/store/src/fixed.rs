@@ -359,7 +359,14 @@ impl Store {
         let dra_served = state.dra.is_some();
         let target = KINDS + if dra_served { crate::dra::DRA_KINDS } else { 0 };
         let (_ready_tx, ready) = watch::channel(target);
-        let pods = reader(state.pods.iter().map(crate::PodRecord::from_pod).collect());
+        let mut interner = crate::intern::Interner::default();
+        let pods = reader(
+            state
+                .pods
+                .iter()
+                .map(|p| crate::PodRecord::from_pod_shared(p, &mut interner))
+                .collect(),
+        );
         let owners = crate::reflectors::OwnerReaders::from_objects(&state.owners);
         let custom = crate::custom_owners::CustomOwners::fixed(&state.owner_kinds, &state.owners);
         let store = Store {

@@ -17,6 +17,7 @@ pub mod dra;
 pub mod events;
 pub mod fixed;
 pub mod index;
+pub mod intern;
 pub mod leader;
 pub mod owners;
 pub mod priority;

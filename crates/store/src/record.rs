@@ -23,6 +23,8 @@ use kube::runtime::reflector::Lookup;
 use phalanx_scheduler::model::NodeStatic;
 use phalanx_scheduler::{ConvertError, GroupKey, PodInfo, PodKey};
 
+use crate::intern::Interner;
+
 /// Pod condition types a record keeps: `PodScheduled` (the scheduler's own verdict, which the status writer
 /// compares before it writes), `Ready` (the PodGroup controller's `readyPods`) and `DisruptionTarget` (set on a
 /// preemption victim, read by the preemption tracker). kubelet's and kwok's `Initialized` and `ContainersReady`
@@ -72,6 +74,12 @@ impl PodRecord {
     /// The record of an API pod: the scheduler's model ([`PodInfo::from_pod`], with the pod's own group) and the
     /// fields listed on the struct. Never fails: what the model cannot convert lands in `info.invalid`.
     pub fn from_pod(pod: &Pod) -> PodRecord {
+        PodRecord::from_pod_shared(pod, &mut Interner::default())
+    }
+
+    /// [`PodRecord::from_pod`] with the labels, namespace, scheduler name and group name shared through `interner`
+    /// with the cache's other records ([`crate::intern`]).
+    pub fn from_pod_shared(pod: &Pod, interner: &mut Interner) -> PodRecord {
         let meta = &pod.metadata;
         let status = pod.status.as_ref();
         let mut annotations = meta.annotations.clone().unwrap_or_default();
@@ -86,8 +94,13 @@ impl PodRecord {
                 ..c.clone()
             })
             .collect();
+        let mut info = PodInfo::from_pod(pod, phalanx_api::pod_group_name(pod));
+        info.labels = interner.labels(&info.labels);
+        info.key.namespace = interner.string(&info.key.namespace);
+        info.scheduler_name = interner.string(&info.scheduler_name);
+        info.group_name = info.group_name.as_ref().map(|g| interner.string(g));
         PodRecord {
-            info: Arc::new(PodInfo::from_pod(pod, phalanx_api::pod_group_name(pod))),
+            info: Arc::new(info),
             resource_version: meta.resource_version.clone(),
             annotations,
             owner_references: meta.owner_references.clone().unwrap_or_default(),

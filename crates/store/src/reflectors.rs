@@ -188,8 +188,9 @@ pub(crate) fn start(client: Client, config: StoreConfig) -> Store {
     ));
     tasks.push(task.abort_handle());
     // Pods are cached as records (see `crate::record`); a status-only update keeps the model already shared.
-    let to_record = |p: Pod, cached: &Reader<PodRecord>| {
-        let record = PodRecord::from_pod(&p);
+    let interner = std::cell::RefCell::new(crate::intern::Interner::default());
+    let to_record = move |p: Pod, cached: &Reader<PodRecord>| {
+        let record = PodRecord::from_pod_shared(&p, &mut interner.borrow_mut());
         match cached.get(&ObjectRef::new(record.name()).within(record.namespace())) {
             Some(previous) => record.sharing_model_of(&previous),
             None => record,
