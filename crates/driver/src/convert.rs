@@ -8,10 +8,8 @@ use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::ResourceExt;
 use phalanx_api::{v1alpha3::CompositePodGroup, v1beta1::PodGroup};
 use phalanx_scheduler::model::{DisruptionMode, GroupPolicy, PreemptionPolicy};
-use phalanx_scheduler::{
-    CompositeGroupInfo, CompositePolicy, ConvertError, GroupInfo, NodeStatic, PodInfo, PodKey,
-};
-use phalanx_store::{NodeRecord, PodRecord};
+use phalanx_scheduler::{CompositeGroupInfo, CompositePolicy, GroupInfo, PodInfo, PodKey};
+use phalanx_store::PodRecord;
 
 /// Priority and preemption policy of a group from its PriorityClass (`phalanx_store::priority::resolve`), never from
 /// `spec.priority`: a tenant can write that field before the controller fills it, and would jump the queue. A class
@@ -193,11 +191,6 @@ pub struct ModelCache {
 }
 
 impl ModelCache {
-    /// The node's model, built by the store with its record. Errors name the node and the bad field.
-    pub fn node(&self, n: &NodeRecord) -> Result<Arc<NodeStatic>, ConvertError> {
-        n.model.clone()
-    }
-
     /// The pod's model with `group`, its PodGroup as the store resolved it (`Store::group_of_pod`: its own label or
     /// field, else its owner's). For a pod in its own group or none, that is the record's model itself (the store
     /// built it once, and keeps it across status-only updates); a pod that joins its owner's group gets a copy

@@ -196,7 +196,7 @@ impl Driver {
                 // Compared with what ingest itself saw last, not with the conversion cache: a snapshot built
                 // between the watch event and this call refreshes that cache, and the change would look like no
                 // change, so the waiting groups would sleep until the periodic flush.
-                match self.cache.node(&n) {
+                match n.model.clone() {
                     Ok(new) => {
                         if let Some(ev) = node_event(&mut self.nodes_seen, name, new) {
                             self.queue.on_event(ev, now);
@@ -400,7 +400,7 @@ impl Driver {
         self.nodes_seen.clear();
         for n in self.store.nodes().state() {
             if self.filter.matches(Some(n.labels()))
-                && let Ok(info) = self.cache.node(&n)
+                && let Ok(info) = n.model.clone()
             {
                 self.nodes_seen.insert(n.name.to_string(), info);
             }
@@ -429,7 +429,6 @@ pub(crate) fn node_event(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::convert::ModelCache;
     use k8s_openapi::api::core::v1::{Node, NodeSpec};
     use kube::api::ObjectMeta;
     use phalanx_store::NodeRecord;
@@ -453,22 +452,21 @@ mod tests {
     /// the change was lost. The store's record now holds the model, shared by the snapshot and ingest.
     #[test]
     fn node_change_wakes_even_after_a_snapshot_refreshed_the_cache() {
-        let cache = ModelCache::default();
         let mut seen = HashMap::new();
-        let v1 = cache.node(&node("1", true)).unwrap();
+        let v1 = node("1", true).model.clone().unwrap();
         assert_eq!(node_event(&mut seen, "n1", v1), Some(ClusterEvent::NodeAdded));
         // A snapshot reads the new version first...
         let record = node("2", false);
-        let v2 = cache.node(&record).unwrap();
+        let v2 = record.model.clone().unwrap();
         // ...and ingest still sees a change.
-        let again = cache.node(&record).unwrap();
+        let again = record.model.clone().unwrap();
         assert!(Arc::ptr_eq(&v2, &again));
         assert_eq!(
             node_event(&mut seen, "n1", again),
             Some(ClusterEvent::NodeUpdated)
         );
         // A heartbeat (new resourceVersion, same content) is no change.
-        let v3 = cache.node(&node("3", false).sharing_model_of(&record)).unwrap();
+        let v3 = node("3", false).sharing_model_of(&record).model.clone().unwrap();
         assert_eq!(node_event(&mut seen, "n1", v3), None);
     }
 }

@@ -97,7 +97,7 @@ impl Driver {
         let mut statics = Vec::with_capacity(nodes.len());
         let mut names = Vec::with_capacity(nodes.len());
         for n in &nodes {
-            match self.cache.node(n) {
+            match n.model.clone() {
                 Ok(s) => {
                     statics.push(s);
                     names.push(n.name.to_string());
@@ -131,7 +131,7 @@ impl Driver {
                 .nodes()
                 .get(&kube::runtime::reflector::ObjectRef::new(&name))
                 .filter(|n| self.filter.matches(Some(n.labels())));
-            let wanted = node.and_then(|n| self.cache.node(&n).ok());
+            let wanted = node.and_then(|n| n.model.clone().ok());
             match wanted {
                 Some(st) => {
                     let added = snap.node_index(&name).is_none();
