@@ -21,6 +21,17 @@ use crate::{
 /// with 50 ms more wait each time, about 1.5 s in all, ample for the watch to deliver the newer object.
 const GROUP_WRITE_ATTEMPTS: u32 = 8;
 
+/// Tries of a pod or group condition write while the API server does not answer (see
+/// [`phalanx_store::retry::is_unavailable`]): waits of 0.25, 0.5, 1, 2 and then 4 s, about 35 s in all, longer
+/// than an API server restart.
+const UNAVAILABLE_TRIES: u32 = 12;
+
+/// The wait after the `failures`-th unanswered try of a condition write.
+fn unavailable_backoff(failures: u32) -> std::time::Duration {
+    use std::time::Duration;
+    phalanx_store::retry::backoff(Duration::from_millis(250), failures, Duration::from_secs(4))
+}
+
 impl Driver {
     /// Writes `PodGroupInitiallyScheduled=True` for standalone PodGroups of ours whose bound members already
     /// reach the quorum (`minCount`, 1 for basic) but whose condition is not True.
@@ -158,26 +169,43 @@ impl Driver {
         );
         let k = key.clone();
         let job = async move {
-            let Ok(_p) = permits.acquire().await else { return };
-            let Some(pod) = store.pod(&k) else { return };
-            if uid.as_deref().is_some_and(|u| u != pod.uid()) {
-                return;
-            }
-            if pod.node_name().is_some() || store.assumed_node(&k).is_some() {
-                return;
-            }
-            // A wait is announced once per reason: a later message for the same wait (a count that moved, a
-            // foreign member noted) updates the condition without another event.
-            let reason_changed = pod_scheduled_reason(&pod).as_deref() != Some(reason);
-            let changed = match writer.pod_unschedulable(&pod, reason, &message).await {
-                Ok(c) => c,
-                Err(e) => {
-                    tracing::debug!(pod = %k, error = %e, "pod condition not written");
-                    false
+            // A write the API server could not answer (restarting, throttling) is tried again: an unschedulable
+            // pod may not be attempted again for minutes, and until then it would have no reason at all.
+            for failures in 1..=UNAVAILABLE_TRIES {
+                let Ok(permit) = permits.acquire().await else {
+                    return;
+                };
+                let Some(pod) = store.pod(&k) else { return };
+                if uid.as_deref().is_some_and(|u| u != pod.uid()) {
+                    return;
                 }
-            };
-            if always_event || (changed && reason_changed) {
-                writer.event_failed(&pod, reason, &message).await;
+                if pod.node_name().is_some() || store.assumed_node(&k).is_some() {
+                    return;
+                }
+                // A wait is announced once per reason: a later message for the same wait (a count that moved, a
+                // foreign member noted) updates the condition without another event.
+                let reason_changed = pod_scheduled_reason(&pod).as_deref() != Some(reason);
+                let changed = match writer.pod_unschedulable(&pod, reason, &message).await {
+                    Ok(c) => c,
+                    Err(e) if phalanx_store::retry::is_unavailable(&e) && failures < UNAVAILABLE_TRIES => {
+                        drop(permit);
+                        tracing::debug!(pod = %k, failures, error = %e, "pod condition not written yet; retrying");
+                        tokio::time::sleep(unavailable_backoff(failures)).await;
+                        continue;
+                    }
+                    Err(e) => {
+                        if phalanx_store::retry::is_unavailable(&e) {
+                            tracing::warn!(pod = %k, failures, error = %e, "pod condition not written");
+                        } else {
+                            tracing::debug!(pod = %k, error = %e, "pod condition not written");
+                        }
+                        false
+                    }
+                };
+                if always_event || (changed && reason_changed) {
+                    writer.event_failed(&pod, reason, &message).await;
+                }
+                return;
             }
         };
         self.writes.submit(&mut self.tasks, WriteKey::Pod(key), job);
@@ -256,8 +284,11 @@ impl Driver {
             // the object fresh from the API server and decides again on it, as client-go's `RetryOnConflict` does.
             // Waiting for the watch instead failed on a loaded API server: the cache lagged longer than the retries
             // and the placed group was left without its condition.
-            for attempt in 1..=GROUP_WRITE_ATTEMPTS {
-                let fresh = attempt > 1;
+            let mut unavailable = 0;
+            let mut attempt = 0;
+            while attempt < GROUP_WRITE_ATTEMPTS {
+                attempt += 1;
+                let fresh = attempt > 1 || unavailable > 0;
                 let res = match g.kind {
                     GroupKind::PodGroup => {
                         let cached = || store.pod_group(&g.namespace, &g.name);
@@ -289,6 +320,14 @@ impl Driver {
                 match res {
                     Err(kube::Error::Api(s)) if s.code == 409 && attempt < GROUP_WRITE_ATTEMPTS => {
                         tokio::time::sleep(std::time::Duration::from_millis(50 * u64::from(attempt))).await;
+                    }
+                    Err(e) if phalanx_store::retry::is_unavailable(&e) && unavailable < UNAVAILABLE_TRIES => {
+                        // Not a try of the conflict budget: the API server did not answer, the next try reads
+                        // the object afresh.
+                        unavailable += 1;
+                        attempt -= 1;
+                        tracing::debug!(group = %g, failures = unavailable, error = %e, "group condition not written yet; retrying");
+                        tokio::time::sleep(unavailable_backoff(unavailable)).await;
                     }
                     Err(e) => {
                         tracing::warn!(group = %g, attempt, error = %e, "group condition not written");
