@@ -6,11 +6,10 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::PodCondition;
 use kube::ResourceExt;
 use phalanx_api::conditions::reasons;
 use phalanx_scheduler::{EntityKey, Gate, GateReason, GroupKey, GroupKind, GroupPolicy, PodKey};
-use phalanx_store::PodRecord;
+use phalanx_store::{KeptCondition, PodRecord};
 
 use crate::{
     convert, names,
@@ -446,11 +445,11 @@ where
 }
 
 /// The pod's `PodScheduled` condition, if any.
-fn pod_scheduled(pod: &PodRecord) -> Option<&PodCondition> {
+fn pod_scheduled(pod: &PodRecord) -> Option<&KeptCondition> {
     pod.condition("PodScheduled")
 }
 
 /// The reason of the pod's `PodScheduled` condition, if any.
 fn pod_scheduled_reason(pod: &PodRecord) -> Option<String> {
-    pod_scheduled(pod)?.reason.clone()
+    pod_scheduled(pod)?.reason.as_deref().map(str::to_owned)
 }

@@ -33,6 +33,14 @@ pub const SCHEDULER_CONDITIONS: [&str; 3] = [
     phalanx_api::conditions::DISRUPTION_TARGET,
 ];
 
+/// Whether an event is one an object gets only once (its recorder is then not kept; see
+/// [`NoteRecorders::one_shot`]).
+#[derive(Clone, Copy)]
+enum Once {
+    Yes,
+    No,
+}
+
 /// Field manager of every write the scheduler makes.
 pub use phalanx_api::field_managers::SCHEDULER as FIELD_MANAGER;
 
@@ -106,8 +114,15 @@ impl StatusWriter {
             pod.name(),
             node
         );
-        self.event(pod, EventType::Normal, "Scheduled", "Binding", note)
-            .await;
+        self.publish(
+            &pod.object_ref(),
+            Once::Yes,
+            EventType::Normal,
+            "Scheduled",
+            "Binding",
+            note,
+        )
+        .await;
     }
 
     /// Emits the event for a pod that is not placed. `pod_reason` is the reason of its `PodScheduled=False`
@@ -135,8 +150,15 @@ impl StatusWriter {
     /// plan could not be evicted, so the preemptor is retried rather than left waiting for a deletion that never
     /// comes (upstream logs the error and activates the preemptor, `pkg/scheduler/framework/preemption/executor.go`).
     pub async fn event_preemption_failed(&self, object: &ObjectReference, note: String) {
-        self.publish(object, EventType::Warning, "FailedPreemption", "Preempting", note)
-            .await;
+        self.publish(
+            object,
+            Once::No,
+            EventType::Warning,
+            "FailedPreemption",
+            "Preempting",
+            note,
+        )
+        .await;
     }
 
     /// Sets `status.nominatedNodeName` of `pod` (with `uid`) to `node` (`None` clears it), as upstream's
@@ -159,12 +181,14 @@ impl StatusWriter {
     }
 
     async fn event(&self, pod: &PodRecord, type_: EventType, reason: &str, action: &str, note: String) {
-        self.publish(&pod.object_ref(), type_, reason, action, note).await;
+        self.publish(&pod.object_ref(), Once::No, type_, reason, action, note)
+            .await;
     }
 
     async fn publish(
         &self,
         object: &ObjectReference,
+        once: Once,
         type_: EventType,
         reason: &str,
         action: &str,
@@ -174,7 +198,6 @@ impl StatusWriter {
             return;
         }
         let note = truncate(note, 1000);
-        let recorder = self.recorders.for_event(object, &note);
         let ev = Event {
             type_,
             reason: reason.into(),
@@ -182,7 +205,16 @@ impl StatusWriter {
             action: action.into(),
             secondary: None,
         };
-        if let Err(e) = recorder.publish(&ev, object).await {
+        let res = match once {
+            Once::Yes => self.recorders.one_shot().publish(&ev, object).await,
+            Once::No => {
+                let recorder = self
+                    .recorders
+                    .for_event(object, ev.note.as_deref().unwrap_or_default());
+                recorder.publish(&ev, object).await
+            }
+        };
+        if let Err(e) = res {
             tracing::debug!(object = ?object.name, error = %e, "event not recorded");
         }
     }

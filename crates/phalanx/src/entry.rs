@@ -146,8 +146,17 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         None => PhalanxConfig::default(),
     };
     let fence = crate::write_fence::WriteFence::default();
-    let (client, lease_client) =
-        operator::fenced_clients(args.kubeconfig.as_ref(), args.context.as_deref(), &fence).await?;
+    let in_flight = crate::fenced_client::in_flight_limit(
+        args.bind_concurrency as usize,
+        config.binder.status_concurrency as usize,
+    );
+    let (client, lease_client) = operator::fenced_clients(
+        args.kubeconfig.as_ref(),
+        args.context.as_deref(),
+        &fence,
+        in_flight,
+    )
+    .await?;
     let shutdown = operator::shutdown_on_signals();
     let opts = RunOptions {
         scheduler_name: args.scheduler_name,

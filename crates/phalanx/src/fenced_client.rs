@@ -13,6 +13,13 @@
 //! The stack mirrors kube's default (`kube_client::client::builder`): base URI, authentication, extra headers,
 //! connect timeout, retries of 429/503/504 with its `server_retry` policy (outside the fence, so each retry is
 //! judged), rustls. Not included: response decompression (not enabled in this build) and kube's tracing spans.
+//!
+//! Added: a bound on the requests in flight ([`in_flight_limit`]). kube's connector speaks HTTP/1.1 only, so each
+//! request in flight holds a TCP and TLS connection of its own, and the pool keeps them for 90 s after. When the
+//! scheduler started on 1,000 waiting gangs, the reconcilers' first writes, the binds, the condition writes and
+//! the events opened 143 connections within a second, and their buffers stayed. client-go sends all of
+//! kube-scheduler's requests over one HTTP/2 connection; the bound gets near that without a second protocol.
+//! A request waits in kube's queue for a free place; a watch holds its place only until the response headers.
 
 use std::io;
 use std::pin::Pin;
@@ -29,7 +36,11 @@ use crate::write_fence::WriteFence;
 ///
 /// # Errors
 /// The config's TLS or authentication settings cannot be used.
-pub fn build(config: &kube::Config, fence: &WriteFence) -> anyhow::Result<(kube::Client, kube::Client)> {
+pub fn build(
+    config: &kube::Config,
+    fence: &WriteFence,
+    in_flight: usize,
+) -> anyhow::Result<(kube::Client, kube::Client)> {
     let lease = kube::Client::try_from(config.clone())?;
     let mut http = HttpConnector::new();
     http.enforce_http(false);
@@ -47,6 +58,7 @@ pub fn build(config: &kube::Config, fence: &WriteFence) -> anyhow::Result<(kube:
         ))
         .layer(tower::buffer::BufferLayer::new(1024))
         .layer(fence.clone())
+        .layer(tower::limit::ConcurrencyLimitLayer::new(in_flight.max(1)))
         .layer(config.base_uri_layer())
         .option_layer(config.auth_layer()?)
         .layer(config.extra_headers_layer()?)
@@ -56,6 +68,14 @@ pub fn build(config: &kube::Config, fence: &WriteFence) -> anyhow::Result<(kube:
         kube::Client::new(service, config.default_namespace.clone()),
         lease,
     ))
+}
+
+/// The main client's bound on requests in flight: the binds and the status writes the scheduler may run at once
+/// (`bind_concurrency`, `binder.statusConcurrency`), and 32 more for the reconcilers, events and reads.
+pub fn in_flight_limit(bind_concurrency: usize, status_concurrency: usize) -> usize {
+    bind_concurrency
+        .saturating_add(status_concurrency)
+        .saturating_add(32)
 }
 
 /// What a connection asks before each write: may bytes still leave? It judges by the [`crate::write_fence::Standing`]
@@ -190,5 +210,58 @@ mod tests {
         assert!(fence.open(), "the leader writes");
         tx.send(false).expect("receiver alive");
         assert!(!fence.open(), "after losing the lead nothing leaves");
+    }
+
+    /// At most `in_flight` requests reach the API server at once; the rest wait their turn and all complete. The
+    /// server here answers every request after 150 ms on a connection of its own (HTTP/1.1, `Connection: close`)
+    /// and records how many it was serving at once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn requests_in_flight_are_bounded() {
+        use std::io::{Read as _, Write as _};
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("address");
+        let (now, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let (n, m) = (now.clone(), most.clone());
+        std::thread::spawn(move || {
+            for sock in listener.incoming() {
+                let Ok(mut sock) = sock else { return };
+                let (n, m) = (n.clone(), m.clone());
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 4096];
+                    let _ = sock.read(&mut buf);
+                    let serving = n.fetch_add(1, Ordering::SeqCst) + 1;
+                    m.fetch_max(serving, Ordering::SeqCst);
+                    std::thread::sleep(std::time::Duration::from_millis(150));
+                    n.fetch_sub(1, Ordering::SeqCst);
+                    let body = r#"{"kind":"Status","apiVersion":"v1","status":"Success"}"#;
+                    let reply = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = sock.write_all(reply.as_bytes());
+                });
+            }
+        });
+        let config = kube::Config::new(format!("http://{addr}").parse().expect("uri"));
+        let (client, _) = build(&config, &WriteFence::default(), 3).expect("client");
+        let calls = (0..12).map(|i| {
+            let client = client.clone();
+            async move {
+                let req = http::Request::get(format!("/api/v1/namespaces/ns{i}"))
+                    .body(Vec::new())
+                    .expect("request");
+                client.request_text(req).await
+            }
+        });
+        let results = futures::future::join_all(calls).await;
+        assert!(results.iter().all(Result::is_ok), "{results:?}");
+        let most = most.load(Ordering::SeqCst);
+        assert!(
+            (1..=3).contains(&most),
+            "{most} requests were served at once, the bound is 3"
+        );
     }
 }

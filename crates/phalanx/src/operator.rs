@@ -37,7 +37,8 @@ pub async fn client(kubeconfig: Option<&PathBuf>, context: Option<&str>) -> anyh
 }
 
 /// The clients of `phalanx run` (see [`crate::fenced_client`]): the main one, fenced at each request and at each
-/// connection by `fence`, and the elector's, unfenced.
+/// connection by `fence`, with at most `in_flight` requests in flight ([`crate::fenced_client::in_flight_limit`]),
+/// and the elector's, unfenced.
 ///
 /// # Errors
 /// As [`client`].
@@ -45,9 +46,10 @@ pub async fn fenced_clients(
     kubeconfig: Option<&PathBuf>,
     context: Option<&str>,
     fence: &crate::write_fence::WriteFence,
+    in_flight: usize,
 ) -> anyhow::Result<(Client, Client)> {
     let config = config(kubeconfig, context).await?;
-    crate::fenced_client::build(&config, fence)
+    crate::fenced_client::build(&config, fence, in_flight)
 }
 
 /// Reads a kubeconfig path, or a list of them as `KUBECONFIG` holds (`a:b`, merged first wins, as kubectl does).

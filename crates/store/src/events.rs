@@ -42,6 +42,13 @@ impl NoteRecorders {
         }
     }
 
+    /// A recorder kept by no one, for an event an object gets once (a pod's `Scheduled`: a pod is bound once).
+    /// Keeping its recorder would only hold the event for 6 minutes: with 8,000 pods bound, the 1,024 kept
+    /// recorders were all such one-time events.
+    pub fn one_shot(&self) -> Recorder {
+        Recorder::new(self.client.clone(), self.reporter.clone())
+    }
+
     /// The recorder for events about `object` whose note is `note`.
     pub fn for_event(&self, object: &ObjectReference, note: &str) -> Arc<Recorder> {
         // The uid tells a recreated object from its predecessor; without one, kind, namespace and name.
@@ -110,6 +117,11 @@ mod tests {
         }
         let held = recorders.by_note.lock().map(|m| m.len()).unwrap_or(usize::MAX);
         assert!(held <= MAX_NOTE_RECORDERS, "{held} recorders held");
+        // A one-time event's recorder is not kept.
+        let before = recorders.by_note.lock().map(|m| m.len()).unwrap_or(usize::MAX);
+        drop(recorders.one_shot());
+        let after = recorders.by_note.lock().map(|m| m.len()).unwrap_or(usize::MAX);
+        assert_eq!(before, after, "one_shot must not keep its recorder");
         Ok(())
     }
 }

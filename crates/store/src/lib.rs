@@ -46,7 +46,7 @@ pub use events::NoteRecorders;
 pub use fixed::{ClusterState, ListError, OwnerKind, OwnerObject};
 pub use index::{ClusterIndex, pod_group_key, pod_group_name, pod_node};
 pub use leader::{Leader, LeaderFence};
-pub use record::{NodeRecord, PodRecord};
+pub use record::{KeptCondition, NodeRecord, PodRecord};
 // Keys and hierarchy rules are defined once, in the pure core, and shared with the driver and the controllers.
 pub use phalanx_scheduler::hierarchy::{
     Ancestry, GroupNode, HierarchyError, MAX_TREE_DEPTH, check_edge, validate_ancestry, validate_tree,
