@@ -121,6 +121,20 @@ async fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
+    // A SIGTERM or SIGINT drops the run, and with it the processes it started (`ChildProcess` kills its process
+    // group when dropped). The default action of SIGTERM ends this process at once and left `phalanx run` behind,
+    // still binding against a cluster that was gone.
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("installing the SIGTERM handler")?;
+    tokio::select! {
+        res = run(args) => res,
+        _ = term.recv() => anyhow::bail!("stopped by SIGTERM; the processes this run started were killed"),
+        _ = tokio::signal::ctrl_c() => anyhow::bail!("stopped by SIGINT; the processes this run started were killed"),
+    }
+}
+
+/// The benchmark proper: the control plane, the nodes, then every case and round, and the ratios.
+async fn run(args: Args) -> anyhow::Result<()> {
     anyhow::ensure!(
         args.nodes > 0 && args.gangs > 0 && args.gang_size > 0,
         "--nodes, --gangs and --gang-size must be > 0"

@@ -473,7 +473,24 @@ async fn explain_resources() -> anyhow::Result<()> {
             .map(|_| ()))
     })
     .await?;
+    // An event of an earlier PodGroup "big" (another uid, as after a delete and re-create) is not this group's.
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(cx.client.clone(), &cx.ns);
+    let stale: k8s_openapi::api::core::v1::Event = serde_json::from_value(json!({
+        "metadata": { "name": "big.earlier" },
+        "involvedObject": {
+            "apiVersion": "scheduling.phalanx.dev/v1beta1", "kind": "PodGroup", "namespace": cx.ns, "name": "big",
+            "uid": "00000000-0000-0000-0000-000000000001"
+        },
+        "reason": "EarlierGroupsEvent", "message": "an event of the group this name had before", "type": "Normal",
+        "lastTimestamp": k8s_openapi::jiff::Timestamp::now().to_string(),
+        "source": { "component": "explain-test" }
+    }))?;
+    events.create(&PostParams::default(), &stale).await?;
     let (text, j) = cx.explain("podgroup", "big")?;
+    assert!(
+        !text.contains("EarlierGroupsEvent"),
+        "an earlier object's event shown: {text}"
+    );
     assert_eq!(s(&j, "/state"), "Unschedulable", "{j}");
     assert_eq!(s(&j, "/condition/reason"), "Unschedulable");
     assert!(!s(&j, "/condition/since").is_empty(), "since when: {j}");

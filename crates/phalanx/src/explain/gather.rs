@@ -310,7 +310,7 @@ pub async fn explain(
         .as_ref()
         .filter(|_| target != Target::Pod)
         .and_then(|g| super::life::gather(&store, g, &members, k8s_openapi::jiff::Timestamp::now()));
-    let events = events(client, namespace, kind, name, &group, &members).await?;
+    let events = events(client, &store, namespace, kind, name, &group, &members).await?;
     Ok(Explanation {
         kind: kind.into(),
         namespace: namespace.into(),
@@ -456,10 +456,10 @@ fn group_condition(store: &Store, g: &GroupKey) -> Option<ConditionFacts> {
 fn pod_condition(p: &PodRecord) -> Option<ConditionFacts> {
     let c = p.condition("PodScheduled")?;
     Some(ConditionFacts {
-        type_: c.type_.clone(),
-        status: c.status.clone(),
-        reason: c.reason.clone().unwrap_or_default(),
-        message: c.message.clone().unwrap_or_default(),
+        type_: c.type_.to_owned(),
+        status: c.status.to_owned(),
+        reason: c.reason.as_deref().unwrap_or_default().to_owned(),
+        message: c.message.as_deref().unwrap_or_default().to_owned(),
         since: c.last_transition_time.as_ref().map(|t| t.0.to_string()),
     })
 }
@@ -577,6 +577,7 @@ fn summary(
 /// ones), oldest first, at most [`EVENTS`].
 async fn events(
     client: &kube::Client,
+    store: &Store,
     namespace: &str,
     kind: &str,
     name: &str,
@@ -584,7 +585,24 @@ async fn events(
     members: &[Arc<PodRecord>],
 ) -> anyhow::Result<Vec<EventFacts>> {
     let api: Api<Event> = Api::namespaced(client.clone(), namespace);
-    let mut objects: Vec<(String, String)> = vec![(kind.to_owned(), name.to_owned())];
+    // Events name their object by uid too: an earlier object of the same name (a Job's pod recreated, a group
+    // deleted and created again) keeps its events for an hour, and they are not this object's.
+    let group_uid = |g: &GroupKey| match g.kind {
+        GroupKind::PodGroup => store
+            .pod_group(&g.namespace, &g.name)
+            .and_then(|o| o.metadata.uid.clone()),
+        GroupKind::CompositePodGroup => store
+            .composite_pod_group(&g.namespace, &g.name)
+            .and_then(|o| o.metadata.uid.clone()),
+    };
+    let target_uid = match kind {
+        "Pod" => store
+            .pod(&PodKey::new(namespace, name))
+            .map(|p| p.uid().to_owned()),
+        _ => group.as_ref().and_then(group_uid),
+    };
+    let mut objects: Vec<(String, String, Option<String>)> =
+        vec![(kind.to_owned(), name.to_owned(), target_uid)];
     if let Some(g) = group
         && kind == "Pod"
     {
@@ -593,16 +611,20 @@ async fn events(
         } else {
             "CompositePodGroup"
         };
-        objects.push((k.into(), g.name.to_string()));
+        objects.push((k.into(), g.name.to_string(), group_uid(g)));
     }
     for p in members.iter().filter(|p| p.node_name().is_none()).take(3) {
         if p.name() != name {
-            objects.push(("Pod".into(), p.name().to_owned()));
+            objects.push(("Pod".into(), p.name().to_owned(), Some(p.uid().to_owned())));
         }
     }
     let mut out = Vec::new();
-    for (k, n) in objects {
-        let lp = ListParams::default().fields(&format!("involvedObject.kind={k},involvedObject.name={n}"));
+    for (k, n, uid) in objects {
+        let mut selector = format!("involvedObject.kind={k},involvedObject.name={n}");
+        if let Some(uid) = uid.filter(|u| !u.is_empty()) {
+            selector.push_str(&format!(",involvedObject.uid={uid}"));
+        }
+        let lp = ListParams::default().fields(&selector);
         let list = api.list(&lp).await.map_err(|e| {
             anyhow::anyhow!("listing events of {k} {namespace}/{n} failed (needs list on events): {e}")
         })?;
