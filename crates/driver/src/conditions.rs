@@ -282,12 +282,11 @@ impl Driver {
             // the store's copy; after a conflict (the controllers' status write landed in between) each try reads
             // the object fresh from the API server and decides again on it, as client-go's `RetryOnConflict` does.
             // Waiting for the watch instead failed on a loaded API server: the cache lagged longer than the retries
-            // and the placed group was left without its condition.
-            let mut unavailable = 0;
-            let mut attempt = 0;
-            while attempt < GROUP_WRITE_ATTEMPTS {
-                attempt += 1;
-                let fresh = attempt > 1 || unavailable > 0;
+            // and the placed group was left without its condition. A try the API server did not answer is counted
+            // apart from the conflicts ([`UNAVAILABLE_TRIES`]), and the try after it reads the object afresh too.
+            let (mut conflicts, mut unavailable) = (0u32, 0u32);
+            loop {
+                let fresh = conflicts + unavailable > 0;
                 let res = match g.kind {
                     GroupKind::PodGroup => {
                         let cached = || store.pod_group(&g.namespace, &g.name);
@@ -317,19 +316,20 @@ impl Driver {
                     }
                 };
                 match res {
-                    Err(kube::Error::Api(s)) if s.code == 409 && attempt < GROUP_WRITE_ATTEMPTS => {
-                        tokio::time::sleep(std::time::Duration::from_millis(50 * u64::from(attempt))).await;
+                    Err(kube::Error::Api(s)) if s.code == 409 && conflicts + 1 < GROUP_WRITE_ATTEMPTS => {
+                        conflicts += 1;
+                        tokio::time::sleep(std::time::Duration::from_millis(50 * u64::from(conflicts))).await;
                     }
-                    Err(e) if phalanx_store::retry::is_unavailable(&e) && unavailable < UNAVAILABLE_TRIES => {
-                        // Not a try of the conflict budget: the API server did not answer, the next try reads
-                        // the object afresh.
+                    Err(e)
+                        if phalanx_store::retry::is_unavailable(&e)
+                            && unavailable + 1 < UNAVAILABLE_TRIES =>
+                    {
                         unavailable += 1;
-                        attempt -= 1;
                         tracing::debug!(group = %g, failures = unavailable, error = %e, "group condition not written yet; retrying");
                         tokio::time::sleep(unavailable_backoff(unavailable)).await;
                     }
                     Err(e) => {
-                        tracing::warn!(group = %g, attempt, error = %e, "group condition not written");
+                        tracing::warn!(group = %g, conflicts, unavailable, error = %e, "group condition not written");
                         return;
                     }
                     Ok(()) => return,
