@@ -20,6 +20,7 @@ pub mod integrations;
 pub mod pod_group;
 pub mod recovery;
 pub mod satisfied;
+pub mod scheduled;
 pub mod status;
 pub mod template_tree;
 pub mod triggers;
@@ -59,6 +60,10 @@ pub struct ControllerOptions {
     /// prefix). A PodGroup with a pending member naming none of them is `Valid=False/PodsOfAnotherScheduler`
     /// ([`checks::foreign_members`]). Empty: no check. Default `["phalanx-scheduler"]`.
     pub scheduler_names: Vec<String>,
+    /// Write `PodGroupInitiallyScheduled=True` of standalone PodGroups with the member counters, and let the first
+    /// status of a group that only waits for its first schedule wait for it ([`scheduled`]). Set when the
+    /// scheduler runs in the same process and leaves that condition to us; default false (the scheduler writes it).
+    pub initially_scheduled: bool,
 }
 
 impl Default for ControllerOptions {
@@ -70,6 +75,7 @@ impl Default for ControllerOptions {
             concurrency: 16,
             max_backoff: Duration::from_secs(120),
             scheduler_names: vec![phalanx_api::DEFAULT_SCHEDULER_NAME.to_string()],
+            initially_scheduled: false,
         }
     }
 }

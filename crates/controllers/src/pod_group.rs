@@ -28,7 +28,9 @@ use kube::runtime::events::EventType;
 use kube::{Resource, ResourceExt};
 use phalanx_api::conditions::reasons::WAITING_FOR_PODS;
 use phalanx_api::conditions::reasons::{GROUP_RESTARTED, RESTARTED_BY_RECOVERY_POLICY};
-use phalanx_api::conditions::{DISRUPTION_TARGET, POD_GROUP_FAILED, POD_GROUP_SATISFIED, TERMINATING};
+use phalanx_api::conditions::{
+    DISRUPTION_TARGET, POD_GROUP_FAILED, POD_GROUP_INITIALLY_SCHEDULED, POD_GROUP_SATISFIED, TERMINATING,
+};
 use phalanx_api::finalizers::POD_GROUP_PROTECTION;
 use phalanx_api::v1beta1::{PodGroup, PodGroupResourceClaimStatus};
 use phalanx_store::PodRecord;
@@ -42,6 +44,7 @@ use crate::group::{self, PrioritySpec};
 use crate::group_claims;
 use crate::recovery;
 use crate::satisfied;
+use crate::scheduled;
 use crate::status::{self, WriteDecision};
 use crate::status::{Problem, VALID};
 use crate::workload::report_validity;
@@ -121,6 +124,8 @@ pub struct LiveStatus {
     pub terminating: Option<Condition>,
     /// `status.resourceClaimStatuses`: the claims generated for the group ([`group_claims::ensure`]).
     pub resource_claims: Vec<PodGroupResourceClaimStatus>,
+    /// `PodGroupInitiallyScheduled` when the controller writes it ([`scheduled::condition`]).
+    pub initially_scheduled: Option<Condition>,
 }
 
 /// Most pod names a `Terminating` message lists.
@@ -174,6 +179,7 @@ pub fn desired_status(
         pg.metadata.generation,
     );
     let conditions: Vec<&Condition> = std::iter::once(&cond)
+        .chain(live.initially_scheduled.as_ref())
         .chain(live.satisfied.as_ref())
         .chain(live.failed.as_ref())
         .chain(live.terminating.as_ref())
@@ -301,7 +307,20 @@ pub async fn reconcile(pg: Arc<PodGroup>, ctx: Ctx) -> Result<Action> {
     let existing = status::existing_condition(&ctx, &uid, &current, VALID);
     let existing_satisfied = status::existing_condition(&ctx, &uid, &current, POD_GROUP_SATISFIED);
     let existing_failed = status::existing_condition(&ctx, &uid, &current, POD_GROUP_FAILED);
-    let satisfied = satisfied::condition(&pg, existing_satisfied.as_ref(), counts);
+    let initially_scheduled = if ctx.opts.initially_scheduled {
+        let existing = status::existing_condition(&ctx, &uid, &current, POD_GROUP_INITIALLY_SCHEDULED);
+        scheduled::condition(
+            &pg,
+            existing.as_ref(),
+            &members,
+            counts,
+            &ctx.opts.scheduler_names,
+        )
+    } else {
+        None
+    };
+    let scheduled_now = initially_scheduled.as_ref().is_some_and(|c| c.status == "True");
+    let satisfied = satisfied::condition(&pg, existing_satisfied.as_ref(), counts, scheduled_now);
     let (restarts, last_restart) = restart_record(&ctx, &uid, &current);
     let now = Timestamp::now();
     let deleting = pg.metadata.deletion_timestamp.is_some();
@@ -326,10 +345,20 @@ pub async fn reconcile(pg: Arc<PodGroup>, ctx: Ctx) -> Result<Action> {
         last_restart,
         terminating: terminating_condition(&pg, &members),
         resource_claims: claims.statuses,
+        initially_scheduled,
     };
     if let recovery::Step::Restart { number } = step {
         live.restarts = Some(number);
         live.last_restart = Some(Time(now));
+    }
+    let written = existing.is_some() || ctx.last_written(&uid).is_some();
+    if ctx.opts.initially_scheduled
+        && scheduled::first_write_waits(written, problem.is_some(), deleting, counts, &live)
+    {
+        // Nothing to say but "waiting": the binds (or the scheduler's own condition) come first.
+        ctx.nothing_wanted(&uid);
+        ctx.note_success(&uid);
+        return Ok(Action::requeue(ctx.opts.resync));
     }
     let desired = desired_status(&pg, existing.as_ref(), problem.as_ref(), counts, &live);
     let decision = status::decide(&ctx, &uid, &desired, &current);

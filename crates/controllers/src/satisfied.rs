@@ -33,13 +33,20 @@ fn is_true(pg: &PodGroup, type_: &str) -> bool {
 /// The `PodGroupSatisfied` condition to write, or `None` while it is not armed (the group has not
 /// been `PodGroupInitiallyScheduled=True` and has no such condition yet). `existing` is the
 /// condition as last written; its `lastTransitionTime` is kept while the status stays.
+/// `scheduled_now`: the same write sets `PodGroupInitiallyScheduled=True` ([`crate::scheduled`]),
+/// so the condition is armed in it rather than one write later.
 ///
 /// Reasons: `Satisfied` (True); `Completed` (False: no member left that is not terminal, at
 /// least `minCount` Succeeded); `MembersDisrupted` (False: below the quorum and a member or the
 /// group carries `DisruptionTarget=True`); `MembersLost` (False: below the quorum otherwise:
 /// failed, deleted or not yet replaced members). The message gives the counts.
-pub fn condition(pg: &PodGroup, existing: Option<&Condition>, c: Counts) -> Option<Condition> {
-    if existing.is_none() && !is_true(pg, POD_GROUP_INITIALLY_SCHEDULED) {
+pub fn condition(
+    pg: &PodGroup,
+    existing: Option<&Condition>,
+    c: Counts,
+    scheduled_now: bool,
+) -> Option<Condition> {
+    if existing.is_none() && !scheduled_now && !is_true(pg, POD_GROUP_INITIALLY_SCHEDULED) {
         return None;
     }
     let min = pg.spec.scheduling_policy.min_count().unwrap_or(1).max(1);
@@ -159,13 +166,16 @@ mod tests {
 
     #[test]
     fn not_armed_before_the_first_schedule() {
-        assert!(condition(&gang(3, false), None, counts(3, 0, 0, 0, 0)).is_none());
+        assert!(condition(&gang(3, false), None, counts(3, 0, 0, 0, 0), false).is_none());
+        // Armed in the write that sets PodGroupInitiallyScheduled=True.
+        let c = condition(&gang(3, false), None, counts(3, 3, 0, 0, 0), true).expect("armed");
+        assert_eq!(c.reason, reasons::SATISFIED);
     }
 
     #[test]
     fn reasons_follow_the_counts() {
         let pg = gang(3, true);
-        let c = |n| condition(&pg, None, n).expect("armed");
+        let c = |n| condition(&pg, None, n, false).expect("armed");
         let ok = c(counts(3, 3, 0, 0, 0));
         assert_eq!((ok.status.as_str(), ok.reason.as_str()), ("True", "Satisfied"));
         assert_eq!(
@@ -211,34 +221,34 @@ mod tests {
             None,
             Timestamp::now(),
         ));
-        let c = condition(&pg, None, counts(2, 1, 0, 0, 0)).expect("armed");
+        let c = condition(&pg, None, counts(2, 1, 0, 0, 0), false).expect("armed");
         assert_eq!(c.reason, "MembersDisrupted");
     }
 
     #[test]
     fn the_transition_time_stays_while_the_status_does() {
         let pg = gang(2, true);
-        let first = condition(&pg, None, counts(2, 1, 0, 0, 1)).expect("armed");
+        let first = condition(&pg, None, counts(2, 1, 0, 0, 1), false).expect("armed");
         let old = Time(Timestamp::UNIX_EPOCH);
         let existing = Condition {
             last_transition_time: old.clone(),
             ..first.clone()
         };
-        let again = condition(&pg, Some(&existing), counts(2, 0, 1, 0, 1)).expect("armed");
+        let again = condition(&pg, Some(&existing), counts(2, 0, 1, 0, 1), false).expect("armed");
         assert_eq!(again.reason, "MembersDisrupted");
         assert_eq!(again.last_transition_time, old);
-        let back = condition(&pg, Some(&existing), counts(2, 2, 0, 0, 1)).expect("armed");
+        let back = condition(&pg, Some(&existing), counts(2, 2, 0, 0, 1), false).expect("armed");
         assert_ne!(back.last_transition_time, old);
         // Once written it stays armed.
         let unarmed = gang(2, false);
-        assert!(condition(&unarmed, Some(&existing), counts(2, 2, 0, 0, 0)).is_some());
+        assert!(condition(&unarmed, Some(&existing), counts(2, 2, 0, 0, 0), false).is_some());
     }
 
     #[test]
     fn events_warn_on_loss_only() {
         let pg = gang(2, true);
-        let ok = condition(&pg, None, counts(2, 2, 0, 0, 0)).expect("armed");
-        let lost = condition(&pg, None, counts(2, 1, 0, 0, 1)).expect("armed");
+        let ok = condition(&pg, None, counts(2, 2, 0, 0, 0), false).expect("armed");
+        let lost = condition(&pg, None, counts(2, 1, 0, 0, 1), false).expect("armed");
         assert!(event(None, &ok).is_none());
         assert!(matches!(
             event(Some("Satisfied"), &lost),

@@ -18,7 +18,7 @@ use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use kube::{Client, ResourceExt};
 use phalanx_api::owners::{GANG, GANG_MIN_COUNT};
 use phalanx_api::v1beta1::{PodGroup, Workload};
@@ -74,6 +74,8 @@ fn controllers() -> std::result::Result<(), String> {
                                 instance: Some("owner-integration-test".into()),
                                 // Each test's scheduler is `phalanx-<namespace>`.
                                 scheduler_names: vec!["phalanx-*".into()],
+                                // As in `phalanx run`: the schedulers below leave the condition to us.
+                                initially_scheduled: true,
                                 ..Default::default()
                             },
                             leader_rx,
@@ -148,6 +150,8 @@ async fn setup(prefix: &str, nodes: usize, cpu: &str) -> Result<Ctx> {
         SchedulerOptions {
             scheduler_name: sched.clone(),
             node_selector: Some(format!("{TEST_NS_LABEL}={ns}")),
+            // As in `phalanx run`: the controllers above write it with their counters.
+            initially_scheduled_by_controllers: true,
             ..SchedulerOptions::default()
         },
         rx,
@@ -1391,5 +1395,131 @@ async fn a_preempted_gang_is_members_disrupted() -> Result<()> {
     for (name, _) in [(format!("{}-low", c.ns), 0), (format!("{}-high", c.ns), 0)] {
         let _ = classes.delete(&name, &DeleteParams::default()).await;
     }
+    Ok(())
+}
+
+/// One group write at scheduling (`crates/controllers/src/scheduled.rs`): with the scheduler and the controllers
+/// in one process, as in `phalanx run`, the controllers write nothing while the gang waits for room (the
+/// scheduler's `Unschedulable` is the group's only status), and the status that comes with the binds carries
+/// `Valid`, `PodGroupInitiallyScheduled=True` and the counters at once, written by the controllers alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gang_gets_one_status_write_at_scheduling() -> Result<()> {
+    use futures::{StreamExt as _, TryStreamExt as _};
+    use phalanx_api::conditions::POD_GROUP_INITIALLY_SCHEDULED;
+    use std::sync::{Arc, Mutex};
+    let c = setup("oi-once", 0, "4").await?;
+    let groups = c.groups();
+    // Every distinct status the group shows, in order, from before its creation.
+    let statuses: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let wp = WatchParams::default().fields("metadata.name=once");
+    let mut stream = groups.watch(&wp, "0").await?.boxed();
+    let sink = statuses.clone();
+    let watch = tokio::spawn(async move {
+        while let Ok(Some(ev)) = stream.try_next().await {
+            if let WatchEvent::Added(pg) | WatchEvent::Modified(pg) = ev {
+                let st = serde_json::to_value(&pg.status).unwrap_or(Value::Null);
+                let mut all = sink.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                if all.last() != Some(&st) {
+                    all.push(st);
+                }
+            }
+        }
+    });
+    let pg: PodGroup = serde_json::from_value(json!({
+        "apiVersion": "scheduling.phalanx.dev/v1beta1", "kind": "PodGroup",
+        "metadata": { "name": "once" },
+        "spec": { "schedulingPolicy": { "gang": { "minCount": 4 } } },
+    }))?;
+    groups.create(&PostParams::default(), &pg).await?;
+    let pods: Api<Pod> = Api::namespaced(c.client.clone(), &c.ns);
+    for i in 0..4 {
+        let mut pod = pod_template(&c.sched, "1", "Never");
+        pod["metadata"] =
+            json!({ "name": format!("once-{i}"), "labels": { phalanx_api::labels::POD_GROUP: "once" } });
+        pods.create(&PostParams::default(), &serde_json::from_value(pod)?)
+            .await?;
+    }
+    let condition = |pg: &PodGroup, status: &str| {
+        pg.status.as_ref().is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == POD_GROUP_INITIALLY_SCHEDULED && c.status == status)
+        })
+    };
+    // No node yet: the scheduler says why; the controllers wait, three times their batching interval (1 s).
+    wait_for("the scheduler's Unschedulable on the group", WAIT, || async {
+        Ok(condition(&groups.get("once").await?, "False").then_some(()))
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    FakeNode::new(format!("{}-n0", c.ns))
+        .cpu("4")
+        .memory("32Gi")
+        .pods(110)
+        .test_namespace(&c.ns)
+        .create(&c.client)
+        .await?;
+    let placed = wait_for("PodGroupInitiallyScheduled=True", WAIT, || async {
+        let pg = groups.get("once").await?;
+        Ok(condition(&pg, "True").then_some(pg))
+    })
+    .await?;
+    // Let the watch deliver that update too.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    watch.abort();
+    let seen = statuses
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    let has_valid = |st: &Value| {
+        st["conditions"]
+            .as_array()
+            .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Valid"))
+    };
+    let first = seen
+        .iter()
+        .position(has_valid)
+        .with_context(|| format!("no status with Valid seen: {seen:?}"))?;
+    for st in &seen[..first] {
+        ensure!(
+            st.get("pods").is_none_or(Value::is_null),
+            "the controllers wrote counters while the gang waited: {st}"
+        );
+    }
+    ensure!(
+        seen[..first]
+            .iter()
+            .any(|st| st.to_string().contains("Unschedulable")),
+        "the scheduler's reason was not the status while the gang waited: {seen:?}"
+    );
+    let st = &seen[first];
+    let is = st["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == POD_GROUP_INITIALLY_SCHEDULED))
+        .with_context(|| format!("first controllers' status without the condition: {st}"))?;
+    ensure!(
+        is["status"] == "True" && is["reason"] == "Scheduled" && st["scheduledPods"] == 4 && st["pods"] == 4,
+        "the first status the controllers wrote is not the scheduled gang: {st}"
+    );
+    // The True entry's status is the controllers' (they took the scheduler's False entry over; the two share only
+    // the fields whose values stayed: `type`, `observedGeneration`).
+    let owns_status = |manager: &str| {
+        placed.metadata.managed_fields.iter().flatten().any(|e| {
+            e.manager.as_deref() == Some(manager)
+                && e.subresource.as_deref() == Some("status")
+                && e.fields_v1.as_ref().is_some_and(|f| {
+                    f.0["f:status"]["f:conditions"]
+                        [format!("k:{{\"type\":\"{POD_GROUP_INITIALLY_SCHEDULED}\"}}")]
+                    .get("f:status")
+                    .is_some()
+                })
+        })
+    };
+    ensure!(
+        owns_status(phalanx_api::field_managers::CONTROLLER)
+            && !owns_status(phalanx_api::field_managers::SCHEDULER),
+        "PodGroupInitiallyScheduled's status is not the controllers' alone: {:?}",
+        placed.metadata.managed_fields
+    );
     Ok(())
 }

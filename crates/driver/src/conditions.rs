@@ -41,6 +41,11 @@ impl Driver {
     /// becomes leader. Groups under a CompositePodGroup are left to their tree's cycle.
     pub(crate) fn catch_up_conditions(&mut self) {
         use phalanx_api::conditions::{POD_GROUP_INITIALLY_SCHEDULED, is_condition_true};
+        if self.opts.initially_scheduled_by_controllers {
+            // The PodGroup controller sets it from the bound members (see `SchedulerOptions`).
+            self.catch_up_trees();
+            return;
+        }
         for pg in self.store.pod_groups().state() {
             if pg.spec.parent_composite_pod_group_name.is_some()
                 || is_condition_true(convert::pod_group_conditions(&pg), POD_GROUP_INITIALLY_SCHEDULED)
@@ -221,11 +226,15 @@ impl Driver {
         reason: &'static str,
         message: String,
     ) {
+        let mut by_controllers = false;
         let uid = match g.kind {
-            GroupKind::PodGroup => self
-                .store
-                .pod_group(&g.namespace, &g.name)
-                .and_then(|o| o.metadata.uid.clone()),
+            GroupKind::PodGroup => self.store.pod_group(&g.namespace, &g.name).and_then(|o| {
+                by_controllers = status
+                    && self.opts.initially_scheduled_by_controllers
+                    && type_ == phalanx_api::conditions::POD_GROUP_INITIALLY_SCHEDULED
+                    && o.spec.parent_composite_pod_group_name.is_none();
+                o.metadata.uid.clone()
+            }),
             GroupKind::CompositePodGroup => self
                 .store
                 .composite_pod_group(&g.namespace, &g.name)
@@ -257,6 +266,10 @@ impl Driver {
                     message,
                 },
             );
+        }
+        if by_controllers {
+            // Recorded above, so that no False replaces it; the PodGroup controller writes it with its counters.
+            return;
         }
         let (store, writer, permits, wanted) = (
             self.store.clone(),

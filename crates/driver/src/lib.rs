@@ -91,6 +91,13 @@ pub struct SchedulerOptions {
     /// missing (default 30 s): the repair for a condition write that failed for good. Not in the configuration
     /// file; tests shorten it.
     pub condition_catch_up: Duration,
+    /// Leave `PodGroupInitiallyScheduled=True` of standalone PodGroups to the PodGroup controller, which writes it
+    /// with the member counters in one status apply once the quorum is bound (default false). `phalanx run` sets
+    /// it, since its controllers run in the same process; the condition is still recorded here, so that no later
+    /// False replaces it. Saves one group write per gang (kube-scheduler writes the condition alone; our status
+    /// also carries counters, which change at the same binds). Groups in a CompositePodGroup tree keep the
+    /// scheduler's write: their condition follows the tree's cycle, not their own members.
+    pub initially_scheduled_by_controllers: bool,
 }
 
 impl Default for SchedulerOptions {
@@ -108,6 +115,7 @@ impl Default for SchedulerOptions {
             progress: Progress::default(),
             verify_snapshot: cfg!(debug_assertions),
             condition_catch_up: runtime::CONDITION_CATCH_UP,
+            initially_scheduled_by_controllers: false,
         }
     }
 }

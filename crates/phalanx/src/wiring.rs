@@ -61,6 +61,8 @@ pub fn scheduler(
         instance: opts.instance.clone(),
         config: opts.config.scheduler.clone(),
         progress,
+        // The controllers below run in this process and write it with their counters.
+        initially_scheduled_by_controllers: true,
         ..phalanx_driver::SchedulerOptions::default()
     };
     let fut = phalanx_driver::run(
@@ -91,6 +93,8 @@ pub fn controllers(
         concurrency: c.concurrency,
         max_backoff: Duration::from_secs(c.max_backoff_seconds),
         scheduler_names: vec![opts.scheduler_name.clone()],
+        // The scheduler above runs in this process and leaves the condition to the PodGroup controller.
+        initially_scheduled: true,
     };
     let fut = phalanx_controllers::run_controllers(
         client.clone(),
