@@ -102,6 +102,17 @@ progress "helm chart charts/phalanx as release $RELEASE in $RELEASE_NS"
 # helm installs charts/phalanx/crds only on first install; apply them every time so a re-run picks up changes.
 k apply --server-side --force-conflicts -f crds/phalanx.yaml | sed 's/^/  /'
 k wait --for=condition=Established crd --all --timeout=60s >/dev/null
+# With the chart's admission policies (Kubernetes 1.36 and later) the API server answers 503 to the groups' creation
+# for a few seconds after their CRDs first appear, until its schema cache knows them: wait for a dry run to pass.
+for _ in $(seq 1 60); do
+  k -n "$RELEASE_NS" create --dry-run=server -f - >/dev/null 2>&1 <<'EOF' && break
+apiVersion: scheduling.phalanx.dev/v1beta1
+kind: PodGroup
+metadata: {name: quickstart-probe}
+spec: {schedulingPolicy: {basic: {}}}
+EOF
+  sleep 0.5
+done
 
 # 6. A kubeconfig that authenticates as the chart's ServiceAccount.
 progress "kubeconfig for ServiceAccount $RELEASE_NS/$SA (kubectl create token)"

@@ -34,6 +34,7 @@ SUITE=(
   "devices|--workspace --test scheduling_dra|a_gang_of_four_gets_two_devices_each_on_its_pods_nodes a_gang_short_of_one_device_binds_nothing_and_allocates_nothing a_claim_shared_by_three_pods_is_allocated_once_and_reserved_for_all a_high_priority_gang_preempts_pods_that_hold_devices_and_gets_them"
   "chart|--workspace --test chart_cluster|"
   "explain|--workspace --test explain|explain_quorum explain_resources explain_topology explain_preemption"
+  "admission-policies|--workspace --test admission_policies|"
 )
 
 list=0; all=0

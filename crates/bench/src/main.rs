@@ -174,6 +174,19 @@ async fn run(args: Args) -> anyhow::Result<()> {
     phalanx_testenv::apply_crds(&admin, &phalanx_api::crds::to_yaml())
         .await
         .context("applying the Phalanx CRDs")?;
+    // What a chart install adds where the API server serves MutatingAdmissionPolicy: the finalizer and the priority
+    // filled at creation, so the controllers send no patch per group.
+    let policies = phalanx_testenv::apply_admission_policies(&admin)
+        .await
+        .context("applying the chart's admission policies")?;
+    println!(
+        "bench-e2e: admission policies {}",
+        if policies {
+            "installed (finalizer and priority filled at creation, no controller patch per group)"
+        } else {
+            "not served by this API server (the controllers patch each group)"
+        }
+    );
     kube::Api::<k8s_openapi::api::scheduling::v1beta1::PodGroup>::all(admin.clone())
         .list(&kube::api::ListParams::default().limit(1))
         .await

@@ -8,8 +8,11 @@
 //! but where upstream admission would refuse it (a `priority` other than the class's, `PreemptLowerPriority` under a
 //! class that says `Never`; [`phalanx_store::priority::check_written`]) the group is `Valid=False` naming the field,
 //! because the scheduler uses the class's value, not the written one. Who wrote a field is read from
-//! `metadata.managedFields`: the controller's own merge-patch entry, which the store keeps
-//! ([`phalanx_store::slim::group_managed_fields`]), names the fields it filled.
+//! `metadata.managedFields` ([`written_by_author`]).
+//!
+//! Where the chart's MutatingAdmissionPolicies are installed (`charts/phalanx/files/admission-policies.yaml`,
+//! Kubernetes 1.36 and later), the API server adds the finalizer and fills both fields at creation, exactly as this
+//! patch would, so [`ensure_meta`] finds nothing missing and sends nothing; elsewhere its patch is the fallback.
 
 use std::fmt::Debug;
 
@@ -46,12 +49,19 @@ impl PrioritySpec<'_> {
     }
 }
 
-/// Whether the controllers filled `spec.<field>` (`priority`, `preemptionPolicy`) of the object with `meta`: their
-/// merge-patch entry in `managedFields` (manager [`FIELD_MANAGER`], operation `Update`) owns it.
-pub fn filled_by_controller(meta: &ObjectMeta, field: &str) -> bool {
+/// Whether the group's author wrote `spec.<field>` (`priority`, `preemptionPolicy`): a `managedFields` entry other
+/// than the controllers' own merge patches (manager [`FIELD_MANAGER`], operation `Update`) owns it. Nobody owns what
+/// admission added at creation: the API server updates managedFields before mutating admission runs
+/// (k8s.io/apiserver `pkg/endpoints/handlers/create.go`), so the values the admission policies filled count as filled,
+/// like the controllers' own. That matters once the class changes: a group filled with 0 before a global default
+/// PriorityClass appeared must not be reported, as upstream never re-checks an admitted pod. At creation they match
+/// the class anyway. The store keeps just these entries ([`phalanx_store::slim::group_managed_fields`]).
+pub fn written_by_author(meta: &ObjectMeta, field: &str) -> bool {
     meta.managed_fields.iter().flatten().any(|e| {
-        e.manager.as_deref() == Some(FIELD_MANAGER)
+        let controllers_patch = e.manager.as_deref() == Some(FIELD_MANAGER)
             && e.operation.as_deref() == Some("Update")
+            && e.subresource.as_deref().is_none_or(str::is_empty);
+        !controllers_patch
             && e.fields_v1
                 .as_ref()
                 .and_then(|f| f.0.get("f:spec"))
@@ -67,9 +77,9 @@ pub fn written_priority_problems(
     meta: &ObjectMeta,
     resolved: &Resolved,
 ) -> Vec<Problem> {
-    let priority = spec.priority.filter(|_| !filled_by_controller(meta, "priority"));
+    let priority = spec.priority.filter(|_| written_by_author(meta, "priority"));
     let preempt_lower = spec.preemption_policy == Some(PreemptionPolicy::PreemptLowerPriority)
-        && !filled_by_controller(meta, "preemptionPolicy");
+        && written_by_author(meta, "preemptionPolicy");
     phalanx_store::priority::check_written("spec", priority, preempt_lower, resolved)
         .into_iter()
         .map(|m| Problem::new(m.reason(), m.to_string()))
@@ -214,8 +224,8 @@ mod tests {
         assert!(describe(&d).contains("global default PriorityClass \"d\""));
     }
 
-    /// What the author wrote is checked, what the controller filled is not: a stale filled value (the global
-    /// default changed since) is no hand-written priority.
+    /// What the author wrote is checked, what the controllers or the admission policy filled is not: a stale filled
+    /// value (the global default changed since) is no hand-written priority.
     #[test]
     fn only_written_fields_are_checked() {
         let spec = PrioritySpec {
@@ -223,18 +233,31 @@ mod tests {
             priority: Some(1_000_000_000),
             preemption_policy: Some(PreemptionPolicy::PreemptLowerPriority),
         };
-        let written = ObjectMeta::default();
+        let written: ObjectMeta = serde_json::from_value(json!({"managedFields": [{
+            "manager": "kubectl-create", "operation": "Update",
+            "fieldsV1": {"f:spec": {"f:priority": {}, "f:preemptionPolicy": {}, "f:priorityClassName": {}}},
+        }]}))
+        .unwrap();
+        assert!(written_by_author(&written, "priority"));
         let p = written_priority_problems(&spec, &written, &resolved());
         let reasons: Vec<&str> = p.iter().map(|p| p.reason.as_str()).collect();
         assert_eq!(reasons, ["PriorityIgnored", "PreemptionPolicyIgnored"]);
         assert!(p[0].message.contains("spec.priority: 1000000000") && p[0].message.contains("computed 7"));
+        // Filled by the controllers' merge patch.
         let filled: ObjectMeta = serde_json::from_value(json!({"managedFields": [{
             "manager": FIELD_MANAGER, "operation": "Update",
             "fieldsV1": {"f:metadata": {"f:finalizers": {}}, "f:spec": {"f:priority": {}, "f:preemptionPolicy": {}}},
         }]}))
         .unwrap();
-        assert!(filled_by_controller(&filled, "priority"));
+        assert!(!written_by_author(&filled, "priority"));
         assert!(written_priority_problems(&spec, &filled, &resolved()).is_empty());
+        // Filled by the admission policy at creation: owned by nobody (the creator owns only what it sent).
+        let admitted: ObjectMeta = serde_json::from_value(json!({"managedFields": [{
+            "manager": "kubectl-create", "operation": "Update",
+            "fieldsV1": {"f:spec": {"f:priorityClassName": {}, "f:schedulingPolicy": {}}},
+        }]}))
+        .unwrap();
+        assert!(written_priority_problems(&spec, &admitted, &resolved()).is_empty());
         // Never written under a class that may preempt restricts the group: no problem.
         let never = PrioritySpec {
             preemption_policy: Some(PreemptionPolicy::Never),

@@ -1,5 +1,6 @@
 //! The Helm chart (`charts/phalanx`): `helm lint` passes and `helm template` renders least-privilege RBAC, the
-//! hardened Deployment, one Lease per scheduler name whatever the release, and the same CRDs as `crds/phalanx.yaml`.
+//! hardened Deployment, one Lease per scheduler name whatever the release, the same CRDs as `crds/phalanx.yaml`, and
+//! the MutatingAdmissionPolicies of `files/admission-policies.yaml` only where the API server serves them.
 //! What the chart does in a cluster (install, upgrade, uninstall, a gang scheduled with its RBAC) is
 //! `tests/chart_cluster.rs`.
 //!
@@ -84,9 +85,14 @@ fn run_helm(args: &[&str]) -> std::process::Output {
 
 /// Renders the chart and returns every document (comments and empty documents dropped).
 fn template(extra: &[&str]) -> Vec<Value> {
+    template_release("phalanx", extra)
+}
+
+/// [`template`] for the release `release`.
+fn template_release(release: &str, extra: &[&str]) -> Vec<Value> {
     let mut args = vec![
         "template",
-        "phalanx",
+        release,
         "charts/phalanx",
         "--namespace",
         "phalanx-system",
@@ -544,4 +550,143 @@ fn config_value_replaces_the_shipped_file() {
         one(d, "Deployment")["spec"]["template"]["metadata"]["annotations"]["checksum/config"].clone()
     };
     assert_ne!(checksum(&docs), checksum(&default));
+}
+
+/// What `.Capabilities.APIVersions.Has` must find for the admission policies (Kubernetes 1.36 and later).
+const MAP_CAPABILITY: &str = "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy";
+
+/// The objects of `files/admission-policies.yaml`, the one source of the policies.
+fn policy_file() -> Vec<Value> {
+    let text = std::fs::read_to_string(repo_root().join("charts/phalanx/files/admission-policies.yaml"))
+        .expect("charts/phalanx/files/admission-policies.yaml");
+    serde_saphyr::from_multiple::<Value>(&text)
+        .expect("admission-policies.yaml is YAML")
+        .into_iter()
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+fn admission_objects(docs: &[Value]) -> Vec<&Value> {
+    docs.iter()
+        .filter(|d| d["apiVersion"] == "admissionregistration.k8s.io/v1")
+        .collect()
+}
+
+/// The policies render only where the API server serves MutatingAdmissionPolicy (helm's capabilities: discovery
+/// on install, `--api-versions` for `helm template`, whose default set names no kinds) and
+/// `admissionPolicies.enabled` allows it; then they are the file's objects, each renamed after the release (two
+/// releases must not own one cluster-scoped object), with the chart's labels.
+#[test]
+fn admission_policies_render_where_served_and_equal_the_file() {
+    assert!(
+        admission_objects(&template(&[])).is_empty(),
+        "rendered without the capability"
+    );
+    let disabled = template(&[
+        "--api-versions",
+        MAP_CAPABILITY,
+        "--set",
+        "admissionPolicies.enabled=false",
+    ]);
+    assert!(admission_objects(&disabled).is_empty(), "rendered while disabled");
+
+    let file = policy_file();
+    assert_eq!(file.len(), 4, "two policies and their bindings");
+    for (release, prefix) in [("phalanx", "phalanx-"), ("other", "other-phalanx-")] {
+        let docs = template_release(release, &["--api-versions", MAP_CAPABILITY]);
+        let rendered = admission_objects(&docs);
+        assert_eq!(rendered.len(), file.len(), "release {release}");
+        // Helm orders the documents by kind; compare by (kind, name).
+        let key = |v: &Value| (v["kind"].to_string(), v["metadata"]["name"].to_string());
+        let mut got: Vec<Value> = rendered.into_iter().cloned().collect();
+        for g in &mut got {
+            let labels = g["metadata"]
+                .as_object_mut()
+                .and_then(|m| m.remove("labels"))
+                .expect("the chart's labels");
+            assert_eq!(labels["app.kubernetes.io/instance"], release);
+        }
+        got.sort_by_key(key);
+        let rename = |v: &Value| {
+            let name = v.as_str().expect("a name").trim_start_matches("phalanx-");
+            Value::from(format!("{prefix}{name}"))
+        };
+        let mut want: Vec<Value> = file.clone();
+        for w in &mut want {
+            w["metadata"]["name"] = rename(&w["metadata"]["name"]);
+            if w["kind"] == "MutatingAdmissionPolicyBinding" {
+                w["spec"]["policyName"] = rename(&w["spec"]["policyName"]);
+            }
+        }
+        want.sort_by_key(key);
+        assert_eq!(got, want, "release {release}");
+    }
+}
+
+/// The policies match creations of exactly the two group kinds of the CRDs, every version they serve, and add the
+/// finalizers the controllers add; their priority cap is the CRDs' maximum.
+#[test]
+fn admission_policies_cover_the_crds_and_their_finalizers() {
+    let crds: Vec<Value> = serde_saphyr::from_multiple::<Value>(&phalanx_api::crds::to_yaml())
+        .expect("CRD YAML")
+        .into_iter()
+        .filter(|v| !v.is_null())
+        .collect();
+    let file = policy_file();
+    let policies: Vec<&Value> = file
+        .iter()
+        .filter(|d| d["kind"] == "MutatingAdmissionPolicy")
+        .collect();
+    assert_eq!(policies.len(), 2);
+    let strs = |v: &Value| -> BTreeSet<String> {
+        v.as_array()
+            .expect("a list")
+            .iter()
+            .map(|s| s.as_str().expect("a string").to_owned())
+            .collect()
+    };
+    for p in &policies {
+        assert_eq!(
+            p["spec"]["failurePolicy"], "Ignore",
+            "a group's creation must not depend on it"
+        );
+        let rules = p["spec"]["matchConstraints"]["resourceRules"]
+            .as_array()
+            .expect("resourceRules");
+        assert_eq!(rules.len(), 1);
+        let rule = &rules[0];
+        assert_eq!(strs(&rule["operations"]), BTreeSet::from(["CREATE".to_owned()]));
+        assert_eq!(
+            strs(&rule["resources"]),
+            BTreeSet::from(["podgroups".to_owned(), "compositepodgroups".to_owned()])
+        );
+        let versions = strs(&rule["apiVersions"]);
+        for plural in ["podgroups", "compositepodgroups"] {
+            let crd = crds
+                .iter()
+                .find(|c| c["spec"]["names"]["plural"] == plural)
+                .expect("the group's CRD");
+            assert_eq!(
+                strs(&rule["apiGroups"]),
+                BTreeSet::from([crd["spec"]["group"].as_str().unwrap().to_owned()])
+            );
+            for v in crd["spec"]["versions"].as_array().expect("versions") {
+                let name = v["name"].as_str().expect("version name");
+                assert!(
+                    v["served"] == false || versions.contains("*") || versions.contains(name),
+                    "{plural} {name} is served but not matched"
+                );
+                let max = &v["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["priority"]["maximum"];
+                assert_eq!(max.as_f64(), Some(1e9), "{plural} {name}: spec.priority maximum");
+            }
+        }
+    }
+    let text = serde_json::to_string(&file).expect("JSON");
+    for finalizer in [
+        phalanx_api::finalizers::POD_GROUP_PROTECTION,
+        phalanx_api::finalizers::COMPOSITE_POD_GROUP_PROTECTION,
+    ] {
+        assert!(text.contains(finalizer), "{finalizer}");
+    }
+    assert!(text.contains("params.value <= 1000000000"), "the priority cap");
 }

@@ -24,6 +24,7 @@
 //! ```
 //! How the control plane is built and run, its logs and how to debug it: `docs/testing.md`.
 
+mod admission;
 mod crds;
 mod env;
 mod names;
@@ -32,6 +33,7 @@ mod node;
 mod pods;
 mod wait;
 
+pub use admission::{ADMISSION_POLICIES_YAML, apply_admission_policies};
 pub use crds::apply_crds;
 pub use env::{REUSE_KUBECONFIG_ENV, REUSE_LOG_DIR_ENV, TestEnv};
 pub use namespace::{TESTENV_NAMESPACE_LABEL, create_namespace};
