@@ -127,6 +127,11 @@ pub struct Ctx {
     pub sched: Client,
     /// The `phalanx` binary run as `phalanx run`.
     pub phalanx_bin: std::path::PathBuf,
+    /// The `phalanx` binary of the `phalanx-base` case (empty when that case is not run).
+    pub base_phalanx_bin: std::path::PathBuf,
+    /// Whether the API server serves the chart's admission policies (installed for `phalanx`, removed for
+    /// `phalanx-base`).
+    pub policies_served: bool,
     /// The cluster's paths.
     pub cluster: Cluster,
     /// Benchmark node names.
@@ -163,6 +168,18 @@ pub async fn run(ctx: &Ctx, case: Case) -> anyhow::Result<Outcome> {
 async fn run_in(ctx: &Ctx, case: Case, ns: &str) -> anyhow::Result<(Outcome, Option<Running>)> {
     let s = &ctx.settings;
     let min = i32::try_from(s.gang_size).context("gang size too large")?;
+    if ctx.policies_served {
+        // As each binary is installed: the chart's admission policies come with this commit's chart only.
+        match case {
+            Case::Phalanx => {
+                phalanx_testenv::apply_admission_policies(&ctx.admin).await?;
+            }
+            Case::PhalanxBase => {
+                phalanx_testenv::remove_admission_policies(&ctx.admin).await?;
+            }
+            Case::BindRate | Case::Upstream => {}
+        }
+    }
     let created = create_groups(ctx, case, ns, min).await?;
     let pods = create_pods(ctx, case, ns).await?;
     let mut tracker = BindTracker::start(ctx.admin.clone(), ns).await?;
@@ -191,10 +208,14 @@ async fn run_in(ctx: &Ctx, case: Case, ns: &str) -> anyhow::Result<(Outcome, Opt
             )
             .await?,
         ),
-        Case::Phalanx => Running::Phalanx(
+        Case::Phalanx | Case::PhalanxBase => Running::Phalanx(
             Phalanx::start(
                 &ctx.cluster,
-                &ctx.phalanx_bin,
+                if case == Case::PhalanxBase {
+                    &ctx.base_phalanx_bin
+                } else {
+                    &ctx.phalanx_bin
+                },
                 s.bind_concurrency,
                 &format!("phalanx-{ns}.log"),
             )
@@ -284,6 +305,13 @@ async fn run_in(ctx: &Ctx, case: Case, ns: &str) -> anyhow::Result<(Outcome, Opt
             "bench-e2e: {case} api_writes_per_pod_by_kind {} (all clients, per pod, same window)",
             by.join(" ")
         );
+        if case.has_groups() {
+            println!(
+                "bench-e2e: {case} group_writes_per_gang={:.3} (podgroups and podgroups/status writes of all clients, \
+                 every verb, per group, same window)",
+                after.group_writes_per_group_since(&before, s.gangs as f64)
+            );
+        }
     }
     figures.cpu_s_per_1000_pods = figures.at_end.map(|p| p.cpu_s / pods_f * 1000.0);
     if case.has_groups() {
@@ -337,7 +365,7 @@ async fn create_groups(
             .try_collect()
             .await
         }
-        Case::Phalanx => {
+        Case::Phalanx | Case::PhalanxBase => {
             let api: Api<phalanx_api::v1beta1::PodGroup> = Api::namespaced(ctx.admin.clone(), ns);
             futures::stream::iter((0..ctx.settings.gangs).map(|g| {
                 let (api, pp) = (&api, &pp);
@@ -488,13 +516,15 @@ async fn count_scheduled(admin: &Client, case: Case, ns: &str) -> anyhow::Result
                 .map(serde_json::to_value)
                 .collect::<Result<_, _>>()?
         }
-        Case::Phalanx => Api::<phalanx_api::v1beta1::PodGroup>::namespaced(admin.clone(), ns)
-            .list(&ListParams::default())
-            .await?
-            .items
-            .iter()
-            .map(serde_json::to_value)
-            .collect::<Result<_, _>>()?,
+        Case::Phalanx | Case::PhalanxBase => {
+            Api::<phalanx_api::v1beta1::PodGroup>::namespaced(admin.clone(), ns)
+                .list(&ListParams::default())
+                .await?
+                .items
+                .iter()
+                .map(serde_json::to_value)
+                .collect::<Result<_, _>>()?
+        }
         Case::BindRate => Vec::new(),
     };
     Ok(values.iter().filter(|v| workload::condition_true(v, t)).count())

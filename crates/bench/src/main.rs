@@ -79,6 +79,10 @@ struct Args {
     /// i.e. `cargo build --release -p phalanx --bin phalanx`, which `make bench-e2e` does first).
     #[arg(long)]
     phalanx_bin: Option<PathBuf>,
+    /// The `phalanx` binary of the `phalanx-base` case (required with it), e.g. the last commit's build: that case runs
+    /// it without the chart's admission policies, so one invocation shows the figures before and after a change.
+    #[arg(long)]
+    base_phalanx_bin: Option<PathBuf>,
 }
 
 /// `--phalanx-bin`, else `phalanx` in the directory of the running executable (`<target>/release/`).
@@ -163,6 +167,16 @@ async fn run(args: Args) -> anyhow::Result<()> {
     } else {
         PathBuf::new()
     };
+    let base_phalanx_bin = if cases.contains(&Case::PhalanxBase) {
+        let bin = args
+            .base_phalanx_bin
+            .clone()
+            .context("the phalanx-base case needs --base-phalanx-bin <PATH>")?;
+        anyhow::ensure!(bin.is_file(), "--base-phalanx-bin: no file at {}", bin.display());
+        bin
+    } else {
+        PathBuf::new()
+    };
     let state_dir = args.state_dir.clone().unwrap_or_else(default_state_dir);
     eprintln!(
         "bench-e2e: starting the control plane (hack/cluster.sh up, state {})",
@@ -176,15 +190,17 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .context("applying the Phalanx CRDs")?;
     // What a chart install adds where the API server serves MutatingAdmissionPolicy: the finalizer and the priority
     // filled at creation, so the controllers send no patch per group.
-    let policies = phalanx_testenv::apply_admission_policies(&admin)
+    let policies_served = phalanx_testenv::apply_admission_policies(&admin)
         .await
         .context("applying the chart's admission policies")?;
     println!(
         "bench-e2e: admission policies {}",
-        if policies {
-            "installed (finalizer and priority filled at creation, no controller patch per group)"
-        } else {
+        if !policies_served {
             "not served by this API server (the controllers patch each group)"
+        } else if cases.contains(&Case::PhalanxBase) {
+            "installed for the phalanx case and removed for phalanx-base (finalizer and priority filled at creation)"
+        } else {
+            "installed (finalizer and priority filled at creation, no controller patch per group)"
         }
     );
     kube::Api::<k8s_openapi::api::scheduling::v1beta1::PodGroup>::all(admin.clone())
@@ -212,10 +228,15 @@ async fn run(args: Args) -> anyhow::Result<()> {
     if cases.contains(&Case::Phalanx) {
         println!("bench-e2e: phalanx binary {}", phalanx_bin.display());
     }
+    if cases.contains(&Case::PhalanxBase) {
+        println!("bench-e2e: phalanx-base binary {}", base_phalanx_bin.display());
+    }
     let ctx = Ctx {
         admin,
         sched,
         phalanx_bin,
+        base_phalanx_bin,
+        policies_served,
         cluster,
         nodes,
         settings,

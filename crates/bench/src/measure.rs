@@ -138,6 +138,18 @@ impl ApiCounters {
         v.sort_by(|a, b| b.1.total_cmp(&a.1));
         v
     }
+
+    /// The writes to the PodGroup objects of either API group (`podgroups` and `podgroups/status`, every verb) between
+    /// `before` and `self`, divided by `groups`: issue 26's "group writes per gang".
+    pub fn group_writes_per_group_since(&self, before: &ApiCounters, groups: f64) -> f64 {
+        let total: f64 = self
+            .mutating_by
+            .iter()
+            .filter(|(k, _)| k.starts_with("podgroups ") || k.starts_with("podgroups/"))
+            .map(|(k, n)| n - before.mutating_by.get(k).copied().unwrap_or(0.0))
+            .sum();
+        total / groups.max(1.0)
+    }
 }
 
 /// Reads [`ApiCounters`] from the API server's `/metrics`.
@@ -339,6 +351,10 @@ mod tests {
             after.writes_per_pod_since(&before, 40.0),
             vec![("pods/binding POST".to_owned(), 2.0)]
         );
+        // Group writes: both kinds of podgroups writes count, binds do not.
+        after.mutating_by.insert("podgroups/status APPLY".into(), 10.0);
+        *after.mutating_by.get_mut("podgroups APPLY").expect("groups") += 2.0;
+        assert_eq!(after.group_writes_per_group_since(&before, 4.0), 3.0);
     }
 
     #[test]

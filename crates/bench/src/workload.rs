@@ -29,6 +29,9 @@ pub enum Case {
     Upstream,
     /// `phalanx run` (the release binary) as a child process, with `scheduling.phalanx.dev/v1beta1` PodGroups (gang).
     Phalanx,
+    /// The same with another `phalanx` binary (`--base-phalanx-bin`, e.g. the last commit's) and without the chart's
+    /// admission policies, as that binary was installed: the figures before a change, in the same invocation.
+    PhalanxBase,
 }
 
 impl Case {
@@ -38,6 +41,7 @@ impl Case {
             Case::BindRate => "bind-rate",
             Case::Upstream => "upstream",
             Case::Phalanx => "phalanx",
+            Case::PhalanxBase => "phalanx-base",
         }
     }
 
@@ -98,7 +102,7 @@ pub fn pod(case: Case, ns: &str, g: usize, p: usize) -> anyhow::Result<Pod> {
             spec["schedulerName"] = json!(DEFAULT_SCHEDULER);
             spec["schedulingGroup"] = json!({"podGroupName": group});
         }
-        Case::Phalanx => {
+        Case::Phalanx | Case::PhalanxBase => {
             spec["schedulerName"] = json!(phalanx_api::DEFAULT_SCHEDULER_NAME);
             v["metadata"]["labels"][phalanx_api::labels::POD_GROUP] = json!(group);
         }

@@ -351,11 +351,15 @@ pub async fn reconcile(pg: Arc<PodGroup>, ctx: Ctx) -> Result<Action> {
         live.restarts = Some(number);
         live.last_restart = Some(Time(now));
     }
-    let written = existing.is_some() || ctx.last_written(&uid).is_some();
+    let shown = current
+        .get("conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|c| !c.is_empty())
+        || ctx.last_written(&uid).is_some();
     if ctx.opts.initially_scheduled
-        && scheduled::first_write_waits(written, problem.is_some(), deleting, counts, &live)
+        && scheduled::first_write_waits(shown, problem.is_some(), deleting, counts, &live)
     {
-        // Nothing to say but "waiting": the binds (or the scheduler's own condition) come first.
+        // Nothing to say but "waiting": the binds, or the scheduler's reason for the wait, come first.
         ctx.nothing_wanted(&uid);
         ctx.note_success(&uid);
         return Ok(Action::requeue(ctx.opts.resync));

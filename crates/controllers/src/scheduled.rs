@@ -1,6 +1,6 @@
 //! One status write per gang at scheduling: the PodGroup controller writes `PodGroupInitiallyScheduled=True`
-//! together with its member counters, and holds back the first status of a group that only waits for its
-//! first schedule.
+//! together with its member counters, and holds back the first status of a group that shows nothing yet and only
+//! waits for its first schedule.
 //!
 //! Why: a gang's binds change the counters (`scheduledPods`, then `runningPods`) in the same second in which the
 //! scheduler would write the condition. Written by two field managers, that is two applies per gang, and the
@@ -63,19 +63,21 @@ pub fn condition(
     })
 }
 
-/// Pure: whether the first status write of a group can wait for its first schedule. True when nothing has been
-/// written yet (`written` false: no `Valid` condition on the object, no recent write of ours), the group is valid
-/// (`problem` false) and not being deleted, its members are all waiting for a node (none bound, none finished),
-/// and there is nothing else to say (`live` is empty). The write then comes with the binds, or with the first
-/// change that is not a wait; the scheduler's own condition explains a group it cannot place.
+/// Pure: whether the first status write of a group can wait for its first schedule. True when the group shows
+/// nothing yet (`shown` false: no condition on the object, neither ours nor the scheduler's, and no recent write of
+/// ours), it is valid (`problem` false) and not being deleted, its members are all waiting for a node (none bound,
+/// none finished), and there is nothing else to say (`live` is empty). The write then comes with the binds. A group
+/// the scheduler cannot place yet gets its counters as soon as the scheduler has said why it waits
+/// (`Unschedulable`, `WaitingForQuorum`, ...): `kubectl get` then shows how many pods it has, at the cost of one
+/// write more, only for a group that waits.
 pub fn first_write_waits(
-    written: bool,
+    shown: bool,
     problem: bool,
     deleting: bool,
     counts: Counts,
     live: &LiveStatus,
 ) -> bool {
-    !written
+    !shown
         && !problem
         && !deleting
         && counts.pods > 0
@@ -191,7 +193,7 @@ mod tests {
     }
 
     #[test]
-    fn only_a_waiting_unwritten_valid_group_waits() {
+    fn only_a_waiting_valid_group_that_shows_nothing_waits() {
         let waiting = Counts {
             pods: 8,
             ..Counts::default()
@@ -200,7 +202,7 @@ mod tests {
         assert!(first_write_waits(false, false, false, waiting, &none));
         assert!(
             !first_write_waits(true, false, false, waiting, &none),
-            "written before"
+            "shows a condition (ours or the scheduler's)"
         );
         assert!(
             !first_write_waits(false, true, false, waiting, &none),

@@ -46,30 +46,66 @@ pub async fn apply_admission_policies(client: &Client) -> anyhow::Result<bool> {
     if !serves_mutating_admission_policy(client).await? {
         return Ok(false);
     }
+    let pp = PatchParams::apply(FIELD_MANAGER).force();
+    for (kind, name, api, doc) in policy_objects(client)? {
+        api.patch(&name, &pp, &Patch::Apply(&doc))
+            .await
+            .with_context(|| format!("applying {kind} {name}"))?;
+    }
+    wait_in_effect(client, true).await?;
+    Ok(true)
+}
+
+/// Deletes what [`apply_admission_policies`] applied (an object already gone is fine) and returns once a PodGroup
+/// created with a server dry run comes back without the protection finalizer, that is once the API server has
+/// unloaded them; `false` when the API is not served. The benchmark's `phalanx-base` case uses it to run an earlier
+/// binary as it was installed.
+///
+/// # Errors
+/// When discovery fails, the API refuses a deletion, or the policies are still in effect after 60 s.
+pub async fn remove_admission_policies(client: &Client) -> anyhow::Result<bool> {
+    if !serves_mutating_admission_policy(client).await? {
+        return Ok(false);
+    }
+    for (kind, name, api, _) in policy_objects(client)? {
+        match api.delete(&name, &Default::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(e).with_context(|| format!("deleting {kind} {name}")),
+        }
+    }
+    wait_in_effect(client, false).await?;
+    Ok(true)
+}
+
+/// One object of [`ADMISSION_POLICIES_YAML`]: kind, name, the API to write it through, and the document.
+type PolicyObject = (String, String, Api<DynamicObject>, Value);
+
+/// The objects of [`ADMISSION_POLICIES_YAML`], in the file's order.
+fn policy_objects(client: &Client) -> anyhow::Result<Vec<PolicyObject>> {
     let docs: Vec<Value> = serde_saphyr::from_multiple(ADMISSION_POLICIES_YAML)
         .context("parsing charts/phalanx/files/admission-policies.yaml")?;
-    let pp = PatchParams::apply(FIELD_MANAGER).force();
-    for doc in docs.iter().filter(|d| !d.is_null()) {
+    let mut out = Vec::new();
+    for doc in docs.into_iter().filter(|d| !d.is_null()) {
         let kind = doc["kind"]
             .as_str()
-            .context("an admission policy object has no kind")?;
+            .context("an admission policy object has no kind")?
+            .to_owned();
         let name = doc["metadata"]["name"]
             .as_str()
-            .with_context(|| format!("a {kind} has no metadata.name"))?;
-        let gvk = GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", kind);
-        let plural = match kind {
+            .with_context(|| format!("a {kind} has no metadata.name"))?
+            .to_owned();
+        let gvk = GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", &kind);
+        let plural = match kind.as_str() {
             "MutatingAdmissionPolicy" => "mutatingadmissionpolicies",
             "MutatingAdmissionPolicyBinding" => "mutatingadmissionpolicybindings",
             other => anyhow::bail!("admission-policies.yaml: unexpected kind {other}"),
         };
         let api: Api<DynamicObject> =
             Api::all_with(client.clone(), &ApiResource::from_gvk_with_plural(&gvk, plural));
-        api.patch(name, &pp, &Patch::Apply(doc))
-            .await
-            .with_context(|| format!("applying {kind} {name}"))?;
+        out.push((kind, name, api, doc));
     }
-    wait_in_effect(client).await?;
-    Ok(true)
+    Ok(out)
 }
 
 /// Whether discovery lists MutatingAdmissionPolicy in `admissionregistration.k8s.io/v1`.
@@ -85,8 +121,8 @@ async fn serves_mutating_admission_policy(client: &Client) -> anyhow::Result<boo
 }
 
 /// Polls with dry-run creations of a PodGroup in `default` (nothing is stored, nothing to delete) until one comes
-/// back with the finalizer and a priority.
-async fn wait_in_effect(client: &Client) -> anyhow::Result<()> {
+/// back with the finalizer and a priority (`present`), or without the finalizer (`!present`).
+async fn wait_in_effect(client: &Client, present: bool) -> anyhow::Result<()> {
     let gvk = GroupVersionKind::gvk("scheduling.phalanx.dev", "v1beta1", "PodGroup");
     let api: Api<DynamicObject> = Api::namespaced_with(
         client.clone(),
@@ -102,31 +138,38 @@ async fn wait_in_effect(client: &Client) -> anyhow::Result<()> {
         dry_run: true,
         field_manager: Some(FIELD_MANAGER.into()),
     };
-    wait_for(
-        "the MutatingAdmissionPolicies to add the finalizer and spec.priority to a new PodGroup (server dry run)",
-        IN_EFFECT_TIMEOUT,
-        || async {
-            let got = api
-                .create(&pp, &probe)
-                .await
-                .context("dry-run creation of a PodGroup")?;
-            let finalized = got
-                .metadata
-                .finalizers
-                .iter()
-                .flatten()
-                .any(|f| f == POD_GROUP_FINALIZER);
-            let prioritized = got.data["spec"]["priority"].is_i64();
-            if !(finalized && prioritized) {
-                anyhow::bail!(
-                    "not yet: finalizers {:?}, spec.priority {}",
-                    got.metadata.finalizers,
-                    got.data["spec"]["priority"]
-                );
+    let what = if present {
+        "the MutatingAdmissionPolicies to add the finalizer and spec.priority to a new PodGroup (server dry run)"
+    } else {
+        "the removed MutatingAdmissionPolicies to stop adding the finalizer to a new PodGroup (server dry run)"
+    };
+    wait_for(what, IN_EFFECT_TIMEOUT, || async {
+        let got = api
+            .create(&pp, &probe)
+            .await
+            .context("dry-run creation of a PodGroup")?;
+        let finalized = got
+            .metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .any(|f| f == POD_GROUP_FINALIZER);
+        let prioritized = got.data["spec"]["priority"].is_i64();
+        if !present {
+            if finalized {
+                anyhow::bail!("not yet: finalizers {:?}", got.metadata.finalizers);
             }
-            Ok(Some(()))
-        },
-    )
+            return Ok(Some(()));
+        }
+        if !(finalized && prioritized) {
+            anyhow::bail!(
+                "not yet: finalizers {:?}, spec.priority {}",
+                got.metadata.finalizers,
+                got.data["spec"]["priority"]
+            );
+        }
+        Ok(Some(()))
+    })
     .await
 }
 

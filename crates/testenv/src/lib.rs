@@ -33,7 +33,7 @@ mod node;
 mod pods;
 mod wait;
 
-pub use admission::{ADMISSION_POLICIES_YAML, apply_admission_policies};
+pub use admission::{ADMISSION_POLICIES_YAML, apply_admission_policies, remove_admission_policies};
 pub use crds::apply_crds;
 pub use env::{REUSE_KUBECONFIG_ENV, REUSE_LOG_DIR_ENV, TestEnv};
 pub use namespace::{TESTENV_NAMESPACE_LABEL, create_namespace};
