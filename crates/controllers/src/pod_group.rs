@@ -309,13 +309,7 @@ pub async fn reconcile(pg: Arc<PodGroup>, ctx: Ctx) -> Result<Action> {
     let existing_failed = status::existing_condition(&ctx, &uid, &current, POD_GROUP_FAILED);
     let initially_scheduled = if ctx.opts.initially_scheduled {
         let existing = status::existing_condition(&ctx, &uid, &current, POD_GROUP_INITIALLY_SCHEDULED);
-        scheduled::condition(
-            &pg,
-            existing.as_ref(),
-            &members,
-            counts,
-            &ctx.opts.scheduler_names,
-        )
+        scheduled::condition(&pg, existing.as_ref(), &members, &ctx.opts.scheduler_names)
     } else {
         None
     };

@@ -30,13 +30,14 @@ use crate::pod_group::{Counts, LiveStatus};
 ///
 /// `existing` is the condition as last written or cached: when True it is returned unchanged (terminal; omitting
 /// an entry this manager owns from an apply would delete it). Otherwise True/`Scheduled` with an empty message,
-/// as upstream's group success, once the members bound to a node plus those that succeeded reach `minCount` (1 for
-/// a basic group) and a member names one of `scheduler_names`.
+/// as upstream's group success, once the members that were bound to a node reach `minCount` (1 for a basic group)
+/// and a member names one of `scheduler_names`. Finished members count (a Failed or Succeeded pod keeps its
+/// `spec.nodeName`): a gang that lost a member in the second between its binds and this write was placed all the
+/// same, and its `PodGroupSatisfied` (and so its `recoveryPolicy`) depends on this condition.
 pub fn condition(
     pg: &PodGroup,
     existing: Option<&Condition>,
     members: &[std::sync::Arc<PodRecord>],
-    counts: Counts,
     scheduler_names: &[String],
 ) -> Option<Condition> {
     if pg.spec.parent_composite_pod_group_name.is_some() {
@@ -47,7 +48,8 @@ pub fn condition(
         return Some(c.clone());
     }
     let quorum = pg.spec.scheduling_policy.min_count().unwrap_or(1).max(1);
-    let placed = counts.scheduled.saturating_add(counts.succeeded);
+    let placed = members.iter().filter(|p| p.node_name().is_some()).count();
+    let quorum = usize::try_from(quorum).unwrap_or(usize::MAX);
     let ours = members
         .iter()
         .any(|p| scheduler_matches(p.scheduler_name(), scheduler_names));
@@ -107,35 +109,36 @@ mod tests {
         .unwrap()
     }
 
-    fn member(scheduler: &str) -> Arc<PodRecord> {
+    fn member(scheduler: &str, node: Option<&str>, phase: &str) -> Arc<PodRecord> {
         let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
             "metadata": {"name": "p", "namespace": "ns"},
-            "spec": {"schedulerName": scheduler, "containers": [{"name": "c"}]},
+            "spec": {"schedulerName": scheduler, "nodeName": node, "containers": [{"name": "c"}]},
+            "status": {"phase": phase},
         }))
         .unwrap();
         Arc::new(PodRecord::from_pod(&pod))
+    }
+
+    /// `bound` members on a node (`Running`), `finished` bound ones that Failed, `waiting` without a node.
+    fn members(scheduler: &str, bound: usize, finished: usize, waiting: usize) -> Vec<Arc<PodRecord>> {
+        let mut v = Vec::new();
+        v.extend((0..bound).map(|_| member(scheduler, Some("n1"), "Running")));
+        v.extend((0..finished).map(|_| member(scheduler, Some("n1"), "Failed")));
+        v.extend((0..waiting).map(|_| member(scheduler, None, "Pending")));
+        v
     }
 
     fn names() -> Vec<String> {
         vec!["phalanx-scheduler".to_string()]
     }
 
-    fn counts(scheduled: i32, succeeded: i32) -> Counts {
-        Counts {
-            pods: 4,
-            scheduled,
-            succeeded,
-            ..Counts::default()
-        }
-    }
+    const OURS: &str = "phalanx-scheduler";
 
     #[test]
-    fn true_once_the_quorum_is_bound() {
+    fn true_once_the_quorum_was_bound() {
         let pg = group(Some(4), None);
-        let ours = [member("phalanx-scheduler")];
-        assert!(condition(&pg, None, &ours, counts(3, 0), &names()).is_none());
-        let c =
-            condition(&pg, None, &ours, counts(3, 1), &names()).expect("3 bound + 1 succeeded = minCount");
+        assert!(condition(&pg, None, &members(OURS, 3, 0, 1), &names()).is_none());
+        let c = condition(&pg, None, &members(OURS, 4, 0, 0), &names()).expect("4 bound = minCount");
         assert_eq!(
             (
                 c.type_.as_str(),
@@ -146,16 +149,19 @@ mod tests {
             (POD_GROUP_INITIALLY_SCHEDULED, "True", "Scheduled", "")
         );
         assert_eq!(c.observed_generation, Some(3));
+        // A member that failed after its bind was placed too (the chaos suite's member-kill: without it the gang
+        // never armed PodGroupSatisfied, and its RestartGroup never ran).
+        assert!(condition(&pg, None, &members(OURS, 3, 1, 1), &names()).is_some());
         // A basic group needs one.
-        assert!(condition(&group(None, None), None, &ours, counts(1, 0), &names()).is_some());
+        assert!(condition(&group(None, None), None, &members(OURS, 1, 0, 3), &names()).is_some());
     }
 
     #[test]
     fn left_alone_for_trees_other_schedulers_and_false_entries() {
-        let ours = [member("phalanx-scheduler")];
-        assert!(condition(&group(Some(1), Some("root")), None, &ours, counts(4, 0), &names()).is_none());
-        let theirs = [member("default-scheduler")];
-        assert!(condition(&group(Some(1), None), None, &theirs, counts(4, 0), &names()).is_none());
+        let placed = members(OURS, 4, 0, 0);
+        assert!(condition(&group(Some(1), Some("root")), None, &placed, &names()).is_none());
+        let theirs = members("default-scheduler", 4, 0, 0);
+        assert!(condition(&group(Some(1), None), None, &theirs, &names()).is_none());
         // The scheduler's False stays its own until the quorum is bound.
         let unschedulable = new_condition(
             POD_GROUP_INITIALLY_SCHEDULED,
@@ -165,16 +171,8 @@ mod tests {
             Some(3),
             Timestamp::now(),
         );
-        assert!(
-            condition(
-                &group(Some(4), None),
-                Some(&unschedulable),
-                &ours,
-                counts(0, 0),
-                &names()
-            )
-            .is_none()
-        );
+        let waiting = members(OURS, 0, 0, 4);
+        assert!(condition(&group(Some(4), None), Some(&unschedulable), &waiting, &names()).is_none());
     }
 
     #[test]
@@ -188,7 +186,7 @@ mod tests {
             "2026-01-01T00:00:00Z".parse().unwrap(),
         );
         // Even with every member gone: terminal once True.
-        let c = condition(&group(Some(4), None), Some(&earlier), &[], counts(0, 0), &names());
+        let c = condition(&group(Some(4), None), Some(&earlier), &[], &names());
         assert_eq!(c.as_ref(), Some(&earlier));
     }
 

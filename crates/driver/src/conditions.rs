@@ -43,6 +43,7 @@ impl Driver {
         use phalanx_api::conditions::{POD_GROUP_INITIALLY_SCHEDULED, is_condition_true};
         if self.opts.initially_scheduled_by_controllers {
             // The PodGroup controller sets it from the bound members (see `SchedulerOptions`).
+            self.catch_up_delegated();
             self.catch_up_trees();
             return;
         }
@@ -76,6 +77,36 @@ impl Driver {
             }
         }
         self.catch_up_trees();
+    }
+
+    /// Writes the `PodGroupInitiallyScheduled=True` this driver decided and left to the PodGroup controller
+    /// (`SchedulerOptions::initially_scheduled_by_controllers`) where the object still does not show it one catch-up
+    /// interval after the decision. The controller sets it from the members that were bound; a gang that lost a
+    /// member to a deletion in the second between its binds and the controller's write no longer shows the quorum,
+    /// and without the condition its `PodGroupSatisfied` and `recoveryPolicy` never arm. One write more, only then.
+    fn catch_up_delegated(&mut self) {
+        use phalanx_api::conditions::{POD_GROUP_INITIALLY_SCHEDULED, is_condition_true};
+        let grace = self.opts.condition_catch_up;
+        let due: Vec<GroupKey> = self
+            .group_wanted
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .filter(|(g, m)| {
+                g.kind == GroupKind::PodGroup
+                    && m.get(POD_GROUP_INITIALLY_SCHEDULED)
+                        .is_some_and(|w| w.status && w.at.elapsed() >= grace)
+            })
+            .map(|(g, _)| g.clone())
+            .collect();
+        for g in due {
+            let shown = self.store.pod_group(&g.namespace, &g.name).is_none_or(|pg| {
+                is_condition_true(convert::pod_group_conditions(&pg), POD_GROUP_INITIALLY_SCHEDULED)
+            });
+            if !shown {
+                self.spawn_group_write(g);
+            }
+        }
     }
 
     /// The same catch-up for CompositePodGroup trees: a root whose tree is placed by its bound pods (every level
@@ -264,6 +295,7 @@ impl Driver {
                     status,
                     reason,
                     message,
+                    at: std::time::Instant::now(),
                 },
             );
         }
@@ -271,6 +303,12 @@ impl Driver {
             // Recorded above, so that no False replaces it; the PodGroup controller writes it with its counters.
             return;
         }
+        self.spawn_group_write(g);
+    }
+
+    /// Queues the write of every condition the driver wants on group `g` (serialised per group: the latest wanted
+    /// state wins).
+    fn spawn_group_write(&mut self, g: GroupKey) {
         let (store, writer, permits, wanted) = (
             self.store.clone(),
             self.writer.clone(),

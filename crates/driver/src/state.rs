@@ -28,6 +28,9 @@ pub(crate) struct WantedCondition {
     pub(crate) status: bool,
     pub(crate) reason: &'static str,
     pub(crate) message: String,
+    /// When the driver decided it (a True left to the PodGroup controller is written by the driver after all once
+    /// it is older than a catch-up interval and still not shown; see `catch_up_delegated`).
+    pub(crate) at: std::time::Instant,
 }
 
 /// What a serialised status write is about.

@@ -904,6 +904,37 @@ async fn lost_group_condition_is_repaired_while_running() -> anyhow::Result<()> 
     fast.stop().await
 }
 
+/// With `initially_scheduled_by_controllers` (as in `phalanx run`) the driver leaves a standalone group's True to the
+/// PodGroup controller. No controller runs here, as when the controller could not write it (a member deleted
+/// before its write took the quorum away): after one catch-up interval the driver writes the True it decided itself,
+/// and not before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_true_left_to_the_controllers_is_written_after_a_catch_up_interval() -> anyhow::Result<()> {
+    let cx = setup("delegated").await?;
+    cx.node("n", "8").await?;
+    cx.group("g", Some(2)).await?;
+    let s = cx.start_with(|o| {
+        o.initially_scheduled_by_controllers = true;
+        o.condition_catch_up = Duration::from_secs(4);
+    });
+    let started = std::time::Instant::now();
+    cx.pod("g-1", "1", Some("g")).await?;
+    cx.pod("g-2", "1", Some("g")).await?;
+    cx.wait_bound(&["g-1", "g-2"]).await?;
+    let early = group_condition(&cx.pod_groups().get("g").await?);
+    ensure!(
+        early.is_none(),
+        "the driver wrote the condition it leaves to the controllers at once: {early:?}"
+    );
+    let c = cx.wait_group("g", "True", "Scheduled").await?;
+    ensure!(
+        started.elapsed() >= Duration::from_secs(4),
+        "written after {:?}, before one catch-up interval (4 s): {c:?}",
+        started.elapsed()
+    );
+    s.stop().await
+}
+
 /// A member that names another scheduler breaks the gang (the other scheduler may bind it alone). While the group
 /// waits for quorum its message names that pod; once our members could be placed, the group fails with upstream's
 /// SchedulerError message (`validatePodGroup`, `pkg/scheduler/schedule_one_podgroup.go`) and nothing binds.
