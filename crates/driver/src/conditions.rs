@@ -296,6 +296,7 @@ impl Driver {
                     reason,
                     message,
                     at: std::time::Instant::now(),
+                    delegated: by_controllers,
                 },
             );
         }
@@ -315,6 +316,7 @@ impl Driver {
             self.write_permits.clone(),
             self.group_wanted.clone(),
         );
+        let grace = self.opts.condition_catch_up;
         let key = g.clone();
         let job = async move {
             let Ok(_p) = permits.acquire().await else { return };
@@ -329,6 +331,15 @@ impl Driver {
             let Some(uid) = ws.first().map(|w| w.uid.clone()) else {
                 return;
             };
+            // A write queued before the True was decided (the False of a gang that waited for its last member)
+            // would send the True the controller is about to write with its counters: a second group write. With
+            // nothing else wanted on the group it is left out; `catch_up_delegated` sends it if still not shown.
+            if let [w] = ws.as_slice()
+                && w.delegated
+                && w.at.elapsed() < grace
+            {
+                return;
+            }
             // The write carries the version it read (see `StatusWriter::group_conditions`). The first try decides on
             // the store's copy; after a conflict (the controllers' status write landed in between) each try reads
             // the object fresh from the API server and decides again on it, as client-go's `RetryOnConflict` does.

@@ -31,6 +31,9 @@ pub(crate) struct WantedCondition {
     /// When the driver decided it (a True left to the PodGroup controller is written by the driver after all once
     /// it is older than a catch-up interval and still not shown; see `catch_up_delegated`).
     pub(crate) at: std::time::Instant,
+    /// A True left to the PodGroup controller (`SchedulerOptions::initially_scheduled_by_controllers`): a write
+    /// queued for the group before it was decided does not send it while it is younger than a catch-up interval.
+    pub(crate) delegated: bool,
 }
 
 /// What a serialised status write is about.

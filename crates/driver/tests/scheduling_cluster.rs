@@ -907,7 +907,7 @@ async fn lost_group_condition_is_repaired_while_running() -> anyhow::Result<()> 
 /// With `initially_scheduled_by_controllers` (as in `phalanx run`) the driver leaves a standalone group's True to the
 /// PodGroup controller. No controller runs here, as when the controller could not write it (a member deleted
 /// before its write took the quorum away): after one catch-up interval the driver writes the True it decided itself,
-/// and not before.
+/// and not before, whether the gang showed nothing or the driver's own `WaitingForQuorum` False.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_true_left_to_the_controllers_is_written_after_a_catch_up_interval() -> anyhow::Result<()> {
     let cx = setup("delegated").await?;
@@ -921,16 +921,37 @@ async fn a_true_left_to_the_controllers_is_written_after_a_catch_up_interval() -
     cx.pod("g-1", "1", Some("g")).await?;
     cx.pod("g-2", "1", Some("g")).await?;
     cx.wait_bound(&["g-1", "g-2"]).await?;
+    // Between the two creations a cycle may say why the group waits (`WaitingForQuorum`): that False is the
+    // driver's to write. The True is not, yet.
     let early = group_condition(&cx.pod_groups().get("g").await?);
     ensure!(
-        early.is_none(),
-        "the driver wrote the condition it leaves to the controllers at once: {early:?}"
+        early.as_ref().is_none_or(|c| c.status != "True"),
+        "the driver wrote the True it leaves to the controllers at once: {early:?}"
     );
     let c = cx.wait_group("g", "True", "Scheduled").await?;
     ensure!(
         started.elapsed() >= Duration::from_secs(4),
         "written after {:?}, before one catch-up interval (4 s): {c:?}",
         started.elapsed()
+    );
+    // A gang that waited first shows the driver's False; its True still waits for the interval.
+    cx.group("w", Some(2)).await?;
+    cx.pod("w-1", "1", Some("w")).await?;
+    cx.wait_group("w", "False", "WaitingForQuorum").await?;
+    // The decision comes after this creation, so the True may not show before 4 s from here.
+    let created = std::time::Instant::now();
+    cx.pod("w-2", "1", Some("w")).await?;
+    cx.wait_bound(&["w-1", "w-2"]).await?;
+    let early = group_condition(&cx.pod_groups().get("w").await?);
+    ensure!(
+        created.elapsed() >= Duration::from_secs(4) || early.as_ref().is_some_and(|c| c.status == "False"),
+        "the False should stand until the catch-up: {early:?}"
+    );
+    let c = cx.wait_group("w", "True", "Scheduled").await?;
+    ensure!(
+        created.elapsed() >= Duration::from_secs(4),
+        "written {:?} after the last member's creation, before one catch-up interval (4 s): {c:?}",
+        created.elapsed()
     );
     s.stop().await
 }
