@@ -506,28 +506,36 @@ async fn wait_groups_scheduled(admin: &Client, case: Case, ns: &str, gangs: usiz
 
 async fn count_scheduled(admin: &Client, case: Case, ns: &str) -> anyhow::Result<usize> {
     let t = phalanx_api::conditions::POD_GROUP_INITIALLY_SCHEDULED;
-    let values: Vec<serde_json::Value> = match case {
+    let values = match case {
         Case::Upstream => {
-            Api::<k8s_openapi::api::scheduling::v1beta1::PodGroup>::namespaced(admin.clone(), ns)
-                .list(&ListParams::default())
-                .await?
-                .items
-                .iter()
-                .map(serde_json::to_value)
-                .collect::<Result<_, _>>()?
+            groups_as_json::<k8s_openapi::api::scheduling::v1beta1::PodGroup>(admin, ns).await?
         }
         Case::Phalanx | Case::PhalanxBase => {
-            Api::<phalanx_api::v1beta1::PodGroup>::namespaced(admin.clone(), ns)
-                .list(&ListParams::default())
-                .await?
-                .items
-                .iter()
-                .map(serde_json::to_value)
-                .collect::<Result<_, _>>()?
+            groups_as_json::<phalanx_api::v1beta1::PodGroup>(admin, ns).await?
         }
         Case::BindRate => Vec::new(),
     };
     Ok(values.iter().filter(|v| workload::condition_true(v, t)).count())
+}
+
+/// The namespace's groups of either API group as JSON, for [`workload::condition_true`].
+async fn groups_as_json<K>(admin: &Client, ns: &str) -> anyhow::Result<Vec<serde_json::Value>>
+where
+    K: kube::Resource<Scope = kube::core::NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + serde::Serialize,
+    K::DynamicType: Default,
+{
+    let list = Api::<K>::namespaced(admin.clone(), ns)
+        .list(&ListParams::default())
+        .await?;
+    Ok(list
+        .items
+        .iter()
+        .map(serde_json::to_value)
+        .collect::<Result<_, _>>()?)
 }
 
 /// Deletes the namespace's pods with grace period 0 (no kubelet to finish a graceful deletion), then the namespace,
