@@ -868,6 +868,29 @@ async fn kubectl_shows_printer_columns_short_names_and_category() -> anyhow::Res
         "conditions": [{"type": "PodGroupInitiallyScheduled", "status": "False", "reason": "Unschedulable",
                         "message": "0/8 nodes are available", "lastTransitionTime": "2026-11-30T00:00:00Z"}],
     }});
+    // A group the controllers found invalid but whose other conditions look healthy (issue 35, defect 13): the
+    // default columns must show the Valid condition's reason.
+    api.create(
+        &PostParams::default(),
+        &pod_group(
+            "claimless",
+            json!({"schedulingPolicy": {"gang": {"minCount": 2}}}),
+        )?,
+    )
+    .await?;
+    let invalid = json!({"status": {
+        "policy": "Gang", "pods": 2, "scheduledPods": 2,
+        "conditions": [
+            {"type": "PodGroupInitiallyScheduled", "status": "True", "reason": "Scheduled", "message": "",
+             "lastTransitionTime": "2026-11-30T00:00:00Z"},
+            {"type": "PodGroupSatisfied", "status": "True", "reason": "Satisfied", "message": "",
+             "lastTransitionTime": "2026-11-30T00:00:00Z"},
+            {"type": "Valid", "status": "False", "reason": "ResourceClaimTemplateNotFound",
+             "message": "spec.resourceClaims[0].resourceClaimTemplateName: not found",
+             "lastTransitionTime": "2026-11-30T00:00:00Z"}],
+    }});
+    api.patch_status("claimless", &PatchParams::default(), &Patch::Merge(&invalid))
+        .await?;
     api.patch_status("train", &PatchParams::default(), &Patch::Merge(&status))
         .await?;
     workloads(&client, &ns)
@@ -896,9 +919,26 @@ async fn kubectl_shows_printer_columns_short_names_and_category() -> anyhow::Res
                 "SCHEDULED",
                 "STATUS",
                 "SATISFIED",
+                "VALID",
                 "AGE"
             ],
         "header: {pg}"
+    );
+    // Rows come sorted by name: claimless, then train.
+    let row: Vec<&str> = lines.next().unwrap_or_default().split_whitespace().collect();
+    ensure!(
+        row[..8]
+            == [
+                "claimless",
+                "Gang",
+                "2",
+                "2",
+                "2",
+                "Scheduled",
+                "Satisfied",
+                "ResourceClaimTemplateNotFound"
+            ],
+        "an invalid group's row must name its Valid reason: {pg}"
     );
     let row: Vec<&str> = lines.next().unwrap_or_default().split_whitespace().collect();
     ensure!(

@@ -63,6 +63,12 @@ use crate::v1beta1::{
         description = "Reason of the CompositePodGroupInitiallyScheduled condition: WaitingForQuorum while gathering its child groups, Unschedulable after a failed attempt, Scheduled"
     ),
     printcolumn(
+        name = "Valid",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Valid\")].reason",
+        description = "Reason of the controllers' Valid condition: Valid, or why the group is invalid (e.g. ParentNotFound, HierarchyCycle); an invalid group is not placed whatever STATUS says"
+    ),
+    printcolumn(
         name = "Message",
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"CompositePodGroupInitiallyScheduled\")].message",

@@ -114,6 +114,12 @@ use crate::schema::{
         description = "Reason of the live PodGroupSatisfied condition once the group was scheduled: Satisfied, MembersLost, MembersDisrupted, Completed"
     ),
     printcolumn(
+        name = "Valid",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Valid\")].reason",
+        description = "Reason of the controllers' Valid condition: Valid, or why the group is invalid (e.g. ResourceClaimTemplateNotFound, PodsOfAnotherScheduler); an invalid group is not placed whatever STATUS says"
+    ),
+    printcolumn(
         name = "Message",
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"PodGroupInitiallyScheduled\")].message",
