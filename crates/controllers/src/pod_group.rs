@@ -9,8 +9,8 @@
 //! `scheduling.k8s.io/podgroup-protection`, removed only when every pod that references the group is terminal
 //! or gone), the Priority admission plugin, and the scheduler's runtime hierarchy validation (KEP-6012).
 //!
-//! Counters: `pods` = non-terminal member pods, `scheduledPods` = those bound to a node, `runningPods` = those
-//! in phase Running, `readyPods` = those with `Ready=True`; `succeededPods` and `failedPods` count the terminal
+//! Counters: `pods` = non-terminal member pods, `scheduledPods` = those bound to a node and not being deleted (a
+//! terminating member no longer counts toward the gang's quorum), `runningPods` = those in phase Running, `readyPods` = those with `Ready=True`; `succeededPods` and `failedPods` count the terminal
 //! members by phase. A status write happens at most once per `min_status_interval` per group (default
 //! 1 s), the first one too, so a 1,000-pod group being bound costs a handful of writes, not 1,000.
 
@@ -57,7 +57,7 @@ pub const CONTROLLER: &str = "podgroup";
 pub struct Counts {
     /// Non-terminal member pods (these also hold the finalizer).
     pub pods: i32,
-    /// Non-terminal member pods bound to a node.
+    /// Non-terminal member pods bound to a node and not being deleted (no `deletionTimestamp`).
     pub scheduled: i32,
     /// Member pods in phase Running.
     pub running: i32,
@@ -70,9 +70,13 @@ pub struct Counts {
     /// Non-terminal member pods bound to a node, neither being deleted nor `DisruptionTarget=True`:
     /// the ones that hold the quorum of `PodGroupSatisfied` (with `succeeded`). Not written itself.
     pub healthy: i32,
-    /// Non-terminal member pods with `DisruptionTarget=True` (preemption, eviction, a taint). Not
-    /// written itself.
+    /// Non-terminal member pods with `DisruptionTarget=True` (preemption, eviction, a taint), except
+    /// the ones a restart of this group marked ([`recovery::marked_by_restart`]): a restart is not a
+    /// disruption. Not written itself.
     pub disrupted: i32,
+    /// Non-terminal member pods being deleted (`deletionTimestamp` set; a finalizer or the kubelet
+    /// may hold them for long). Not written itself.
+    pub terminating: i32,
 }
 
 /// Pure: counts member pods.
@@ -93,12 +97,15 @@ pub fn count<'a>(pods: impl IntoIterator<Item = &'a PodRecord>) -> Counts {
             c.ready += 1;
         }
         let disrupted = is(DISRUPTION_TARGET);
-        if disrupted {
+        if disrupted && !recovery::marked_by_restart(p) {
             c.disrupted += 1;
         }
-        if p.node_name().is_some() {
+        let deleting = p.deletion_timestamp.is_some();
+        if deleting {
+            c.terminating += 1;
+        } else if p.node_name().is_some() {
             c.scheduled += 1;
-            if !disrupted && p.deletion_timestamp.is_none() {
+            if !disrupted {
                 c.healthy += 1;
             }
         }
@@ -326,9 +333,14 @@ pub async fn reconcile(pg: Arc<PodGroup>, ctx: Ctx) -> Result<Action> {
             policy: policy.as_ref(),
             satisfied: satisfied.as_ref(),
             failed: existing_failed.as_ref().is_some_and(|c| c.status == "True"),
+            valid: problem.is_none(),
             restarts: restarts.unwrap_or(0),
             last_restart: last_restart.as_ref().map(|t| t.0),
             bound: counts.scheduled,
+            left_over: recovery::left_over(&members, last_restart.as_ref().map(|t| t.0))
+                .count()
+                .try_into()
+                .unwrap_or(i32::MAX),
             now,
         })
     };
@@ -367,6 +379,9 @@ pub async fn reconcile(pg: Arc<PodGroup>, ctx: Ctx) -> Result<Action> {
         if let Some(c) = &live.satisfied {
             report_satisfied(&ctx, &uid, &reference, existing_satisfied.as_ref(), c).await;
         }
+    }
+    // Finishing a counted restart needs no status write, so a throttled one does not hold it back.
+    if !matches!(decision, WriteDecision::Later(_)) || matches!(step, recovery::Step::Finish { .. }) {
         act(&ctx, &uid, &reference, &step, &members, &live).await?;
     }
     let wait = match step {
@@ -398,26 +413,14 @@ pub async fn reconcile(pg: Arc<PodGroup>, ctx: Ctx) -> Result<Action> {
 }
 
 /// Marks a member `DisruptionTarget=True/RestartedByRecoveryPolicy` (so that a Job's
-/// `podFailurePolicy` can tell the restart from a failure, as it does for preemption and eviction)
-/// and deletes it with its UID as precondition. `false`: it was already gone or replaced.
+/// `podFailurePolicy` can tell the restart from a failure, as it does for preemption and eviction;
+/// a member marked by an earlier attempt is not patched again) and deletes it with its UID as
+/// precondition. `false`: it was already gone or replaced.
 async fn restart_member(ctx: &Ctx, pod: &PodRecord) -> Result<bool> {
     let name = pod.name();
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), pod.namespace());
-    let cond = PodCondition {
-        type_: DISRUPTION_TARGET.into(),
-        status: "True".into(),
-        reason: Some(RESTARTED_BY_RECOVERY_POLICY.into()),
-        message: Some(
-            "recoveryPolicy RestartGroup: the gang fell below minCount and is placed again whole".into(),
-        ),
-        last_transition_time: Some(Time(Timestamp::now())),
-        ..Default::default()
-    };
-    let patch = Patch::Strategic(json!({ "status": { "conditions": [cond] } }));
-    match api.patch_status(name, &PatchParams::default(), &patch).await {
-        Err(kube::Error::Api(e)) if e.code == 404 => return Ok(false),
-        Err(e) => return Err(e.into()),
-        Ok(_) => {}
+    if !recovery::marked_by_restart(pod) {
+        mark_member(&api, name).await?;
     }
     let dp = DeleteParams {
         preconditions: Some(pod.uid())
@@ -435,8 +438,53 @@ async fn restart_member(ctx: &Ctx, pod: &PodRecord) -> Result<bool> {
     }
 }
 
+/// Writes `DisruptionTarget=True/RestartedByRecoveryPolicy` on the member `name` (a member already
+/// gone is fine).
+async fn mark_member(api: &Api<Pod>, name: &str) -> Result<()> {
+    let cond = PodCondition {
+        type_: DISRUPTION_TARGET.into(),
+        status: "True".into(),
+        reason: Some(RESTARTED_BY_RECOVERY_POLICY.into()),
+        message: Some(
+            "recoveryPolicy RestartGroup: the gang fell below minCount and is placed again whole".into(),
+        ),
+        last_transition_time: Some(Time(Timestamp::now())),
+        ..Default::default()
+    };
+    let patch = Patch::Strategic(json!({ "status": { "conditions": [cond] } }));
+    match api.patch_status(name, &PatchParams::default(), &patch).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Restarts (marks and deletes) each of `pods`, going on past a failure so that one refused delete
+/// does not leave the rest of the gang running: `(deleted, first error)`.
+async fn restart_members<'a>(
+    ctx: &Ctx,
+    pods: impl Iterator<Item = &'a Arc<PodRecord>>,
+) -> (usize, Option<Error>) {
+    let mut deleted = 0;
+    let mut first = None;
+    for p in pods {
+        match restart_member(ctx, p).await {
+            Ok(true) => deleted += 1,
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(pod = %p.key(), error = %e, "recoveryPolicy RestartGroup: deleting a member failed");
+                first.get_or_insert(e);
+            }
+        }
+    }
+    (deleted, first)
+}
+
 /// Carries out a recovery step once its status is written: `Restart` deletes the bound members
-/// (a member already gone is fine) and announces it; `Fail` announces the new `PodGroupFailed`.
+/// (a member already gone is fine) and announces it; `Finish` deletes the members a counted
+/// restart left; `Fail` announces the new `PodGroupFailed`. A failed delete does not stop the
+/// others; the first error is returned once all were tried, so the reconcile is retried with
+/// backoff and the next one finishes the restart ([`recovery::Step::Finish`]).
 async fn act(
     ctx: &Ctx,
     uid: &str,
@@ -447,12 +495,7 @@ async fn act(
 ) -> Result<()> {
     match step {
         recovery::Step::Restart { number } => {
-            let mut deleted = 0;
-            for p in recovery::bound_members(members) {
-                if restart_member(ctx, p).await? {
-                    deleted += 1;
-                }
-            }
+            let (deleted, error) = restart_members(ctx, recovery::bound_members(members)).await;
             let note = format!(
                 "recoveryPolicy RestartGroup: restart {number}: deleted {deleted} bound member pod(s) so that the gang is placed again whole ({})",
                 live.satisfied
@@ -470,6 +513,32 @@ async fn act(
                 note,
             )
             .await;
+            if let Some(e) = error {
+                return Err(e);
+            }
+        }
+        recovery::Step::Finish { number } => {
+            let (deleted, error) =
+                restart_members(ctx, recovery::left_over(members, live_restart(live))).await;
+            let name = reference.name.as_deref().unwrap_or_default();
+            tracing::info!(podgroup = %name, restart = number, deleted, "gang restart finished");
+            if deleted > 0 {
+                let note = format!(
+                    "recoveryPolicy RestartGroup: restart {number} finished: deleted {deleted} member pod(s) it had left bound"
+                );
+                ctx.publish(
+                    CONTROLLER,
+                    reference,
+                    EventType::Warning,
+                    GROUP_RESTARTED,
+                    "Restart",
+                    note,
+                )
+                .await;
+            }
+            if let Some(e) = error {
+                return Err(e);
+            }
         }
         recovery::Step::Fail { .. } => {
             if let Some(c) = &live.failed
@@ -489,6 +558,11 @@ async fn act(
         recovery::Step::Nothing | recovery::Step::Wait { .. } => {}
     }
     Ok(())
+}
+
+/// `status.lastRestartTime` as [`LiveStatus`] carries it.
+fn live_restart(live: &LiveStatus) -> Option<Timestamp> {
+    live.last_restart.as_ref().map(|t| t.0)
 }
 
 /// Publishes the event for a change of `PodGroupSatisfied` (once per change, seeded from the
@@ -574,9 +648,48 @@ mod tests {
                 failed: 1,
                 healthy: 2,
                 disrupted: 0,
+                terminating: 0,
             }
         );
         assert_eq!(count([].iter()), Counts::default());
+    }
+
+    /// A bound member with a `deletionTimestamp` and, when `reason` is set, `DisruptionTarget=True`
+    /// with that reason.
+    fn terminating(reason: Option<&str>) -> PodRecord {
+        let mut p = api_pod(Some("n1"), "Running");
+        p.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
+        if let Some(r) = reason {
+            p.status
+                .get_or_insert_with(Default::default)
+                .conditions
+                .get_or_insert_with(Vec::new)
+                .push(PodCondition {
+                    type_: DISRUPTION_TARGET.into(),
+                    status: "True".into(),
+                    reason: Some(r.into()),
+                    ..Default::default()
+                });
+        }
+        PodRecord::from_pod(&p)
+    }
+
+    #[test]
+    fn terminating_members_are_not_scheduled_and_a_restart_is_no_disruption() {
+        let pods = [
+            pod(Some("n1"), "Running"),
+            terminating(None),
+            terminating(Some(RESTARTED_BY_RECOVERY_POLICY)),
+            terminating(Some("PreemptionByScheduler")),
+        ];
+        let c = count(pods.iter());
+        assert_eq!(
+            (c.pods, c.scheduled, c.healthy, c.terminating),
+            (4, 1, 1, 3),
+            "{c:?}"
+        );
+        // The restart's own mark is not a disruption; the scheduler's preemption is.
+        assert_eq!(c.disrupted, 1, "{c:?}");
     }
 
     #[test]

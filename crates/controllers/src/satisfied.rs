@@ -76,10 +76,14 @@ pub fn condition(
         } else {
             reasons::MEMBERS_LOST
         };
-        // The parts add up to minCount: bound or succeeded, waiting, disrupted, and missing (deleted, on its way
-        // out, or not recreated yet). Failed pod objects a Job keeps are counted apart: their slots may be
-        // refilled already.
-        let waiting = c.pods.saturating_sub(c.scheduled);
+        // The parts add up to minCount: bound or succeeded, waiting, disrupted, and missing (deleted, terminating
+        // (a member on its way out holds no place in the quorum), or not recreated yet). Failed pod objects a Job
+        // keeps are counted apart: their slots may be refilled already.
+        let waiting = c
+            .pods
+            .saturating_sub(c.scheduled)
+            .saturating_sub(c.terminating)
+            .max(0);
         let missing = min
             .saturating_sub(held)
             .saturating_sub(waiting)
