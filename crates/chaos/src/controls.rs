@@ -28,9 +28,14 @@ const NODE_LABEL: &str = "phalanx.dev/chaos-control";
 const SCHEDULER: &str = "chaos-control";
 const USER: &str = "control-replica-1";
 const LEASE: &str = "control-lease";
+/// Term of the I6 control's Lease, in seconds: long enough that its first bind falls inside it on a loaded machine.
+const LEASE_SECS: i64 = 10;
+/// Bound of every wait for the checker or the audit log to see what a control planted (generous: nothing but a
+/// slow machine stands between the plant and the sighting).
+const WAIT: Duration = Duration::from_secs(60);
 
 async fn expect(checker: &Checker, from: usize, inv: Invariant, what: &str) -> anyhow::Result<String> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let deadline = tokio::time::Instant::now() + WAIT;
     loop {
         if let Some(v) = checker
             .violations_from(from)
@@ -137,16 +142,12 @@ async fn double_eviction(
     .await?;
     evict(user, ns, "victim-1").await?;
     let is_user = |u: &str| u == USER;
-    let seen = phalanx_testenv::wait_for(
-        "the checker to see both evictions",
-        Duration::from_secs(10),
-        || async {
-            audit.poll()?;
-            let events = audit.events(start, Timestamp::now());
-            let n = checker.with_evictions(|l| l.evictions(&events, is_user).len());
-            Ok((n == 2).then_some(events))
-        },
-    )
+    let seen = phalanx_testenv::wait_for("the checker to see both evictions", WAIT, || async {
+        audit.poll()?;
+        let events = audit.events(start, Timestamp::now());
+        let n = checker.with_evictions(|l| l.evictions(&events, is_user).len());
+        Ok((n == 2).then_some(events))
+    })
     .await?;
     let i7 = checker.with_evictions(|l| l.check(&seen, is_user));
     anyhow::ensure!(
@@ -178,7 +179,7 @@ pub async fn run(cluster: &Cluster, client: &Client) -> anyhow::Result<Vec<Strin
             .await?;
     }
     let checker = Arc::new(Checker::start(client, SCHEDULER, NODE_LABEL, "control-"));
-    checker.wait_synced(Duration::from_secs(30)).await?;
+    checker.wait_synced(WAIT).await?;
     let bind = |pod: String, node: &'static str| {
         let ns = ns.clone();
         async move { phalanx_testenv::bind_pod(client, &ns, &pod, node).await }
@@ -216,17 +217,13 @@ pub async fn run(cluster: &Cluster, client: &Client) -> anyhow::Result<Vec<Strin
     create_gang(client, &ns, &gang("partial", 3, "1", false)).await?;
     bind("partial-0".into(), "control-n1").await?;
     // The checks judge what the checker has seen: wait until it has seen the gang, its 3 pods and the bind.
-    phalanx_testenv::wait_for(
-        "the checker to see the partial gang",
-        Duration::from_secs(10),
-        || async {
-            Ok(checker
-                .gangs(&ns)
-                .iter()
-                .any(|g| g.name == "partial" && g.pods == 3 && g.bound == 1)
-                .then_some(()))
-        },
-    )
+    phalanx_testenv::wait_for("the checker to see the partial gang", WAIT, || async {
+        Ok(checker
+            .gangs(&ns)
+            .iter()
+            .any(|g| g.name == "partial" && g.pods == 3 && g.bound == 1)
+            .then_some(()))
+    })
     .await?;
     let (_, i3) = checker.await_gangs(&ns, Duration::from_secs(3)).await;
     anyhow::ensure!(i3.len() == 1, "control: I3 expected 1 partial gang, got {i3:?}");
@@ -266,18 +263,11 @@ pub async fn run(cluster: &Cluster, client: &Client) -> anyhow::Result<Vec<Strin
         .await?,
     );
 
-    // I6: a Lease of 2 s for USER; a bind inside the term passes, one after it does not.
+    // I6: a Lease of LEASE_SECS for USER; a bind inside the term passes, one after it does not.
     let history: SharedLeases = SharedLeases::default();
     let audit = AuditLog::new(cluster.audit_log.clone(), LEASE, history.clone());
     let watch = lease::spawn_watch(client.clone(), &ns, LEASE, history.clone());
     let start = Timestamp::now();
-    let lease: Lease = serde_json::from_value(json!({
-        "metadata": {"name": LEASE},
-        "spec": {"holderIdentity": USER, "leaseDurationSeconds": 2, "renewTime": MicroTime(Timestamp::now())}
-    }))?;
-    Api::<Lease>::namespaced(client.clone(), &ns)
-        .create(&PostParams::default(), &lease)
-        .await?;
     let dir = cluster.state_dir.join("control-users");
     let kubeconfig = crate::certs::write_user_kubeconfig(
         &cluster.state_dir,
@@ -291,11 +281,46 @@ pub async fn run(cluster: &Cluster, client: &Client) -> anyhow::Result<Vec<Strin
         Client::try_from(config)?
     };
     create_gang(client, &ns, &gang("lease", 2, "1", true)).await?;
+    // The term starts right before the first bind (not before the slow setup above), so that the first bind falls
+    // inside it however loaded the machine is; the second waits out the term on the wall clock.
+    let renewed = Timestamp::now();
+    let lease: Lease = serde_json::from_value(json!({
+        "metadata": {"name": LEASE},
+        "spec": {"holderIdentity": USER, "leaseDurationSeconds": LEASE_SECS, "renewTime": MicroTime(renewed)}
+    }))?;
+    Api::<Lease>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &lease)
+        .await?;
     phalanx_testenv::bind_pod(&user_client, &ns, "lease-0", "control-n1").await?;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    let first_bind = Timestamp::now();
+    anyhow::ensure!(
+        first_bind.duration_since(renewed).as_secs() < LEASE_SECS,
+        "control setup: the first bind returned {} ms after the Lease's renewTime, not inside its {LEASE_SECS} s term",
+        first_bind.duration_since(renewed).as_millis()
+    );
+    let expired = renewed.checked_add(k8s_openapi::jiff::SignedDuration::from_secs(LEASE_SECS + 1))?;
+    let left = expired.duration_since(Timestamp::now());
+    if left.is_positive() {
+        tokio::time::sleep(Duration::try_from(left)?).await;
+    }
     phalanx_testenv::bind_pod(&user_client, &ns, "lease-1", "control-n1").await?;
-    audit.poll()?;
-    let events = audit.events(start, Timestamp::now());
+    // Judge only once the audit log holds both binds and the Lease watch has seen the Lease.
+    let events = phalanx_testenv::wait_for(
+        "the audit log's two binds by the control user and the Lease in the watch's history",
+        WAIT,
+        || async {
+            audit.poll()?;
+            let events = audit.events(start, Timestamp::now());
+            let binds = events.iter().filter(|e| e.is_bind() && e.user == USER).count();
+            let seen = history
+                .lock()
+                .map_err(|_| anyhow::anyhow!("lease history poisoned"))?
+                .latest()
+                .is_some();
+            Ok((binds == 2 && seen).then_some(events))
+        },
+    )
+    .await?;
     let i6 = check_writes(&events, &history, LEASE, |u| u == USER);
     watch.abort();
     anyhow::ensure!(
@@ -304,7 +329,7 @@ pub async fn run(cluster: &Cluster, client: &Client) -> anyhow::Result<Vec<Strin
         events.len()
     );
     lines.push(format!(
-        "I6 caught (bind 3 s into a 2 s Lease; the bind inside it passed): {}",
+        "I6 caught (bind after a {LEASE_SECS} s Lease expired; the bind inside it passed): {}",
         i6[0].detail
     ));
 

@@ -29,6 +29,11 @@ use crate::context::{Ctx, millis};
 use crate::harness::Component;
 use crate::workload::{GangSpec, composite_resource, create_gang};
 
+/// Bound of a harness step that only waits for the cluster or the replicas to do their work (a leader elected, the
+/// setup's pods bound, a policy loaded, a write landed): generous, because a loaded 2-core machine is slow and such a
+/// timeout is a harness failure, not a verdict. Invariant limits (I3's recovery, I8's slack) are not setup waits.
+pub(crate) const SETUP_WAIT: Duration = Duration::from_secs(180);
+
 /// A fault kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Fault {
@@ -205,7 +210,7 @@ async fn wait_partial_gang(ctx: &Ctx, ns: &str) -> usize {
 /// SIGKILL (or, with `graceful`, SIGTERM) of the leader mid-gang; its slot restarts only after the standby's first
 /// bind, so the failover measured is the standby's.
 async fn leader_stop(ctx: &Ctx, ns: &str, graceful: bool) -> anyhow::Result<Outcome> {
-    let (leader, other) = ctx.wait_leader(true, Duration::from_secs(60)).await?;
+    let (leader, other) = ctx.wait_leader(true, SETUP_WAIT).await?;
     let other = other.context("no standby")?;
     let exits_before = ctx.replicas.exit_count();
     let partial = wait_partial_gang(ctx, ns).await;
@@ -253,7 +258,7 @@ async fn leader_stop(ctx: &Ctx, ns: &str, graceful: bool) -> anyhow::Result<Outc
 }
 
 async fn leader_pause(ctx: &Ctx) -> anyhow::Result<Outcome> {
-    let (leader, other) = ctx.wait_leader(true, Duration::from_secs(60)).await?;
+    let (leader, other) = ctx.wait_leader(true, SETUP_WAIT).await?;
     let other = other.context("no standby")?;
     let exits_before = ctx.replicas.exit_count();
     let paused_at = Timestamp::now();
@@ -306,7 +311,7 @@ async fn leader_pause(ctx: &Ctx) -> anyhow::Result<Outcome> {
 }
 
 async fn component_kill(ctx: &Ctx, c: Component) -> anyhow::Result<Outcome> {
-    ctx.wait_leader(false, Duration::from_secs(60)).await?;
+    ctx.wait_leader(false, SETUP_WAIT).await?;
     let killed_at = Timestamp::now();
     ctx.cluster.kill(c).await?;
     tokio::time::sleep(ctx.profile.outage).await;
@@ -348,12 +353,25 @@ async fn pods_rv(ctx: &Ctx) -> anyhow::Result<String> {
 }
 
 async fn watch_expiry(ctx: &Ctx) -> anyhow::Result<Outcome> {
-    ctx.wait_leader(false, Duration::from_secs(60)).await?;
+    ctx.wait_leader(false, SETUP_WAIT).await?;
     let old_rv = pods_rv(ctx).await?;
     let severed_before = ctx.proxy.severed();
     ctx.proxy.sever(true);
-    // The feeder keeps writing (admin client, not proxied), so the replicas' resourceVersions fall behind.
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    // The feeder keeps writing (admin client, not proxied), so the replicas' resourceVersions fall behind: wait
+    // until a pod write landed after `old_rv` (a fixed pause proved nothing on a loaded machine), at least 1.2 s.
+    let severed_at = tokio::time::Instant::now();
+    let old: u64 = old_rv
+        .parse()
+        .with_context(|| format!("resourceVersion {old_rv:?}"))?;
+    phalanx_testenv::wait_for(
+        &format!("a pod write after resourceVersion {old_rv}"),
+        SETUP_WAIT,
+        || async {
+            let now: u64 = pods_rv(ctx).await?.parse()?;
+            Ok((now > old && severed_at.elapsed() >= Duration::from_millis(1200)).then_some(()))
+        },
+    )
+    .await?;
     let rev = ctx.cluster.etcd_revision().await?;
     ctx.cluster.etcd_compact(rev).await?;
     // Probe: a watch from the replicas' era must now be answered with 410 Gone.
@@ -362,7 +380,7 @@ async fn watch_expiry(ctx: &Ctx) -> anyhow::Result<Outcome> {
         .watch(&WatchParams::default().timeout(2), &old_rv)
         .await?
         .boxed();
-    let first = tokio::time::timeout(Duration::from_secs(5), stream.try_next()).await;
+    let first = tokio::time::timeout(SETUP_WAIT, stream.try_next()).await;
     ctx.proxy.unblock();
     let gone = matches!(&first, Ok(Ok(Some(WatchEvent::Error(e)))) if e.code == 410);
     anyhow::ensure!(
@@ -403,7 +421,7 @@ async fn probe_bind(ctx: &Ctx, ns: &str, name: &str) -> anyhow::Result<bool> {
 }
 
 async fn admission_deny(ctx: &Ctx, ns: &str) -> anyhow::Result<Outcome> {
-    ctx.wait_leader(false, Duration::from_secs(60)).await?;
+    ctx.wait_leader(false, SETUP_WAIT).await?;
     let policy: ValidatingAdmissionPolicy = serde_json::from_value(json!({
         "metadata": {"name": POLICY},
         "spec": {
@@ -434,21 +452,30 @@ async fn admission_deny(ctx: &Ctx, ns: &str) -> anyhow::Result<Outcome> {
     policies.create(&PostParams::default(), &policy).await?;
     bindings.create(&PostParams::default(), &binding).await?;
     let mut active = false;
-    for i in 0..30 {
+    let deadline = tokio::time::Instant::now() + SETUP_WAIT;
+    let mut i = 0;
+    while tokio::time::Instant::now() < deadline {
+        i += 1;
         if probe_bind(ctx, ns, &format!("probe-on-{i}1")).await? {
             active = true;
             break;
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    anyhow::ensure!(active, "the admission policy did not take effect within 15 s");
+    anyhow::ensure!(
+        active,
+        "the admission policy did not take effect within {SETUP_WAIT:?} ({i} probe binds accepted)"
+    );
     let on_at = Timestamp::now();
     tokio::time::sleep(ctx.profile.deny_for).await;
     let off_at = Timestamp::now();
     bindings.delete(POLICY, &DeleteParams::default()).await?;
     policies.delete(POLICY, &DeleteParams::default()).await?;
     let mut inactive = false;
-    for i in 0..30 {
+    let deadline = tokio::time::Instant::now() + SETUP_WAIT;
+    let mut i = 0;
+    while tokio::time::Instant::now() < deadline {
+        i += 1;
         if !probe_bind(ctx, ns, &format!("probe-off-{i}1")).await? {
             inactive = true;
             break;
@@ -457,7 +484,7 @@ async fn admission_deny(ctx: &Ctx, ns: &str) -> anyhow::Result<Outcome> {
     }
     anyhow::ensure!(
         inactive,
-        "the admission policy still denies binds 15 s after its deletion"
+        "the admission policy still denies binds {SETUP_WAIT:?} after its deletion ({i} probe binds denied)"
     );
     let _ = ctx.audit.poll();
     let events = ctx.audit.events(on_at, off_at);
@@ -483,7 +510,7 @@ async fn admission_deny(ctx: &Ctx, ns: &str) -> anyhow::Result<Outcome> {
 }
 
 async fn hostile(ctx: &Ctx, ns: &str) -> anyhow::Result<Outcome> {
-    ctx.wait_leader(false, Duration::from_secs(60)).await?;
+    ctx.wait_leader(false, SETUP_WAIT).await?;
     let started = Timestamp::now();
     let client = &ctx.client;
     let huge = |name: &str, size, min_count| GangSpec {

@@ -28,7 +28,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 use crate::context::{Ctx, millis};
-use crate::faults::{Outcome, lease_timeout, to_duration, wait_takeover};
+use crate::faults::{Outcome, SETUP_WAIT, lease_timeout, to_duration, wait_takeover};
 use crate::invariants::{Invariant, Violation};
 
 /// Members of the gang (`minCount`).
@@ -42,8 +42,6 @@ pub const SLACK: Duration = Duration::from_secs(10);
 /// The Deployment; its PodGroup is `restartable-deployment`.
 const OWNER: &str = "restartable";
 const GROUP: &str = "restartable-deployment";
-/// How long the fault waits for the gang to bind, to be restarted and to bind again.
-const WAIT: Duration = Duration::from_secs(60);
 
 /// Tracks how long a gang stays partly running (pure, so that the check itself is tested).
 #[derive(Debug, Default)]
@@ -115,8 +113,12 @@ async fn cordon(ctx: &Ctx, on: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Waits until `n` members are live and bound, at most [`WAIT`].
-async fn wait_bound(pods: &Api<Pod>, n: usize) -> anyhow::Result<Duration> {
+/// Waits until `n` members are live and bound, at most [`SETUP_WAIT`].
+///
+/// # Errors
+/// Not within [`SETUP_WAIT`]: the error names the pending pods of `ns` with their `PodScheduled` condition and what
+/// holds each node.
+async fn wait_bound(ctx: &Ctx, ns: &str, pods: &Api<Pod>, n: usize) -> anyhow::Result<Duration> {
     let start = tokio::time::Instant::now();
     loop {
         let got = members(pods).await?.iter().filter(|p| live_bound(p)).count();
@@ -124,8 +126,12 @@ async fn wait_bound(pods: &Api<Pod>, n: usize) -> anyhow::Result<Duration> {
             return Ok(start.elapsed());
         }
         anyhow::ensure!(
-            start.elapsed() < WAIT,
-            "{got} of {n} members of {OWNER} bound after {WAIT:?}"
+            start.elapsed() < SETUP_WAIT,
+            "{got} of {n} members of {OWNER} bound after {SETUP_WAIT:?} (leader {:?}); unbound: {}; what holds each \
+             node: {}",
+            ctx.leader(),
+            ctx.checker.unbound_pods(ns).join("; "),
+            ctx.checker.node_allocations()
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -173,11 +179,11 @@ async fn run(ctx: &Ctx, ns: &str, killed: &mut Option<String>) -> anyhow::Result
         .await
         .context("creating the gang Deployment")?;
     let groups: Api<phalanx_api::v1beta1::PodGroup> = Api::namespaced(ctx.client.clone(), ns);
-    let deadline = tokio::time::Instant::now() + WAIT;
+    let deadline = tokio::time::Instant::now() + SETUP_WAIT;
     while groups.get_opt(GROUP).await?.is_none() {
         anyhow::ensure!(
             tokio::time::Instant::now() < deadline,
-            "no PodGroup {GROUP} after {WAIT:?}"
+            "no PodGroup {GROUP} after {SETUP_WAIT:?}"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -188,12 +194,12 @@ async fn run(ctx: &Ctx, ns: &str, killed: &mut Option<String>) -> anyhow::Result
         .await
         .context("setting the recovery policy")?;
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
-    wait_bound(&pods, SIZE).await?;
+    wait_bound(ctx, ns, &pods, SIZE).await?;
     let mut notes = Vec::new();
     let mut violations = Vec::new();
     let mut failover = None;
     for round in 0..ROUNDS {
-        let (leader, _) = ctx.wait_leader(true, WAIT).await?;
+        let (leader, _) = ctx.wait_leader(true, SETUP_WAIT).await?;
         cordon(ctx, true).await?;
         let victim = members(&pods)
             .await?
@@ -244,7 +250,7 @@ async fn run(ctx: &Ctx, ns: &str, killed: &mut Option<String>) -> anyhow::Result
         if let Some(k) = killed.take() {
             ctx.replicas.release(&k);
         }
-        let rebound = wait_bound(&pods, SIZE).await;
+        let rebound = wait_bound(ctx, ns, &pods, SIZE).await;
         notes.push(format!(
             "round {round}: {name} Failed at {lost_at}; survivors {}; gang {}",
             emptied.map_or("NOT deleted".to_string(), |ms| format!("deleted after {ms} ms")),

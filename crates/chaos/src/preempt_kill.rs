@@ -35,7 +35,7 @@ use kube::runtime::watcher::{self, Event};
 use serde_json::json;
 
 use crate::context::{Ctx, millis};
-use crate::faults::{Outcome, to_duration, wait_takeover};
+use crate::faults::{Outcome, SETUP_WAIT, to_duration, wait_takeover};
 use crate::invariants::{Invariant, Violation};
 use crate::processes::Supervisor;
 use crate::quantity::parse_milli;
@@ -51,7 +51,7 @@ pub const GANG_SIZE: usize = 2;
 const GANG: &str = "preemptor";
 /// Label of a chaos node changed during the hold, to wake waiting work.
 const TICK_LABEL: &str = "phalanx.dev/chaos-tick";
-/// How long the fault waits for the fillers, the first victim, and the gang's bind after the release.
+/// How long the fault waits for the gang's bind after the release (the verdict's note; I3 judges it after).
 const WAIT: Duration = Duration::from_secs(60);
 
 /// Creates [`LOW`] and [`HIGH`] (`PreemptLowerPriority`) unless they exist.
@@ -176,21 +176,28 @@ async fn run(ctx: &Ctx, ns: &str, killed: &mut Option<String>) -> anyhow::Result
     let fillers = 2 * ctx.profile.nodes;
     create_gang(&ctx.client, ns, &spec(ctx, "low", fillers, &half, LOW, true)).await?;
     anyhow::ensure!(
-        until(WAIT, || ctx.checker.bound_count(ns) >= fillers).await,
-        "{} of {fillers} low-priority pods bound within {WAIT:?}; unbound: {}; free: {}",
+        until(SETUP_WAIT, || ctx.checker.bound_count(ns) >= fillers).await,
+        "{} of {fillers} low-priority pods ({half} CPU each) bound within {SETUP_WAIT:?} (leader {:?}); unbound: \
+         {}; free: {}; what holds each node: {}",
         ctx.checker.bound_count(ns),
+        ctx.leader(),
         ctx.checker.unbound_pods(ns).join("; "),
-        ctx.checker.free_capacity()
+        ctx.checker.free_capacity(),
+        ctx.checker.node_allocations()
     );
-    let (leader, _) = ctx.wait_leader(true, WAIT).await?;
+    let (leader, _) = ctx.wait_leader(true, SETUP_WAIT).await?;
     let watch = first_terminating(&ctx.client, ns);
     let created_at = Timestamp::now();
     create_gang(&ctx.client, ns, &spec(ctx, GANG, GANG_SIZE, &half, HIGH, false)).await?;
-    let first = tokio::time::timeout(WAIT, watch).await;
+    let first = tokio::time::timeout(SETUP_WAIT, watch).await;
     let (victim, seen_at) = match first {
         Ok(Ok(Some(v))) => v,
         _ => anyhow::bail!(
-            "no pod of {ns} turned Terminating within {WAIT:?} of the preemptor gang's creation"
+            "no pod of {ns} turned Terminating within {SETUP_WAIT:?} of the preemptor gang's creation (leader \
+             {:?}); unbound: {}; what holds each node: {}",
+            ctx.leader(),
+            ctx.checker.unbound_pods(ns).join("; "),
+            ctx.checker.node_allocations()
         ),
     };
     // The holder now (normally the leader that made the plan).

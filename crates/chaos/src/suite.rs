@@ -310,13 +310,15 @@ async fn cleanup(ctx: &Ctx, ns: &str) -> anyhow::Result<()> {
     Api::<Namespace>::all(ctx.client.clone())
         .delete(ns, &DeleteParams::default())
         .await?;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let deadline = tokio::time::Instant::now() + faults::SETUP_WAIT;
     while ctx.checker.live_pods(ns) > 0 {
         // A release that lost a race (409) is retried.
         release_holds(&ctx.client, ns, false).await?;
         anyhow::ensure!(
             tokio::time::Instant::now() < deadline,
-            "pods of {ns} still exist 60 s after deletion"
+            "pods of {ns} still exist {:?} after deletion: {}",
+            faults::SETUP_WAIT,
+            ctx.checker.node_allocations()
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

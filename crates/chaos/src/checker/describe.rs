@@ -85,4 +85,41 @@ impl Checker {
             .collect::<Vec<_>>()
             .join(", ")
     }
+
+    /// What holds the room on every node the checker watches, for a setup step that waits in vain: per node its
+    /// allocatable CPU and each non-terminal pod bound there as `ns/name cpu=<milli>m` (with ` Terminating` when it
+    /// has a deletionTimestamp), e.g. `chaos-n0 (cpu 8000m): a/low-0 cpu=4000m, b/x cpu=4000m Terminating`.
+    /// Pods of every namespace count, so room held by another run's leftovers shows too.
+    pub fn node_allocations(&self) -> String {
+        let s = self.lock();
+        let mut nodes: Vec<(&String, &Requests)> = s.nodes.iter().collect();
+        nodes.sort();
+        nodes
+            .into_iter()
+            .map(|(name, alloc)| {
+                let mut pods: Vec<String> = s
+                    .pods
+                    .values()
+                    .filter(|p| p.node.as_deref() == Some(name.as_str()) && !p.terminal)
+                    .map(|p| {
+                        format!(
+                            "{}/{} cpu={}m{}",
+                            p.namespace,
+                            p.name,
+                            p.requests.get("cpu").copied().unwrap_or(0),
+                            if p.deleting { " Terminating" } else { "" }
+                        )
+                    })
+                    .collect();
+                pods.sort();
+                let list = if pods.is_empty() {
+                    "no pods".to_owned()
+                } else {
+                    pods.join(", ")
+                };
+                format!("{name} (cpu {}m): {list}", alloc.get("cpu").copied().unwrap_or(0))
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
 }

@@ -689,6 +689,29 @@ mod tests {
     }
 
     #[test]
+    fn node_allocations_name_what_holds_each_node() {
+        let mut s = state();
+        s.apply_node(&node("n1", "8"), false);
+        s.apply_node(&node("n2", "8"), false);
+        s.apply_pod(&pod("b", Some("n1"), "4"), false);
+        s.apply_pod(&pod("a", Some("n1"), "500m"), false);
+        s.apply_pod(&pod("pending", None, "4"), false);
+        let mut gone: Pod = pod("c", Some("n1"), "1");
+        gone.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            Timestamp::now(),
+        ));
+        s.apply_pod(&gone, false);
+        let c = Checker {
+            state: Arc::new(Mutex::new(s)),
+            tasks: Vec::new(),
+        };
+        assert_eq!(
+            c.node_allocations(),
+            "n1 (cpu 8000m): ns/a cpu=500m, ns/b cpu=4000m, ns/c cpu=1000m Terminating; n2 (cpu 8000m): no pods"
+        );
+    }
+
+    #[test]
     fn rebinding_is_a_violation() {
         let mut s = state();
         s.apply_pod(&pod("a", None, "1"), false);
