@@ -275,12 +275,24 @@ impl SchedulingQueue {
     }
 
     /// Updates a pod (same as add; a pod that got a `nodeName` leaves the queue and counts as
-    /// assigned).
+    /// assigned, until it gets a `deletionTimestamp`).
     pub fn update_pod(&mut self, pod: Arc<PodInfo>, now: Instant) {
         if pod.node_name.is_some() {
             // The watch shows it bound: its bind is confirmed.
             self.sent.remove(&pod.key);
             let key = self.entity_of(&pod);
+            if pod.deleting {
+                // A member being deleted holds no place in its gang's quorum (as in `Snapshot::scheduled_count`):
+                // the gate counts it out now, not when a finalizer or the kubelet lets it go.
+                if let Some(e) = self.entries.get_mut(&key) {
+                    e.pods.remove(&pod.key);
+                    if e.assigned.remove(&pod.key).is_some() {
+                        self.reevaluate(&key, now);
+                        self.cleanup(&key);
+                    }
+                }
+                return;
+            }
             let already_assigned = self
                 .entries
                 .get(&key)

@@ -18,6 +18,7 @@ use crate::volumes::{VolumeCatalog, VolumeOverlay, binding};
 
 mod devices;
 mod diff;
+mod quorum;
 
 static SNAPSHOT_IDS: AtomicU64 = AtomicU64::new(1);
 
@@ -437,17 +438,6 @@ impl Snapshot {
     /// Scheduled (assigned + assumed) members of a group.
     pub fn group_state(&self, g: &GroupKey) -> Option<&GroupState> {
         self.groups.get(g)
-    }
-
-    /// Number of scheduled members of a group (upstream `ScheduledPodsCount`), the Succeeded ones included
-    /// ([`Snapshot::set_completed`]): the quorum counts work done, not only work running.
-    pub fn scheduled_count(&self, g: &GroupKey) -> usize {
-        self.groups.get(g).map_or(0, |s| s.scheduled.len()) + self.completed_count(g)
-    }
-
-    /// Number of members of a group that have Succeeded, as last set by [`Snapshot::set_completed`].
-    pub fn completed_count(&self, g: &GroupKey) -> usize {
-        self.completed.get(g).copied().unwrap_or(0)
     }
 
     /// Replaces the per-group counts of Succeeded members (pods in phase Succeeded, which the snapshot's nodes do
