@@ -4,8 +4,8 @@
 //! The writes are upstream's `bindAPIUpdate`: a chosen volume gets the claim as its `claimRef` (with
 //! `pv.kubernetes.io/bound-by-controller: "yes"`, under the volume's resourceVersion as the precondition), a claim
 //! to provision gets `volume.kubernetes.io/selected-node`. Then the task waits, up to the configured timeout
-//! (upstream `bindTimeoutSeconds`, 600 s), until kube-controller-manager's PV controller reports each claim Bound
-//! (upstream `checkBindings`). Any failure binds no pod: the loop forgets the assumed pods, requeues them with
+//! (upstream `bindTimeoutSeconds`, 600 s), until kube-controller-manager's PV controller has fully bound each claim
+//! (`spec.volumeName` and `pv.kubernetes.io/bind-completed`; upstream `checkBindings` and `isPVCFullyBound`). Any failure binds no pod: the loop forgets the assumed pods, requeues them with
 //! backoff, and names the claim in the pods' and the group's conditions.
 
 use std::collections::BTreeMap;
@@ -16,7 +16,7 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::reflector::ObjectRef;
 use phalanx_api::conditions::reasons;
 use phalanx_scheduler::GroupCondition;
-use phalanx_scheduler::convert::ANN_SELECTED_NODE;
+use phalanx_scheduler::convert::{ANN_BIND_COMPLETED, ANN_SELECTED_NODE};
 use phalanx_scheduler::volumes::{ClaimKey, VolumeAction};
 use phalanx_store::Store;
 
@@ -247,7 +247,12 @@ async fn bind_volumes(
                 ));
             };
             let spec_volume = c.spec.as_ref().and_then(|s| s.volume_name.as_deref());
-            let bound = c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
+            // Upstream `isPVCFullyBound`: the volume name and the PV controller's bind-completed annotation.
+            let bound = c
+                .metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key(ANN_BIND_COMPLETED));
             match a {
                 VolumeAction::Bind { volume, .. } => {
                     if bound && spec_volume == Some(&**volume) {

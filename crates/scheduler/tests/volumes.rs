@@ -301,6 +301,46 @@ fn an_unbound_immediate_claim_waits_with_upstreams_reason() {
     );
 }
 
+/// Upstream `GetPodVolumeClaims` (`volumebinding/binder.go`): a claim with `spec.volumeName` that is not fully
+/// bound is an unbound immediate claim, whatever its class's binding mode; the PV controller finishes it, the
+/// scheduler writes nothing. Before, a WaitForFirstConsumer claim pre-bound to an available volume got a
+/// `claimRef` written by the scheduler.
+#[test]
+fn a_pre_bound_claim_waits_for_the_pv_controller_like_an_immediate_one() {
+    let mut sim = Sim::new(vec![host("a")]);
+    let mut c = claim("c", LOCAL);
+    c.volume_name = Some("pv-a".into());
+    sim.snap
+        .set_volumes(Arc::new(catalog(vec![c], vec![volume("pv-a", LOCAL, Some("a"))])));
+    with_claims(&mut sim, "p", None, &["c"]);
+    sim.run();
+    assert!(sim.unbound(&["p"]), "placed on {:?}", sim.node_of("p"));
+    assert!(actions(&sim).is_empty(), "{:?}", actions(&sim));
+    assert!(
+        failure(&sim, "p").contains("pod has unbound immediate PersistentVolumeClaims"),
+        "{}",
+        failure(&sim, "p")
+    );
+}
+
+/// Upstream `FindPodVolumes`: a claim pinned by `volume.kubernetes.io/selected-node` goes through
+/// `checkVolumeProvisions` on its node too, so a class that cannot provision keeps the pod off every node.
+#[test]
+fn a_pinned_claim_of_a_class_without_provisioner_fits_no_node() {
+    let mut sim = Sim::new(vec![host("a")]);
+    let mut c = claim("c", LOCAL);
+    c.selected_node = Some("a".into());
+    sim.snap.set_volumes(Arc::new(catalog(vec![c], vec![])));
+    with_claims(&mut sim, "p", None, &["c"]);
+    sim.run();
+    assert!(sim.unbound(&["p"]), "placed on {:?}", sim.node_of("p"));
+    assert!(
+        failure(&sim, "p").contains("didn't find available persistent volumes to bind"),
+        "{}",
+        failure(&sim, "p")
+    );
+}
+
 #[test]
 fn a_missing_claim_is_named() {
     let mut sim = Sim::new(vec![host("a")]);

@@ -10,7 +10,7 @@ mod pod;
 mod volumes;
 
 pub use dra::device_catalog;
-pub use volumes::{ANN_SELECTED_NODE, csi_node_limits};
+pub use volumes::{ANN_BIND_COMPLETED, ANN_SELECTED_NODE, csi_node_limits};
 
 pub use pod::{is_succeeded, is_terminal};
 

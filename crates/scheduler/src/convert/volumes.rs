@@ -21,6 +21,10 @@ use crate::volumes::{AccessModes, CapacityInfo, ClaimInfo, ClaimKey, ClassInfo, 
 /// `volume.AnnSelectedNode`).
 pub const ANN_SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
 
+/// The annotation the PV controller sets on a claim once it has bound it to its volume (upstream
+/// `volume.AnnBindCompleted`); with `spec.volumeName` it makes the claim fully bound (`isPVCFullyBound`).
+pub const ANN_BIND_COMPLETED: &str = "pv.kubernetes.io/bind-completed";
+
 /// The claim and disk volumes of a pod named `pod_name`, in spec order.
 pub(crate) fn pod_volumes(spec: &core::PodSpec, pod_name: &str) -> Vec<PodVolume> {
     let mut out = Vec::new();
@@ -106,7 +110,13 @@ impl ClaimInfo {
                 .as_deref()
                 .filter(|v| !v.is_empty())
                 .map(Arc::from),
-            bound: c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound"),
+            // Upstream `isPVCFullyBound` (`volumebinding/binder.go`): the volume name and the PV controller's
+            // annotation, not `status.phase`. A claim with only `spec.volumeName` is pre-bound, not bound.
+            bound: spec.volume_name.as_deref().is_some_and(|v| !v.is_empty())
+                && meta
+                    .annotations
+                    .as_ref()
+                    .is_some_and(|a| a.contains_key(ANN_BIND_COMPLETED)),
             class: spec.storage_class_name.clone().unwrap_or_default(),
             access: AccessModes::parse(spec.access_modes.iter().flatten().map(String::as_str)),
             request,
@@ -236,4 +246,40 @@ pub fn csi_node_limits(n: &storage::CSINode) -> HashMap<String, i64> {
             Some((d.name.clone(), i64::from(count.max(0))))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api_claim(volume: Option<&str>, annotations: &[(&str, &str)], phase: Option<&str>) -> ClaimInfo {
+        let c: core::PersistentVolumeClaim = serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": "c", "namespace": "ns", "uid": "u",
+                "annotations": annotations.iter().copied().collect::<HashMap<_, _>>(),
+            },
+            "spec": { "volumeName": volume, "storageClassName": "local" },
+            "status": { "phase": phase },
+        }))
+        .expect("a valid claim");
+        ClaimInfo::from_api(&c)
+    }
+
+    /// Upstream `isPVCFullyBound` (`volumebinding/binder.go`): `spec.volumeName` and the PV controller's
+    /// `pv.kubernetes.io/bind-completed` annotation; neither alone, and not `status.phase`.
+    #[test]
+    fn a_claim_is_bound_with_its_volume_name_and_the_bind_completed_annotation() {
+        let done = [(ANN_BIND_COMPLETED, "yes")];
+        assert!(api_claim(Some("pv"), &done, Some("Bound")).bound);
+        assert!(api_claim(Some("pv"), &done, None).bound, "the annotation decides");
+        assert!(
+            !api_claim(Some("pv"), &[], Some("Bound")).bound,
+            "pre-bound, not yet completed by the PV controller"
+        );
+        assert!(!api_claim(None, &done, Some("Bound")).bound, "no volume");
+        assert!(
+            !api_claim(Some(""), &done, None).bound,
+            "an empty volumeName is none"
+        );
+    }
 }

@@ -32,6 +32,34 @@ pub struct Provision {
     pub allowed: Option<Vec<NodeSelectorTerm>>,
     /// The class's CSIStorageCapacity objects when its driver asks for capacity tracking; `None` otherwise.
     pub capacity: Option<Vec<CapacityInfo>>,
+    /// The claim's request in bytes (what a capacity must hold).
+    pub request: i64,
+}
+
+impl Provision {
+    /// Upstream `checkVolumeProvisions` on one node: `None` when the claim can be provisioned there, else the
+    /// reason (the class's allowedTopologies, then `hasEnoughCapacity`).
+    fn refuses(
+        &self,
+        name: &str,
+        labels: &std::collections::BTreeMap<String, String>,
+    ) -> Option<&'static str> {
+        if !self
+            .allowed
+            .as_ref()
+            .is_none_or(|terms| terms.iter().any(|t| t.matches(name, labels)))
+        {
+            return Some(REASON_BIND_CONFLICT);
+        }
+        if let Some(caps) = &self.capacity
+            && !caps
+                .iter()
+                .any(|c| c.node_topology.matches(labels) && c.limit >= self.request)
+        {
+            return Some(REASON_NOT_ENOUGH_SPACE);
+        }
+        None
+    }
 }
 
 /// What one claim of the pod needs from a node.
@@ -50,6 +78,9 @@ pub enum ClaimPlan {
         claim: ClaimKey,
         /// The node.
         node: Arc<str>,
+        /// How provisioning is checked on that node (upstream `checkVolumeProvisions` runs for pinned claims
+        /// too); `None` when the class cannot provision, so no node fits.
+        provision: Option<Provision>,
     },
     /// To bind: the first candidate the node admits (smallest first), else dynamic provisioning.
     Match {
@@ -114,9 +145,15 @@ pub fn plan(
                 continue;
             }
             Some(VolumeAction::Provision { node, .. }) => {
+                // Checked when this cycle chose it.
                 out.push(ClaimPlan::Pinned {
                     claim: key,
                     node: node.clone(),
+                    provision: Some(Provision {
+                        allowed: None,
+                        capacity: None,
+                        request: claim.request,
+                    }),
                 });
                 continue;
             }
@@ -132,21 +169,15 @@ pub fn plan(
             continue;
         }
         let class = catalog.classes.get(&claim.class);
-        if !class.is_some_and(|c| c.wait_for_first_consumer) {
+        // Upstream `GetPodVolumeClaims`: only a claim of a WaitForFirstConsumer class with no `spec.volumeName`
+        // is the scheduler's to bind; an immediate one and a pre-bound one (volumeName set, not yet fully bound)
+        // wait for the PV controller.
+        if claim.volume_name.is_some() || !class.is_some_and(|c| c.wait_for_first_consumer) {
             unbound_immediate = true;
             continue;
         }
-        if let Some(node) = &claim.selected_node
-            && claim.volume_name.is_none()
-        {
-            out.push(ClaimPlan::Pinned {
-                claim: key,
-                node: node.clone(),
-            });
-            continue;
-        }
         let provision = class
-            .filter(|c| &*c.provisioner != NO_PROVISIONER && claim.volume_name.is_none())
+            .filter(|c| &*c.provisioner != NO_PROVISIONER && !c.provisioner.is_empty())
             .map(|c| Provision {
                 allowed: c.allowed_topologies.clone(),
                 capacity: catalog.capacity_drivers.contains(&*c.provisioner).then(|| {
@@ -157,7 +188,17 @@ pub fn plan(
                         .cloned()
                         .collect()
                 }),
+                request: claim.request,
             });
+        // Upstream `FindPodVolumes`: a pinned claim skips volume matching and is only provisioned on its node.
+        if let Some(node) = &claim.selected_node {
+            out.push(ClaimPlan::Pinned {
+                claim: key,
+                node: node.clone(),
+                provision,
+            });
+            continue;
+        }
         out.push(ClaimPlan::Match {
             candidates: candidates(catalog, overlay, claim),
             claim: claim.clone(),
@@ -171,8 +212,9 @@ pub fn plan(
 }
 
 /// Upstream `FindMatchingVolume`'s filter: available volumes of the claim's class that have its access modes,
-/// volume mode, size and selector, and are free or pre-bound to it; pre-bound first, then smallest, then by
-/// name. A claim pre-bound to a volume (`spec.volumeName`) only gets that one.
+/// volume mode, size and selector, and are free or pre-bound to it (`claimRef`); pre-bound first, then smallest,
+/// then by name. Only for claims without `spec.volumeName` ([`plan`] leaves pre-bound claims to the PV
+/// controller).
 fn candidates(catalog: &VolumeCatalog, overlay: &VolumeOverlay, claim: &ClaimInfo) -> Vec<Arc<VolumeInfo>> {
     let fits = |v: &VolumeInfo| {
         let for_claim = match &v.claim_ref {
@@ -189,15 +231,7 @@ fn candidates(catalog: &VolumeCatalog, overlay: &VolumeOverlay, claim: &ClaimInf
             && claim.selector.as_ref().is_none_or(|s| s.matches(&v.labels))
             && !overlay.is_taken(&v.name)
     };
-    let mut out: Vec<Arc<VolumeInfo>> = match &claim.volume_name {
-        Some(name) => catalog
-            .volume(name)
-            .filter(|v| fits(v))
-            .cloned()
-            .into_iter()
-            .collect(),
-        None => catalog.volumes.values().filter(|v| fits(v)).cloned().collect(),
-    };
+    let mut out: Vec<Arc<VolumeInfo>> = catalog.volumes.values().filter(|v| fits(v)).cloned().collect();
     out.sort_by(|a, b| {
         let pre = |v: &VolumeInfo| v.claim_ref.is_none();
         (pre(a), a.capacity, &a.name).cmp(&(pre(b), b.capacity, &b.name))
@@ -226,14 +260,22 @@ pub fn evaluate(plans: &[ClaimPlan], node: &NodeInfo) -> Result<Vec<VolumeAction
                     push(REASON_NODE_CONFLICT, &mut reasons);
                 }
             }
-            ClaimPlan::Pinned { claim, node } => {
-                if **node == *name {
-                    actions.push(VolumeAction::Provision {
+            ClaimPlan::Pinned {
+                claim,
+                node,
+                provision,
+            } => {
+                let refused = match provision {
+                    _ if **node != *name => Some(REASON_BIND_CONFLICT),
+                    None => Some(REASON_BIND_CONFLICT),
+                    Some(pr) => pr.refuses(name, labels),
+                };
+                match refused {
+                    Some(r) => push(r, &mut reasons),
+                    None => actions.push(VolumeAction::Provision {
                         claim: claim.clone(),
                         node: node.clone(),
-                    });
-                } else {
-                    push(REASON_BIND_CONFLICT, &mut reasons);
+                    }),
                 }
             }
             ClaimPlan::Match {
@@ -258,20 +300,8 @@ pub fn evaluate(plans: &[ClaimPlan], node: &NodeInfo) -> Result<Vec<VolumeAction
                     push(REASON_BIND_CONFLICT, &mut reasons);
                     continue;
                 };
-                if !pr
-                    .allowed
-                    .as_ref()
-                    .is_none_or(|terms| terms.iter().any(|t| t.matches(name, labels)))
-                {
-                    push(REASON_BIND_CONFLICT, &mut reasons);
-                    continue;
-                }
-                if let Some(caps) = &pr.capacity
-                    && !caps
-                        .iter()
-                        .any(|c| c.node_topology.matches(labels) && c.limit >= claim.request)
-                {
-                    push(REASON_NOT_ENOUGH_SPACE, &mut reasons);
+                if let Some(r) = pr.refuses(name, labels) {
+                    push(r, &mut reasons);
                     continue;
                 }
                 actions.push(VolumeAction::Provision {

@@ -97,7 +97,8 @@ pub struct ClaimInfo {
     pub deleting: bool,
     /// spec.volumeName (a bound or pre-bound claim).
     pub volume_name: Option<Arc<str>>,
-    /// status.phase is Bound (or the runtime assumed the binding it is writing).
+    /// Fully bound: `spec.volumeName` and the `pv.kubernetes.io/bind-completed` annotation (upstream
+    /// `isPVCFullyBound`), or the runtime assumed the binding it is writing.
     pub bound: bool,
     /// spec.storageClassName; `""` when unset or empty (matches only class-less volumes).
     pub class: String,
