@@ -87,7 +87,8 @@ pub(crate) struct PreemptionTracker {
     terminating: HashMap<Uid, PodKey>,
     /// Victims not yet gone, by the preemptor whose plan chose them.
     in_flight: HashMap<EntityKey, HashMap<Uid, PodKey>>,
-    /// `status.nominatedNodeName` as the watch last showed it, for pods of ours that have one or had one.
+    /// `status.nominatedNodeName` as the watch last showed it, for pods of ours that have one (each registered in
+    /// `uids`, so a delete forgets it; pods of other schedulers are never held here).
     observed: HashMap<Uid, Arc<str>>,
     /// The nomination this replica last asked for, until the watch shows it: an older watch event must not undo a
     /// newer request.
@@ -133,20 +134,26 @@ impl PreemptionTracker {
             self.terminating.remove(&uid);
         }
         let cluster = nominated_node(pod);
+        let Some(info) = ours else {
+            // Another scheduler's pod (or a terminal one): its nomination is not ours to keep or to clear, so
+            // nothing of it is observed (an entry here would outlive the pod, which is forgotten by key only).
+            self.observed.remove(&uid);
+            self.nominated.remove(&uid);
+            self.reserved.remove(&uid);
+            self.requested.remove(&uid);
+            return;
+        };
         match &cluster {
             Some(n) => {
+                // Registered under its key too, so that `on_pod_deleted` (which gets only the key) forgets it even
+                // when no other entry registered it (a bound pod whose `nominatedNodeName` was left set).
+                self.uids.insert(key.clone(), uid.clone());
                 self.observed.insert(uid.clone(), n.clone());
             }
             None => {
                 self.observed.remove(&uid);
             }
         }
-        let Some(info) = ours else {
-            self.nominated.remove(&uid);
-            self.reserved.remove(&uid);
-            self.requested.remove(&uid);
-            return;
-        };
         if pod.node_name().is_some() {
             // Bound: it needs no room kept any more.
             self.nominated.remove(&uid);
@@ -644,6 +651,41 @@ mod tests {
         t.on_pod_deleted(&key("v"));
         assert_eq!(t.waiting_victims(&d.entity), 0);
         assert!(!snapshot_of(&t).preemption_state().is_terminating(&key("v")));
+    }
+
+    /// Every map of the tracker is empty: nothing is left of pods that are gone.
+    fn holds_nothing(t: &PreemptionTracker) -> bool {
+        t.uids.is_empty()
+            && t.nominated.is_empty()
+            && t.reserved.is_empty()
+            && t.terminating.is_empty()
+            && t.in_flight.is_empty()
+            && t.observed.is_empty()
+            && t.requested.is_empty()
+    }
+
+    /// Issue 35 (defect 9): a nominated pod of another scheduler and a bound pod of ours whose `nominatedNodeName`
+    /// was left set each left an `observed` entry behind their deletion that only the next relist dropped. A pod of
+    /// ours deleted while our clear of its nomination is not visible yet must leave nothing either.
+    #[test]
+    fn deleted_pods_leave_no_observed_nomination_behind() {
+        let mut t = PreemptionTracker::default();
+        t.on_pod(&nominated("other", "u-o", "n1"), None);
+        assert!(
+            !t.observed.contains_key("u-o"),
+            "another scheduler's nomination is not ours to track"
+        );
+        t.on_pod_deleted(&key("other"));
+        let mut p = api_pod("done", "u-d", Some("n1"));
+        p.status.as_mut().unwrap().nominated_node_name = Some("n1".into());
+        t.on_pod(&PodRecord::from_pod(&p), Some(&info("done", "u-d")));
+        t.on_pod_deleted(&key("done"));
+        t.on_pod(&nominated("pre", "u-pre", "n1"), Some(&info("pre", "u-pre")));
+        assert!(t.clear_nomination(&key("pre")).is_some(), "the clear is written");
+        // The watch still shows the nomination (the clear is not visible yet), then the pod is deleted.
+        t.on_pod(&nominated("pre", "u-pre", "n1"), Some(&info("pre", "u-pre")));
+        t.on_pod_deleted(&key("pre"));
+        assert!(holds_nothing(&t), "left behind: {t:?}");
     }
 
     #[test]
