@@ -396,6 +396,8 @@ async fn explain_a_gang_below_its_quorum_and_its_recovery_policy() -> anyhow::Re
         text.contains("Recovery: onFailure RestartGroup, onDisruption RestartGroup, grace 60 s, maxRestarts 3; restarts 1"),
         "{text}"
     );
+    // Within the grace period before a restart: headed as a gang that restarts (issue 35, defect 12).
+    assert_eq!(s(&j, "/state"), "Restarting", "{j}");
     let next = s(&j, "/life/next");
     assert!(
         next.starts_with("restart in ") && next.ends_with(" s unless the gang recovers"),
@@ -939,5 +941,155 @@ async fn explain_shows_the_controllers_verdict_beside_the_schedulers() -> anyhow
         )),
         "{text}"
     );
+    Ok(())
+}
+
+/// Every node cordoned (issue 35, defect 12): the cause is the cordon, named first; no resource is "short" (the
+/// nodes have room) and no pod is said to hold the room.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_names_cordoned_nodes_not_capacity() -> anyhow::Result<()> {
+    let cx = setup("ex-cordon").await?;
+    for n in ["n1", "n2"] {
+        FakeNode::new(format!("{}-{n}", cx.ns))
+            .cpu("8")
+            .memory("32Gi")
+            .pods(110)
+            .unschedulable(true)
+            .test_namespace(&cx.ns)
+            .create(&cx.client)
+            .await?;
+    }
+    let mut other = cx.pod_json("other", "2", None, "someone-else");
+    other["spec"]["nodeName"] = json!(format!("{}-n1", cx.ns));
+    cx.create_pod(other).await?;
+    cx.group("c", 1, None).await?;
+    cx.pod("c-0", "1", Some("c")).await?;
+    let (text, j) = cx.explain("podgroup", "c")?;
+    assert_eq!(s(&j, "/state"), "Unschedulable", "{j}");
+    assert!(s(&j, "/reasons").contains("node(s) were unschedulable"), "{j}");
+    assert_eq!(j.pointer("/shortfall"), Some(&json!([])), "nothing is short: {j}");
+    assert_eq!(
+        j.pointer("/holders"),
+        Some(&json!([])),
+        "nobody holds room it lacks: {j}"
+    );
+    let summary = s(&j, "/summary");
+    assert!(summary.contains("cordoned"), "the cause comes first: {summary}");
+    assert!(!text.contains("short"), "{text}");
+    Ok(())
+}
+
+/// A node whose taint the pods do not tolerate: named as the cause.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_names_an_untolerated_taint() -> anyhow::Result<()> {
+    let cx = setup("ex-taint").await?;
+    FakeNode::new(format!("{}-n1", cx.ns))
+        .cpu("8")
+        .memory("32Gi")
+        .pods(110)
+        .taint("dedicated", "infra", "NoSchedule")
+        .test_namespace(&cx.ns)
+        .create(&cx.client)
+        .await?;
+    cx.group("t", 1, None).await?;
+    cx.pod("t-0", "1", Some("t")).await?;
+    let (_, j) = cx.explain("podgroup", "t")?;
+    let summary = s(&j, "/summary");
+    assert!(
+        summary.contains("taint") && summary.contains("dedicated"),
+        "the cause comes first: {summary}"
+    );
+    assert_eq!(j.pointer("/holders"), Some(&json!([])), "{j}");
+    Ok(())
+}
+
+/// A member whose claim does not exist in a group the controllers found invalid: headed `Invalid` with the reason
+/// first, and the pods on the node are not said to hold anything it lacks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_an_invalid_group_with_a_missing_claim() -> anyhow::Result<()> {
+    let cx = setup("ex-claim").await?;
+    let n1 = cx.node("n1", "8", &[]).await?;
+    let mut other = cx.pod_json("other", "2", None, "someone-else");
+    other["spec"]["nodeName"] = json!(n1);
+    cx.create_pod(other).await?;
+    cx.group("v", 1, None).await?;
+    let sched = cx.sched.clone();
+    let mut p = cx.pod_json("v-0", "1", Some("v"), &sched);
+    p["spec"]["resourceClaims"] = json!([{ "name": "fabric", "resourceClaimName": "v-fabric" }]);
+    p["spec"]["containers"][0]["resources"]["claims"] = json!([{ "name": "fabric" }]);
+    cx.create_pod(p).await?;
+    let now = k8s_openapi::jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    Api::<PodGroup>::namespaced(cx.client.clone(), &cx.ns)
+        .patch_status(
+            "v",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({ "status": { "conditions": [
+                { "type": "Valid", "status": "False", "reason": "ResourceClaimTemplateNotFound",
+                  "message": "spec.resourceClaims[0].resourceClaimTemplateName: ResourceClaimTemplate \"fabric\" not found",
+                  "lastTransitionTime": now },
+            ]}})),
+        )
+        .await?;
+    let (text, j) = cx.explain("podgroup", "v")?;
+    assert_eq!(s(&j, "/state"), "Invalid", "{j}");
+    assert!(s(&j, "/summary").contains("ResourceClaimTemplateNotFound"), "{j}");
+    assert_eq!(j.pointer("/holders"), Some(&json!([])), "{j}");
+    assert!(!text.contains("Holding the room"), "{text}");
+    Ok(())
+}
+
+/// A placed gang that lost a member (its replacement does not fit) is headed `Running`, and one that failed for
+/// good `Failed`, not `Unschedulable`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_heads_a_running_and_a_failed_gang_as_such() -> anyhow::Result<()> {
+    let cx = setup("ex-heads").await?;
+    let node = cx.node("n1", "8", &[]).await?;
+    let t = k8s_openapi::jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    let sched = cx.sched.clone();
+    let api = Api::<PodGroup>::namespaced(cx.client.clone(), &cx.ns);
+    for g in ["run", "dead"] {
+        cx.group(g, 2, None).await?;
+        let mut bound = cx.pod_json(&format!("{g}-0"), "1", Some(g), &sched);
+        bound["spec"]["nodeName"] = json!(node);
+        cx.create_pod(bound).await?;
+        // The replacement asks for more than the node has: it does not fit.
+        cx.pod(&format!("{g}-1"), "16", Some(g)).await?;
+        let mut conditions = vec![
+            json!({ "type": "PodGroupInitiallyScheduled", "status": "True", "reason": "Scheduled", "message": "",
+                    "lastTransitionTime": t }),
+            json!({ "type": "PodGroupSatisfied", "status": "False", "reason": "MembersLost",
+                    "message": "1 of minCount 2 members bound or succeeded", "lastTransitionTime": t }),
+        ];
+        if g == "dead" {
+            conditions.push(
+                json!({ "type": "PodGroupFailed", "status": "True", "reason": "MembersLost",
+                                    "message": "the gang lost members", "lastTransitionTime": t }),
+            );
+        }
+        api.patch_status(
+            g,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({ "status": { "conditions": conditions } })),
+        )
+        .await?;
+    }
+    let (text, j) = cx.explain("podgroup", "run")?;
+    assert_eq!(s(&j, "/state"), "Running", "{j}");
+    assert!(
+        text.starts_with(&format!("PodGroup {}/run: Running", cx.ns)),
+        "{text}"
+    );
+    assert!(s(&j, "/summary").contains("1 of minCount 2"), "{j}");
+    let (text, j) = cx.explain("podgroup", "dead")?;
+    assert_eq!(s(&j, "/state"), "Failed", "{j}");
+    assert!(
+        text.starts_with(&format!("PodGroup {}/dead: Failed", cx.ns)),
+        "{text}"
+    );
+    assert!(!s(&j, "/summary").contains("does not fit"), "{j}");
     Ok(())
 }

@@ -246,8 +246,9 @@ pub fn domain_fits(
 }
 
 /// The pods on `nodes` (only those whose name is in `on`, or all when `on` is `None`), lowest priority first:
-/// what preemption would look at first, each with its requests of what `pods` request. With `short` non-empty,
-/// only pods that request one of those resources (what is missing is what they hold). At most `limit`.
+/// what preemption would look at first, each with its requests of what `pods` request: only pods that request one
+/// of the `short` resources (what is missing is what they hold), so none when nothing is short (a cordon, a
+/// taint or a missing claim keeps the group out, and no pod holds that). At most `limit`.
 pub fn holders(
     nodes: &[NodeInfo],
     pods: &[std::sync::Arc<PodInfo>],
@@ -255,6 +256,9 @@ pub fn holders(
     short: &[String],
     limit: usize,
 ) -> Vec<Holder> {
+    if short.is_empty() {
+        return vec![];
+    }
     let rnames = names(pods);
     let mut out: Vec<Holder> = nodes
         .iter()
@@ -273,7 +277,7 @@ pub fn holders(
                     .collect(),
             })
         })
-        .filter(|h: &Holder| short.is_empty() || short.iter().any(|r| h.requests.contains_key(r)))
+        .filter(|h: &Holder| short.iter().any(|r| h.requests.contains_key(r)))
         .collect();
     out.sort_by(|a, b| a.priority.cmp(&b.priority).then(a.pod.cmp(&b.pod)));
     out.truncate(limit);
@@ -479,5 +483,22 @@ mod tests {
         assert_eq!(quantity("memory", 3 << 20), "3Mi");
         let h = holders(&nodes, &pods, None, &[], 10);
         assert!(h.is_empty(), "no pods on the nodes");
+    }
+
+    #[test]
+    fn nobody_holds_room_when_nothing_is_short() {
+        let mut n = node("a1", 4000, "r1", 0);
+        let mut other = PodInfo::simple("ns", "other", 2000);
+        other.node_name = Some("a1".into());
+        n.pods.push(Arc::new(other));
+        let pods = vec![Arc::new(PodInfo::simple("ns", "p0", 1000))];
+        let nodes = vec![n];
+        assert!(
+            holders(&nodes, &pods, None, &[], 10).is_empty(),
+            "a cordon or a missing claim is held by nobody"
+        );
+        let h = holders(&nodes, &pods, None, &["cpu".to_owned()], 10);
+        assert_eq!(h.len(), 1, "cpu short: the pod using cpu holds it");
+        assert_eq!(h[0].pod, "ns/other");
     }
 }

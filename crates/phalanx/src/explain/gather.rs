@@ -101,9 +101,9 @@ pub async fn explain(
         .or_else(|| pod.as_deref().and_then(pod_condition));
     // The controllers' verdict when the scheduler's condition took the first line (a group claim whose template
     // is missing is pending for that reason, whatever the scheduler last said).
-    let invalid = group
-        .as_ref()
-        .and_then(|g| invalid_condition(&store, g))
+    let valid_false = group.as_ref().and_then(|g| invalid_condition(&store, g));
+    let invalid = valid_false
+        .clone()
         .filter(|v| condition.as_ref().is_none_or(|c| c.type_ != v.type_));
     let ours: Vec<&Arc<PodRecord>> = members
         .iter()
@@ -190,6 +190,9 @@ pub async fn explain(
         })
         .or_else(|| foreign.clone().filter(|_| standing == Standing::SchedulerError));
     let failing = matches!(standing, Standing::Unschedulable | Standing::Preempting);
+    // The resources the verdict itself names insufficient: a node list without any (every node cordoned, say)
+    // means capacity is not what keeps the group out, however little room the filtered nodes show.
+    let named = reasons_text.as_deref().and_then(super::verdict::insufficient);
     let (shortfall, domains, holders, volumes, devices) = match attempt {
         Some(a) if failing && !a.nodes.is_empty() => {
             let key = a
@@ -210,8 +213,22 @@ pub async fn explain(
                     .map(|n| n.name().to_owned())
                     .collect()
             });
-            let shortfall = facts::shortfall(&a.nodes, &a.entity.pods);
-            let short: Vec<String> = shortfall.iter().map(|x| x.resource.clone()).collect();
+            let mut shortfall = facts::shortfall(&a.nodes, &a.entity.pods);
+            if let Some(named) = &named {
+                shortfall.retain(|x| named.contains(&x.resource));
+            }
+            // Holders hold what the group lacks: the short resources, else what the closest domain lacks.
+            let mut short: Vec<String> = shortfall.iter().map(|x| x.resource.clone()).collect();
+            if short.is_empty()
+                && let Some(d) = domains.first()
+            {
+                short.extend(
+                    d.more_needed
+                        .keys()
+                        .filter(|r| named.as_ref().is_none_or(|n| n.contains(r)))
+                        .cloned(),
+                );
+            }
             let volumes = facts::volume_blocker(&a.volumes, &a.entity.pods, a.nodes.iter());
             let devices = phalanx_scheduler::dra::scheduling::domain_shortfall(
                 &a.devices,
@@ -294,14 +311,6 @@ pub async fn explain(
         .map(|p| member(p))
         .collect();
     let gang_breakers = gang_breakers(&member_facts, scheduler_name, group.is_some());
-    let summary = summary(
-        standing,
-        &group,
-        &quorum,
-        reasons_text.as_deref(),
-        &preemption,
-        &member_facts,
-    );
     let deletion = group
         .as_ref()
         .filter(|_| target != Target::Pod)
@@ -310,6 +319,25 @@ pub async fn explain(
         .as_ref()
         .filter(|_| target != Target::Pod)
         .and_then(|g| super::life::gather(&store, g, &members, k8s_openapi::jiff::Timestamp::now()));
+    // The dry run speaks of the pending pods; the group's life and the controllers' verdict head the answer.
+    let placed = condition
+        .as_ref()
+        .is_some_and(|c| c.type_.ends_with("InitiallyScheduled") && c.status == conditions::status::TRUE);
+    let base = standing;
+    let standing = super::verdict::lifecycle(base, valid_false.is_some(), placed, life.as_ref());
+    let cause = super::verdict::cause(valid_false.as_ref(), reasons_text.as_deref());
+    let summary = super::verdict::summary(&super::verdict::SummaryFacts {
+        state: standing,
+        base,
+        group: group.as_ref(),
+        quorum: quorum.as_ref(),
+        reasons: reasons_text.as_deref(),
+        cause: cause.as_deref(),
+        preemption: preemption.as_ref(),
+        members: &member_facts,
+        invalid: valid_false.as_ref(),
+        life: life.as_ref(),
+    });
     let events = events(client, &store, namespace, kind, name, &group, &members).await?;
     Ok(Explanation {
         kind: kind.into(),
@@ -321,6 +349,7 @@ pub async fn explain(
         },
         state: standing,
         summary,
+        cause,
         condition,
         invalid,
         quorum,
@@ -509,68 +538,6 @@ fn gang_breakers(members: &[MemberFacts], scheduler_name: &str, grouped: bool) -
         }
     }
     out
-}
-
-fn summary(
-    state: Standing,
-    group: &Option<GroupKey>,
-    quorum: &Option<Quorum>,
-    reasons: Option<&str>,
-    preemption: &Option<PreemptionFacts>,
-    members: &[MemberFacts],
-) -> String {
-    let what = match group {
-        Some(g) if g.kind == GroupKind::CompositePodGroup => format!("composite pod group {:?}", &*g.name),
-        Some(g) => format!("pod group {:?}", &*g.name),
-        None => "the pod".into(),
-    };
-    let pending = members.iter().filter(|m| m.node.is_none()).count();
-    match state {
-        Standing::WaitingForPodGroup => format!(
-            "Waiting for its group object: {pending} pod(s) name {what}, which does not exist yet; create it."
-        ),
-        Standing::WaitingForQuorum => match quorum {
-            // A leaf whose own quorum is met waits for its CompositePodGroup tree: the gate's message says which.
-            Some(q) if q.present < q.min_count as usize => format!(
-                "Waiting for quorum: {} of {} pods present (minCount {}); {} more must be created.",
-                q.present,
-                q.min_count,
-                q.min_count,
-                (q.min_count as usize).saturating_sub(q.present)
-            ),
-            _ => format!(
-                "Waiting for quorum: {}.",
-                reasons.unwrap_or("too few child groups are ready")
-            ),
-        },
-        Standing::SchedulingGated => {
-            "Held by spec.schedulingGates: the pods are not scheduled until the gates are removed.".into()
-        }
-        Standing::Unschedulable => format!(
-            "Tried, and it does not fit now: none of its {pending} pending pod(s) is bound (all-or-nothing)."
-        ),
-        Standing::Preempting => match preemption {
-            Some(p) if p.ongoing => format!(
-                "Preempting, in flight: waiting for {} preempted pod(s) to terminate; it binds on its nominated \
-                 node(s) when they are gone, and evicts nothing more.",
-                p.terminating.len()
-            ),
-            Some(p) if p.success => format!(
-                "Preempting: {} lower-priority pod(s) would be evicted to make room; it binds when they are gone.",
-                p.victims.len()
-            ),
-            _ => "Preempting: lower-priority pods were preempted for it; it binds when they are gone.".into(),
-        },
-        Standing::SchedulerError => format!("Cannot be scheduled: {}", reasons.unwrap_or("scheduler error")),
-        Standing::Schedulable => {
-            format!("Fits now: {pending} pod(s) would be placed at the scheduler's next attempt.")
-        }
-        // Only bound members count: a pending one is never reported bound.
-        Standing::Scheduled => format!(
-            "Scheduled: {} pod(s) bound.",
-            members.iter().filter(|m| m.node.is_some()).count()
-        ),
-    }
 }
 
 /// The last events of the target and of up to three member pods (core/v1 Events, which include events.k8s.io

@@ -29,6 +29,8 @@ pub struct LifeFacts {
     pub last_restart: Option<String>,
     /// `PodGroupFailed`, once set.
     pub failed: Option<ConditionFacts>,
+    /// The controller restarts the gang: within the grace period before a restart, or at it.
+    pub restarting: bool,
     /// What the controller does next, e.g. `restart in 42 s`.
     pub next: String,
 }
@@ -88,7 +90,16 @@ pub fn gather(
         failed: failed.is_some(),
         restarts: status.restarts.unwrap_or(0),
         last_restart: status.last_restart_time.as_ref().map(|t| t.0),
+        // As the controller judges it: an invalid group gets no action, a cut-short restart is finished.
+        valid: !status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == phalanx_controllers::status::VALID && c.status == "False"),
         bound: i32::try_from(bound).unwrap_or(i32::MAX),
+        left_over: i32::try_from(
+            recovery::left_over(members, status.last_restart_time.as_ref().map(|t| t.0)).count(),
+        )
+        .unwrap_or(i32::MAX),
         now,
     });
     let next = match (&step, failed, satisfied) {
@@ -107,9 +118,18 @@ pub fn gather(
             left.as_secs().max(1)
         ),
         (Step::Restart { number }, _, _) => format!("restart {number} now"),
+        (Step::Finish { number }, _, _) => {
+            format!("finish restart {number}: delete the members it left bound")
+        }
         (Step::Fail { reason, .. }, _, _) => format!("fail now ({reason})"),
     };
+    let restarting = failed.is_none()
+        && matches!(
+            step,
+            Step::Wait { fail: false, .. } | Step::Restart { .. } | Step::Finish { .. }
+        );
     Some(LifeFacts {
+        restarting,
         satisfied: satisfied.map(condition_facts),
         policy: policy.map(describe),
         restarts: status.restarts.unwrap_or(0),

@@ -12,6 +12,7 @@ pub mod facts;
 pub mod gather;
 pub mod life;
 pub mod render;
+pub mod verdict;
 
 use serde::Serialize;
 
@@ -36,6 +37,15 @@ pub enum Standing {
     Schedulable,
     /// Placed (`…InitiallyScheduled=True`) and no member pending.
     Scheduled,
+    /// The controllers' `Valid=False` (e.g. `ResourceClaimTemplateNotFound`, `PodsOfAnotherScheduler`): the spec
+    /// must be fixed, whatever the scheduler last said.
+    Invalid,
+    /// Placed once, with members pending again (lost or replaced) and no restart under way.
+    Running,
+    /// Placed once, and its `recoveryPolicy` restarts it (within the grace period, or now).
+    Restarting,
+    /// `PodGroupFailed=True`: terminal, nothing restarts it.
+    Failed,
 }
 
 /// A condition as read from the object.
@@ -156,6 +166,9 @@ pub struct Explanation {
     pub state: Standing,
     /// One sentence saying so.
     pub summary: String,
+    /// What keeps it out other than capacity, most fundamental first ([`verdict::cause`]): `Valid=False`, cordoned
+    /// or tainted nodes, a missing claim; `None` when only capacity is short.
+    pub cause: Option<String>,
     /// The group's `…InitiallyScheduled` condition, else its `Valid=False` (e.g. `PodsOfAnotherScheduler`); for a pod
     /// without group: its `PodScheduled`.
     pub condition: Option<ConditionFacts>,
