@@ -375,10 +375,10 @@ pub async fn reconcile(pg: Arc<PodGroup>, ctx: Ctx) -> Result<Action> {
     if decision == WriteDecision::Write {
         status::apply_status(&ctx, CONTROLLER, pg.as_ref(), &desired).await?;
     }
-    if !matches!(decision, WriteDecision::Later(_)) {
-        if let Some(c) = &live.satisfied {
-            report_satisfied(&ctx, &uid, &reference, existing_satisfied.as_ref(), c).await;
-        }
+    if !matches!(decision, WriteDecision::Later(_))
+        && let Some(c) = &live.satisfied
+    {
+        report_satisfied(&ctx, &uid, &reference, existing_satisfied.as_ref(), c).await;
     }
     // Finishing a counted restart needs no status write, so a throttled one does not hold it back.
     if !matches!(decision, WriteDecision::Later(_)) || matches!(step, recovery::Step::Finish { .. }) {
