@@ -473,3 +473,49 @@ fn sim_gang_of_two(c: ResourceClaimInfo) -> Sim {
     }
     sim
 }
+
+/// A class whose selector is over `CELSelectorExpressionMaxCost` (a million iterations of nested `all()` over
+/// literal lists) is refused when the catalog is built, and the claim's pod says which claim and request.
+#[test]
+fn a_selector_over_the_cost_limit_stops_the_pod_naming_the_claim_and_the_request() {
+    use k8s_openapi::api::resource::v1 as api;
+    let list = format!(
+        "[{}]",
+        (0..100).map(|i| i.to_string()).collect::<Vec<_>>().join(",")
+    );
+    let costly = format!("{list}.all(a, {list}.all(b, {list}.all(c, a + b + c >= 0)))");
+    let class: api::DeviceClass = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "costly.example.com"},
+        "spec": {"selectors": [{"cel": {"expression": costly}}]},
+    }))
+    .expect("a DeviceClass");
+    let claim: api::ResourceClaim = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "c", "namespace": NS, "uid": "uid-c", "resourceVersion": "1"},
+        "spec": {"devices": {"requests": [
+            {"name": "gpu", "exactly": {"deviceClassName": "costly.example.com"}},
+        ]}},
+    }))
+    .expect("a ResourceClaim");
+    let (converted, problems) =
+        phalanx_scheduler::convert::device_catalog([&class], [], [&claim], |_: &PodKey, _: &str| None);
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.contains("DeviceClass costly.example.com")
+                && p.contains("CELSelectorExpressionMaxCost")),
+        "{problems:?}"
+    );
+    let mut cat = catalog(&[1], vec![]);
+    cat.claims = converted.claims;
+    let mut sim = sim(1);
+    sim.snap.set_devices(Arc::new(cat));
+    sim.add_pod(pod_with("p", None, &["c"]));
+    sim.run();
+    assert!(sim.unbound(&["p"]));
+    let message = failure(&sim, "p");
+    assert!(
+        message.contains(&format!("claim {NS}/c: request gpu"))
+            && message.contains("exceeds the limit 1000000 (CELSelectorExpressionMaxCost)"),
+        "{message}"
+    );
+}

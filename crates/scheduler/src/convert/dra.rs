@@ -123,17 +123,18 @@ fn selectors(
 }
 
 /// The requests and constraints of a claim, each request with its class's selectors first (`class(name)` gives
-/// them, `None` for a class that does not exist).
+/// them, `Err` when they do not compile or are over the CEL limits, `None` for a class that does not exist).
 ///
 /// # Errors
 /// What allocation cannot handle, each naming the field: a missing class ("device class gpu.example.com does not
 /// exist", as upstream says), `firstAvailable` and `distinctAttribute` (not supported yet), an unknown
-/// `allocationMode` (upstream: clients must refuse unknown modes), a count below 1, and selectors that do not
-/// compile.
+/// `allocationMode` (upstream: clients must refuse unknown modes), a count below 1, and selectors (the class's
+/// or the request's) that do not compile or are over the CEL limits: `"claim <ns>/<name>: request <request>,
+/// spec.devices.requests[i]…: …"`.
 pub(crate) fn claim(
     c: &api::ResourceClaim,
     compiled: &Compiled,
-    mut class: impl FnMut(&str) -> Option<Vec<DeviceSelector>>,
+    mut class: impl FnMut(&str) -> Option<Result<Vec<DeviceSelector>, String>>,
 ) -> Result<ClaimRequests, String> {
     let name = format!(
         "{}/{}",
@@ -169,12 +170,14 @@ pub(crate) fn claim(
                 ));
             }
         };
+        let request = format!("claim {name}: request {}, {field}", r.name);
         let mut sel = class(&exact.device_class_name)
-            .ok_or_else(|| format!("device class {} does not exist", exact.device_class_name))?;
+            .ok_or_else(|| format!("device class {} does not exist", exact.device_class_name))?
+            .map_err(|e| format!("{request}.exactly.deviceClassName: {e}"))?;
         sel.extend(
             selectors(
                 exact.selectors.as_deref(),
-                &format!("claim {name}: {field}.exactly.selectors"),
+                &format!("{request}.exactly.selectors"),
                 compiled,
             )
             .map_err(|e| e.0)?,
@@ -346,19 +349,7 @@ fn claim_info(
         meta.namespace.as_deref().unwrap_or(""),
         meta.name.as_deref().unwrap_or(""),
     );
-    let mut class_error = None;
-    let requests = claim(c, compiled, |name| match class(name) {
-        Some(Ok(sel)) => Some(sel),
-        Some(Err(e)) => {
-            class_error = Some(e);
-            Some(Vec::new())
-        }
-        None => None,
-    });
-    let requests = match class_error {
-        Some(e) => Err(e),
-        None => requests,
-    };
+    let requests = claim(c, compiled, class);
     let status = c.status.as_ref();
     let allocation = status.and_then(|s| s.allocation.as_ref()).map(|a| Allocated {
         devices: a
