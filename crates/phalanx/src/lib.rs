@@ -7,6 +7,7 @@
 //! - [`operator`] wires store, controllers and scheduler with leader election, probes, metrics and shutdown;
 //! - [`leader`] runs Lease-based leader election, fail-stop; [`lease_precondition`] gives its Lease writes the
 //!   `resourceVersion` precondition client-go uses;
+//! - [`rbac`] lists the API permissions the operator needs (the chart's ClusterRole must grant them);
 //! - [`server`] serves `/healthz`, `/readyz` and `/metrics`;
 //! - [`telemetry`] sets up logging;
 //! - [`write_fence`] refuses, at the last moment, a write by a replica that is not the leader;
@@ -22,6 +23,7 @@ pub mod leader;
 pub mod lease_precondition;
 pub mod operator;
 pub mod options;
+pub mod rbac;
 pub mod server;
 pub mod simulate;
 pub mod telemetry;

@@ -172,47 +172,21 @@ fn helm_lint_passes() {
     );
 }
 
+/// The ClusterRole grants exactly the permissions of `phalanx::rbac::CLUSTER_PERMISSIONS`, the one table of what
+/// the code calls, plus read access to the default `integrations.ownerResources`: first every verb the code calls
+/// (a missing one is a 403 the operator retries forever), then nothing more (least privilege).
 #[test]
 fn cluster_role_is_exactly_least_privilege() {
     let docs = template(&[]);
     let role = one(&docs, "ClusterRole");
     let got = rule_set(&role["rules"]);
-    let read = ["get", "list", "watch"];
-    let mut want = BTreeSet::from([
-        // delete: the scheduler evicts preemption victims.
-        expect("", "pods", &["get", "list", "watch", "delete"]),
-        expect("", "pods/binding", &["create"]),
-        expect("", "pods/status", &["patch"]),
-        expect("", "events", &["create"]),
-        expect("events.k8s.io", "events", &["create", "patch"]),
-        expect("", "nodes", &read),
-        expect("policy", "poddisruptionbudgets", &read),
-        expect("scheduling.k8s.io", "priorityclasses", &read),
-        // patch: VolumeBinding's PreBind sets a volume's claimRef and a claim's selected-node annotation.
-        expect("", "persistentvolumeclaims", &["get", "list", "watch", "patch"]),
-        expect("", "persistentvolumes", &["get", "list", "watch", "patch"]),
-        expect("storage.k8s.io", "storageclasses", &read),
-        expect("storage.k8s.io", "csinodes", &read),
-        expect("storage.k8s.io", "csidrivers", &read),
-        expect("storage.k8s.io", "csistoragecapacities", &read),
-        // DRA caches; update/patch: the DRA plugin writes a claim's finalizer, allocation and reservedFor.
-        expect("resource.k8s.io", "deviceclasses", &read),
-        expect("resource.k8s.io", "resourceslices", &read),
-        expect("resource.k8s.io", "resourceclaimtemplates", &read),
-        expect(
-            "resource.k8s.io",
-            "resourceclaims",
-            &["get", "list", "watch", "create", "update", "patch"],
-        ),
-        expect("resource.k8s.io", "resourceclaims/status", &["update", "patch"]),
-        // kube-apiserver 1.37 checks it before a write of status.allocation or status.reservedFor.
-        expect("resource.k8s.io", "resourceclaims/binding", &["update", "patch"]),
-    ]);
-    // Owner integration: metadata caches and gets of the built-in owners and of the listed custom owners.
-    want.insert(expect("batch", "jobs", &read));
-    for r in ["replicasets", "deployments", "statefulsets"] {
-        want.insert(expect("apps", r, &read));
+    let mut want = BTreeSet::new();
+    for p in phalanx::rbac::CLUSTER_PERMISSIONS {
+        for r in p.resources {
+            want.insert(expect(p.api_group, r, p.verbs));
+        }
     }
+    // Owner integration: the custom owners listed in values.yaml's integrations.ownerResources.
     for (g, rs) in [
         ("jobset.x-k8s.io", &["jobsets"][..]),
         ("leaderworkerset.x-k8s.io", &["leaderworkersets"][..]),
@@ -231,28 +205,26 @@ fn cluster_role_is_exactly_least_privilege() {
         ("ray.io", &["rayclusters", "rayjobs"][..]),
     ] {
         for r in rs {
-            want.insert(expect(g, r, &read));
+            want.insert(expect(g, r, phalanx::rbac::OWNER_RESOURCE_VERBS));
         }
     }
-    for kind in ["workloads", "podgroups", "compositepodgroups"] {
-        // create: the owner integration applies the Workload and PodGroup of annotated owners.
-        let verbs: &[&str] = if kind == "compositepodgroups" {
-            &["get", "list", "watch", "patch", "update"]
-        } else {
-            &["get", "list", "watch", "create", "patch", "update"]
-        };
-        want.insert(expect("scheduling.phalanx.dev", kind, verbs));
-        want.insert(expect(
-            "scheduling.phalanx.dev",
-            &format!("{kind}/status"),
-            &["get", "patch", "update"],
-        ));
-        want.insert(expect(
-            "scheduling.phalanx.dev",
-            &format!("{kind}/finalizers"),
-            &["update"],
-        ));
-    }
+    let granted = |g: &str, r: &str, v: &String| {
+        got.iter()
+            .any(|(gg, rr, verbs)| gg == g && rr == r && verbs.contains(v))
+    };
+    let missing: Vec<String> = want
+        .iter()
+        .flat_map(|(g, r, verbs)| {
+            verbs
+                .iter()
+                .filter(|v| !granted(g, r, v))
+                .map(move |v| format!("{v} {g}/{r}"))
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "the ClusterRole does not grant what the code calls (phalanx::rbac::CLUSTER_PERMISSIONS): {missing:?}"
+    );
     assert_eq!(got, want, "ClusterRole rules differ from the least-privilege set");
 
     let binding = one(&docs, "ClusterRoleBinding");
