@@ -2,8 +2,9 @@
 //! `pkg/scheduler/schedule_one*.go`): build the snapshot, run the pure core, then act on its
 //! decision: assume and bind in the background, write conditions and events.
 //!
-//! A failed bind is forgotten in the store by the loop, and its pod goes back to its place in the queue with backoff
-//! (upstream `handleBindingCycleError`: `ForgetPod`, then requeue with backoff).
+//! A failed bind unreserves the pod's resource claims, is forgotten in the store by the loop, and its pod goes back to
+//! its place in the queue with backoff (upstream `handleBindingCycleError`: Unreserve, `ForgetPod`, then requeue
+//! with backoff).
 
 use std::time::Instant;
 
@@ -124,6 +125,7 @@ impl Driver {
                 pod,
                 node,
                 queued: Instant::now(),
+                claims: b.devices.iter().map(|w| w.claim.clone()).collect(),
             };
             match &mut prebind {
                 Some(p) => {
@@ -207,11 +209,13 @@ impl Driver {
                 pod,
                 node,
                 queued,
+                claims,
             }) = self.pending_binds.pop_front()
             else {
                 return;
             };
-            let (binder, writer, store, metrics, tx) = (
+            let (client, binder, writer, store, metrics, tx) = (
+                self.client.clone(),
                 self.binder.clone(),
                 self.writer.clone(),
                 self.store.clone(),
@@ -259,6 +263,15 @@ impl Driver {
                         .pod_unschedulable(&pod, reasons::SCHEDULER_ERROR, &msg)
                         .await;
                     writer.event_failed(&pod, reasons::SCHEDULER_ERROR, &msg).await;
+                }
+                // Unreserve (upstream runs it for every plugin when binding fails): the claims PreBind wrote
+                // would keep the pod pinned to this node, and kube-controller-manager never frees them while the
+                // pod exists. Done before the result goes back, so the requeued pod sees them free.
+                if !claims.is_empty() && writer.is_leader() {
+                    let uid: [std::sync::Arc<str>; 1] = [pod.uid().into()];
+                    for c in &claims {
+                        crate::devices::unreserve(&client, c, &uid).await;
+                    }
                 }
                 let _ = tx.send(BindResult { key, node, outcome });
             });

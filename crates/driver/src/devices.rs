@@ -12,10 +12,15 @@
 //! of every pod of the decision is written before any pod is bound; a failed write reverts the claims already
 //! written and binds nothing.
 //!
-//! Who clears what: kube-controller-manager's resourceclaim controller removes a pod from `reservedFor` once the
-//! pod is gone or finished, clears the allocation of a claim that nobody reserves any more (and drops the
-//! finalizer), and deletes the claims it generated from templates when their pod is deleted. The scheduler only
-//! allocates and reserves.
+//! Unreserve ([`unreserve`], upstream DynamicResources `Unreserve`): when a pod is not bound after PreBind wrote
+//! its claims (its bind fails, or the volumes of its decision are not bound in time), the pod leaves each claim's
+//! `reservedFor`, and a claim that no one else reserves is deallocated (`status.allocation` cleared, the
+//! finalizer dropped), before the pod goes back to the queue. Without it kube-controller-manager never frees the
+//! claim (the pod still exists and is not finished), and a gang whose node is gone stays pinned to it.
+//!
+//! Who clears the rest: kube-controller-manager's resourceclaim controller removes a pod from `reservedFor` once
+//! the pod is gone or finished, clears the allocation of a claim that nobody reserves any more (and drops the
+//! finalizer), and deletes the claims it generated from templates when their pod is deleted.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -356,6 +361,77 @@ async fn remove_finalizer(api: &Api<ResourceClaim>, current: ResourceClaim) -> R
     let patch = json!({ "metadata": { "resourceVersion": current.metadata.resource_version, "finalizers": finalizers } });
     api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
         .await?;
+    Ok(())
+}
+
+/// How many times [`unreserve`] retries a claim whose write conflicted (someone else wrote it meanwhile).
+const UNRESERVE_TRIES: usize = 5;
+
+/// DynamicResources `Unreserve` (upstream `pkg/scheduler/framework/plugins/dynamicresources/dynamicresources.go`)
+/// for one claim: takes the pods with these uids out of `status.reservedFor` and, when that leaves no one,
+/// deallocates the claim (clears `status.allocation` and `status.devices`, then drops the
+/// `resource.kubernetes.io/delete-protection` finalizer, as kube-controller-manager's resourceclaim controller does
+/// when a claim's last consumer goes). Each write carries the resourceVersion it read; a conflict is retried up to
+/// 5 times. A claim that is gone, or reserves none of the pods, is left alone. Errors are logged, not returned: the
+/// pod is requeued either way, and a claim left reserved only pins the pod's next attempt to its node.
+pub(crate) async fn unreserve(client: &kube::Client, claim: &ClaimKey, pods: &[Arc<str>]) {
+    let api: Api<ResourceClaim> = Api::namespaced(client.clone(), &claim.namespace);
+    for attempt in 1..=UNRESERVE_TRIES {
+        match release(&api, &claim.name, pods).await {
+            Ok(()) => return,
+            Err(kube::Error::Api(s)) if s.code == 404 => return,
+            Err(kube::Error::Api(s)) if s.code == 409 && attempt < UNRESERVE_TRIES => {}
+            Err(e) => {
+                tracing::warn!(%claim, error = %reason(&e), "could not unreserve a claim");
+                return;
+            }
+        }
+    }
+}
+
+/// [`unreserve`] for every claim of a PreBind job and the pods it reserved them for.
+pub(crate) async fn unreserve_jobs(client: &kube::Client, jobs: &[ClaimJob]) {
+    for j in jobs {
+        let uids: Vec<Arc<str>> = j.pods.iter().map(|(_, uid)| uid.clone()).collect();
+        unreserve(client, &j.claim, &uids).await;
+    }
+}
+
+/// One attempt of [`unreserve`].
+async fn release(api: &Api<ResourceClaim>, name: &str, pods: &[Arc<str>]) -> Result<(), kube::Error> {
+    let current = api.get_status(name).await?;
+    let status = current.status.as_ref();
+    let reserved: Vec<_> = status
+        .and_then(|s| s.reserved_for.as_ref())
+        .into_iter()
+        .flatten()
+        .collect();
+    let kept: Vec<Value> = reserved
+        .iter()
+        .filter(|r| !pods.iter().any(|u| **u == *r.uid))
+        .map(|r| serde_json::to_value(r).unwrap_or(Value::Null))
+        .collect();
+    if kept.len() == reserved.len() {
+        return Ok(());
+    }
+    let deallocate = kept.is_empty() && status.is_some_and(|s| s.allocation.is_some());
+    let mut st = json!({ "reservedFor": if kept.is_empty() { Value::Null } else { Value::Array(kept) } });
+    if deallocate {
+        st["allocation"] = Value::Null;
+        st["devices"] = Value::Null;
+    }
+    let patch = json!({ "metadata": { "resourceVersion": current.metadata.resource_version }, "status": st });
+    let current = api
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    let has_finalizer = current
+        .metadata
+        .finalizers
+        .as_ref()
+        .is_some_and(|f| f.iter().any(|f| f == FINALIZER));
+    if deallocate && has_finalizer {
+        remove_finalizer(api, current).await?;
+    }
     Ok(())
 }
 

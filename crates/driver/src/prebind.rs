@@ -6,7 +6,8 @@
 //! to provision gets `volume.kubernetes.io/selected-node`. Then the task waits, up to the configured timeout
 //! (upstream `bindTimeoutSeconds`, 600 s), until kube-controller-manager's PV controller has fully bound each claim
 //! (`spec.volumeName` and `pv.kubernetes.io/bind-completed`; upstream `checkBindings` and `isPVCFullyBound`). Any failure binds no pod: the loop forgets the assumed pods, requeues them with
-//! backoff, and names the claim in the pods' and the group's conditions.
+//! backoff, and names the claim in the pods' and the group's conditions. When the volumes fail after the device
+//! claims were written, those are unreserved first ([`crate::devices::unreserve`]).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -107,9 +108,14 @@ impl Driver {
                         Err(e) => tracing::debug!(pod = %b.key, error = %e, "pod condition not written"),
                     }
                 }
-                bind_volumes(&client, &store, &job.actions, timeout)
+                let r = bind_volumes(&client, &store, &job.actions, timeout)
                     .await
-                    .map_err(|m| format!("running PreBind plugin \"VolumeBinding\": {m}"))
+                    .map_err(|m| format!("running PreBind plugin \"VolumeBinding\": {m}"));
+                // Unreserve: the device claims are already written; free them before the pods are requeued.
+                if r.is_err() && writer.is_leader() {
+                    crate::devices::unreserve_jobs(&client, &job.devices).await;
+                }
+                r
             };
             let _ = tx.send(PreBindResult { job, result });
         });

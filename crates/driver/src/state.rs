@@ -53,6 +53,8 @@ pub(crate) struct BindJob {
     pub(crate) node: String,
     /// When the cycle decided it (the bind latency metric counts the wait for a permit).
     pub(crate) queued: std::time::Instant,
+    /// The resource claims PreBind reserved for the pod, to unreserve when the bind fails.
+    pub(crate) claims: Vec<phalanx_scheduler::volumes::ClaimKey>,
 }
 
 /// Result of one background bind, sent back to the loop.

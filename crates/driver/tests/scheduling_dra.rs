@@ -574,3 +574,139 @@ async fn a_refused_claim_write_binds_no_pod_of_the_gang_until_it_is_allowed() ->
     sched.stop().await?;
     dev.cleanup().await
 }
+
+/// Upstream DynamicResources `Unreserve` (`pkg/scheduler/framework/plugins/dynamicresources/dynamicresources.go`):
+/// a bind that fails after PreBind wrote the claims takes the pod out of `reservedFor` and deallocates a claim
+/// nobody else reserves, before the pod goes back to the queue. An admission policy refuses every binding to node
+/// `a`, the only node with devices; once `a` is gone the claims must be free (before the fix they stayed
+/// allocated on `a` and reserved for the pods, and the gang was stuck), and the gang lands on `b` when `b`
+/// publishes devices.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_bind_unreserves_and_deallocates_the_claims_and_the_gang_goes_elsewhere()
+-> anyhow::Result<()> {
+    use k8s_openapi::api::admissionregistration::v1::{
+        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    };
+    use k8s_openapi::api::core::v1::{Binding, Node};
+    let ctx = setup("dra-unreserve").await?;
+    let mut dev = Devices::new(&ctx).await?;
+    let a = ctx.node("a", "8").await?;
+    let b = ctx.node("b", "8").await?;
+    dev.slice(&a, &["a100"; 2]).await?;
+    dev.template("one", 1, None, None).await?;
+    let policy = format!("{}-no-bind-a", ctx.ns);
+    let vap: ValidatingAdmissionPolicy = serde_json::from_value(json!({
+        "metadata": { "name": policy },
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": { "resourceRules": [{
+                "apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods/binding"],
+            }]},
+            "validations": [{
+                "expression": format!("!(request.namespace == '{}' && object.target.name == '{a}')", ctx.ns),
+                "message": "the test refuses bindings to node a",
+            }],
+        },
+    }))?;
+    let vapb: ValidatingAdmissionPolicyBinding = serde_json::from_value(json!({
+        "metadata": { "name": policy },
+        "spec": { "policyName": policy, "validationActions": ["Deny"] },
+    }))?;
+    let vaps: Api<ValidatingAdmissionPolicy> = Api::all(ctx.client.clone());
+    let vapbs: Api<ValidatingAdmissionPolicyBinding> = Api::all(ctx.client.clone());
+    vaps.create(&PostParams::default(), &vap).await?;
+    vapbs.create(&PostParams::default(), &vapb).await?;
+    let result = async {
+        // The API server loads policies asynchronously: wait until a dry-run binding of a pod no scheduler serves
+        // is refused.
+        let probe: Pod = serde_json::from_value(json!({
+            "metadata": { "name": "probe" },
+            "spec": { "schedulerName": "none", "containers": [{ "name": "c", "image": "busybox" }] },
+        }))?;
+        ctx.pods().create(&PostParams::default(), &probe).await?;
+        let binding: Binding = serde_json::from_value(json!({
+            "metadata": { "name": "probe" },
+            "target": { "apiVersion": "v1", "kind": "Node", "name": a },
+        }))?;
+        let dry = PostParams {
+            dry_run: true,
+            ..PostParams::default()
+        };
+        phalanx_testenv::wait_for(
+            "the binding policy in effect",
+            common::cluster::SETTLE,
+            || async {
+                let r = ctx
+                    .pods()
+                    .create_subresource::<_, serde_json::Value>("binding", "probe", &dry, &binding)
+                    .await;
+                Ok(
+                    matches!(&r, Err(kube::Error::Api(e)) if e.message.contains("refuses bindings"))
+                        .then_some(()),
+                )
+            },
+        )
+        .await?;
+        ctx.pods().delete("probe", &DeleteParams::default()).await?;
+        ctx.pod_group_with("g", 2, None, serde_json::Value::Null).await?;
+        let pods: Vec<String> = (0..2).map(|i| format!("g-{i}")).collect();
+        for p in &pods {
+            pod(&ctx, p, Some("g"), (TEMPLATE, "one"), None).await?;
+        }
+        let sched = ctx.start();
+        let run = async {
+            // The binds to `a` are refused after PreBind allocated and reserved the claims there.
+            phalanx_testenv::wait_for("g-0 refused a binding", common::cluster::SETTLE, || async {
+                let p = ctx.pods().get("g-0").await?;
+                Ok(common::cluster::pod_scheduled(&p)
+                    .filter(|(_, r, m)| r == "SchedulerError" && m.contains("refuses bindings"))
+                    .map(|_| ()))
+            })
+            .await?;
+            Api::<Node>::all(ctx.client.clone())
+                .delete(&a, &DeleteParams::default())
+                .await?;
+            Api::<ResourceSlice>::all(ctx.client.clone())
+                .delete(&a, &DeleteParams::default())
+                .await?;
+            let names = [claim_of(&ctx, "g-0").await?, claim_of(&ctx, "g-1").await?];
+            let mut seen = HashMap::new();
+            let freed = tokio::time::timeout(common::cluster::SETTLE, async {
+                loop {
+                    seen = allocations(&ctx).await?;
+                    let list = claims(&ctx).list(&ListParams::default()).await?;
+                    let reserved = list.items.iter().any(|c| {
+                        names.contains(&c.name_any())
+                            && c.status
+                                .as_ref()
+                                .and_then(|s| s.reserved_for.as_ref())
+                                .is_some_and(|r| !r.is_empty())
+                    });
+                    if !reserved && names.iter().all(|n| !seen.contains_key(n)) {
+                        return anyhow::Ok(());
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            })
+            .await;
+            ensure!(
+                matches!(freed, Ok(Ok(()))),
+                "the claims {names:?} were not unreserved and deallocated after the refused binds: {seen:?}"
+            );
+            dev.slice(&b, &["a100"; 2]).await?;
+            let bound = ctx.wait_bound(&pods).await?;
+            ensure!(pods.iter().all(|p| bound[p] == b), "{bound:?}");
+            let devices = check_allocated(&ctx, &bound, &pods).await?;
+            ensure!(devices.len() == 2, "{devices:?}");
+            anyhow::Ok(())
+        }
+        .await;
+        sched.stop().await?;
+        run
+    }
+    .await;
+    let _ = vapbs.delete(&policy, &DeleteParams::default()).await;
+    let _ = vaps.delete(&policy, &DeleteParams::default()).await;
+    dev.cleanup().await?;
+    result
+}
