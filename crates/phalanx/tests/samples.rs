@@ -16,6 +16,12 @@ use kube::discovery::Scope;
 use kube::{Api, Client};
 use phalanx_testenv::{TestEnv, apply_crds, create_namespace};
 
+/// The repository root, from this crate's own manifest directory (`crates/phalanx`).
+fn repo_root() -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    root.canonicalize().unwrap_or(root)
+}
+
 /// Field manager of this test's applies.
 const MANAGER: &str = "phalanx-samples-test";
 /// The samples' directory, relative to the repository root.
@@ -61,7 +67,7 @@ fn named_samples(text: &str) -> Vec<String> {
 /// named in README.md.
 #[test]
 fn every_named_sample_exists_and_every_example_is_shown() -> anyhow::Result<()> {
-    let root = TestEnv::repo_root();
+    let root = repo_root();
     let readme = std::fs::read_to_string(root.join("README.md")).context("reading README.md")?;
     let mut sources: Vec<(PathBuf, String)> = vec![(root.join("README.md"), readme.clone())];
     for entry in std::fs::read_dir(root.join("docs")).context("reading docs/")? {
@@ -153,7 +159,7 @@ async fn every_sample_passes_server_side_dry_run() -> anyhow::Result<()> {
     let client = TestEnv::shared().client().await?;
     apply_crds(&client, &phalanx_api::crds::to_yaml()).await?;
     let ns = create_namespace(&client, "samples").await?;
-    let root = TestEnv::repo_root();
+    let root = repo_root();
     let files = yaml_files(&root.join(SAMPLES))?;
     ensure!(
         files.iter().any(|f| f.starts_with(root.join(EXAMPLES))),
