@@ -71,6 +71,7 @@ fn run(name: &str, claims: &[ClaimRequests], devices: &[Device]) {
                 AllocationOutcome::Allocated(_) => "allocated".into(),
                 AllocationOutcome::BudgetExhausted { steps } => format!("exhausted steps={steps}"),
                 AllocationOutcome::Unsatisfiable(_) => "unsatisfiable".into(),
+                AllocationOutcome::TimedOut => "timed out".into(),
             };
         }
         times.sort_by(f64::total_cmp);

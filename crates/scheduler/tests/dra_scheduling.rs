@@ -519,3 +519,31 @@ fn a_selector_over_the_cost_limit_stops_the_pod_naming_the_claim_and_the_request
         "{message}"
     );
 }
+
+/// A selector that takes 5 ms a device, on 200 devices, is a second of allocation; with a 1 ms DRA filter
+/// timeout the cycle gives up after the first device instead, and the pod says it timed out.
+#[test]
+fn device_allocation_past_the_filter_timeout_is_unschedulable_naming_the_timeout() {
+    let slow = DeviceSelector::new("slow", |_| {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        Ok(true)
+    });
+    let mut cat = catalog(&[200], vec![claim("c", 1, vec![slow])]);
+    cat.filter_timeout = std::time::Duration::from_millis(1);
+    let mut sim = sim(1);
+    sim.snap.set_devices(Arc::new(cat));
+    sim.add_pod(pod_with("p", None, &["c"]));
+    let started = std::time::Instant::now();
+    sim.run();
+    let took = started.elapsed();
+    assert!(sim.unbound(&["p"]));
+    let message = failure(&sim, "p");
+    assert!(
+        message.contains("timed out trying to allocate devices") && message.contains("1ms"),
+        "{message}"
+    );
+    assert!(
+        took < std::time::Duration::from_millis(500),
+        "the cycle took {took:?}"
+    );
+}

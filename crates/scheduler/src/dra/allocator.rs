@@ -25,6 +25,7 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::time::Instant;
 
 use super::{AllocationMode, AttributeValue, ClaimRequests, Device, DeviceId};
 
@@ -67,7 +68,12 @@ pub enum AllocationOutcome {
         /// Steps taken.
         steps: u64,
     },
+    /// The deadline passed (while evaluating selectors or searching) before an answer.
+    TimedOut,
 }
+
+/// How many search steps go between two reads of the clock.
+const CLOCK_EVERY: u64 = 256;
 
 /// One slot: a device to choose for request `request` of claim `claim`; `fixed` for an `All` request, whose
 /// devices are given.
@@ -93,6 +99,8 @@ struct Search<'a> {
     taken: HashSet<usize>,
     steps: u64,
     budget: u64,
+    deadline: Option<Instant>,
+    timed_out: bool,
     deepest: usize,
 }
 
@@ -107,6 +115,20 @@ pub fn allocate(
     in_use: impl Fn(&DeviceId) -> bool,
     budget: u64,
 ) -> AllocationOutcome {
+    allocate_until(claims, devices, in_use, budget, None)
+}
+
+/// [`allocate`], giving up with [`AllocationOutcome::TimedOut`] once `deadline` has passed: the clock is read
+/// before each selector evaluation (one may take up to CELSelectorExpressionMaxCost) and every
+/// [`CLOCK_EVERY`] search steps.
+pub fn allocate_until(
+    claims: &[&ClaimRequests],
+    devices: &[&Device],
+    in_use: impl Fn(&DeviceId) -> bool,
+    budget: u64,
+    deadline: Option<Instant>,
+) -> AllocationOutcome {
+    let late = || deadline.is_some_and(|d| Instant::now() >= d);
     let mut slots = Vec::new();
     for (ci, claim) in claims.iter().enumerate() {
         for (ri, req) in claim.requests.iter().enumerate() {
@@ -114,6 +136,9 @@ pub fn allocate(
             for (di, d) in devices.iter().enumerate() {
                 let mut ok = true;
                 for s in &req.selectors {
+                    if late() {
+                        return AllocationOutcome::TimedOut;
+                    }
                     match s.matches(d) {
                         Ok(true) => {}
                         Ok(false) => {
@@ -200,10 +225,13 @@ pub fn allocate(
         taken: HashSet::new(),
         steps: 0,
         budget,
+        deadline,
+        timed_out: false,
         deepest: 0,
     };
     match search.fill(0) {
         Some(true) => AllocationOutcome::Allocated(search.result()),
+        None if search.timed_out => AllocationOutcome::TimedOut,
         None => AllocationOutcome::BudgetExhausted { steps: search.steps },
         Some(false) => {
             let slot = &search.slots[search.deepest.min(n.saturating_sub(1))];
@@ -256,7 +284,7 @@ fn wanted(mode: AllocationMode, matching: u32) -> u32 {
 
 impl Search<'_> {
     /// Fills slots `i..`: `Some(true)` when all are filled, `Some(false)` when no choice works, `None` when the
-    /// budget ran out.
+    /// budget ran out or the deadline passed (`timed_out`).
     fn fill(&mut self, i: usize) -> Option<bool> {
         if i == self.slots.len() {
             return Some(true);
@@ -270,6 +298,10 @@ impl Search<'_> {
         for (pos, &di) in candidates.iter().enumerate().skip(start) {
             self.steps += 1;
             if self.steps > self.budget {
+                return None;
+            }
+            if self.steps.is_multiple_of(CLOCK_EVERY) && self.deadline.is_some_and(|d| Instant::now() >= d) {
+                self.timed_out = true;
                 return None;
             }
             let admin = self.slots[i].admin;

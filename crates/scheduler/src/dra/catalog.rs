@@ -8,6 +8,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::{ClaimRequests, Device, DeviceId};
 use crate::model::{NodeInfo, PodKey};
@@ -101,9 +102,14 @@ impl ResourceClaimInfo {
     }
 }
 
+/// How long the device allocation of one cycle may take before the pods still allocating count as unschedulable
+/// (upstream `DynamicResourcesArgs.filterTimeout`, `DRASchedulerFilterTimeout`, 10 s by default, per Filter call
+/// there; here per cycle, so that one gang's search cannot hold the loop).
+pub const FILTER_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Every device, class and claim the plugin reads, built once by the runtime and shared by the cycles that run
 /// while it holds.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct DeviceCatalog {
     /// Whether the API server serves `resource.k8s.io/v1`; without it, pods with claims cannot be scheduled.
     pub served: bool,
@@ -123,6 +129,25 @@ pub struct DeviceCatalog {
     pub holders: HashMap<ClaimKey, Vec<(PodKey, Arc<str>)>>,
     /// The DRA kinds whose list the server refused (plural names), as the store reports them.
     pub unreadable: Vec<String>,
+    /// The wall-clock bound on one cycle's device allocation, from the cycle's first allocation; zero for none
+    /// (as upstream's `filterTimeout: 0`). [`FILTER_TIMEOUT`] by default.
+    pub filter_timeout: Duration,
+}
+
+impl Default for DeviceCatalog {
+    fn default() -> Self {
+        DeviceCatalog {
+            served: false,
+            revision: 0,
+            node_devices: HashMap::new(),
+            shared_devices: Vec::new(),
+            claims: HashMap::new(),
+            allocated: HashMap::new(),
+            holders: HashMap::new(),
+            unreadable: Vec::new(),
+            filter_timeout: FILTER_TIMEOUT,
+        }
+    }
 }
 
 impl PartialEq for DeviceCatalog {

@@ -23,8 +23,8 @@ pub mod cel;
 pub mod overlay;
 pub mod scheduling;
 
-pub use allocator::{AllocationOutcome, ClaimAllocation, Shortfall, allocate};
-pub use catalog::{Allocated, Consumer, DeviceCatalog, ResourceClaimInfo, SliceScope};
+pub use allocator::{AllocationOutcome, ClaimAllocation, Shortfall, allocate, allocate_until};
+pub use catalog::{Allocated, Consumer, DeviceCatalog, FILTER_TIMEOUT, ResourceClaimInfo, SliceScope};
 pub use overlay::{DeviceOverlay, NodeAllocations};
 pub use scheduling::{ClaimWrite, DeviceAllocation};
 

@@ -8,7 +8,8 @@
 //! the pods' resources in the snapshot's undo log.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use super::{ClaimAllocation, DeviceId};
 use crate::model::PodKey;
@@ -44,6 +45,8 @@ pub struct DeviceOverlay {
     /// How many assumed pods use each claim.
     users: HashMap<ClaimKey, usize>,
     log: Vec<Entry>,
+    /// When this cycle first allocated devices (the start of its filter timeout); cleared by [`Self::commit`].
+    allocation_started: OnceLock<Instant>,
 }
 
 impl PartialEq for DeviceOverlay {
@@ -177,8 +180,20 @@ impl DeviceOverlay {
         }
     }
 
-    /// Keeps every choice (the snapshot committed).
+    /// When this cycle's device allocation must stop: `timeout` after the first call in the cycle (which starts
+    /// the clock); `None` for a zero timeout (no bound) or one too far to represent.
+    pub fn allocation_deadline(&self, timeout: Duration) -> Option<Instant> {
+        if timeout.is_zero() {
+            return None;
+        }
+        self.allocation_started
+            .get_or_init(Instant::now)
+            .checked_add(timeout)
+    }
+
+    /// Keeps every choice (the snapshot committed: the cycle is over, and the next starts its own timeout).
     pub(crate) fn commit(&mut self) {
         self.log.clear();
+        self.allocation_started = OnceLock::new();
     }
 }

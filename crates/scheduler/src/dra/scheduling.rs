@@ -5,11 +5,12 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use super::overlay::{DeviceOverlay, NodeAllocations};
 use super::{
     Allocated, AllocationOutcome, ClaimAllocation, ClaimRequests, Device, DeviceCatalog, DeviceId,
-    ResourceClaimInfo, Shortfall, allocate,
+    ResourceClaimInfo, Shortfall, allocate_until,
 };
 use crate::model::{NodeInfo, PodClaimSource, PodInfo};
 use crate::volumes::ClaimKey;
@@ -28,6 +29,8 @@ pub const RESERVED_FOR_MAX: usize = 256;
 pub const CANNOT_ALLOCATE: &str = "cannot allocate all claims";
 /// Upstream's Filter reason when an allocated claim cannot be used on a node.
 pub const NOT_AVAILABLE: &str = "resourceclaim not available on the node";
+/// Upstream's Filter reason when allocation passed the filter timeout ([`super::FILTER_TIMEOUT`]).
+pub const TIMED_OUT: &str = "timed out trying to allocate devices";
 
 /// PreFilter's result for a pod with claims.
 #[derive(Debug, Clone)]
@@ -46,6 +49,9 @@ pub struct ClaimPlan {
     movable: HashMap<Arc<str>, Vec<Arc<ResourceClaimInfo>>>,
     /// Devices taken in this cycle and the claim that took them.
     taken: HashMap<DeviceId, ClaimKey>,
+    /// When this cycle's allocation must stop, and the timeout it came from (for the message).
+    deadline: Option<Instant>,
+    timeout: Duration,
 }
 
 /// Why a pod's claims stop it on every node (PreFilter), with the message upstream gives.
@@ -84,6 +90,8 @@ pub fn plan(
         new: Vec::new(),
         movable: HashMap::new(),
         taken: HashMap::new(),
+        deadline: None,
+        timeout: catalog.filter_timeout,
     };
     for c in &pod.spec.resource_claims {
         let name = match &c.source {
@@ -133,6 +141,7 @@ pub fn plan(
     if !p.new.is_empty() {
         p.taken = overlay.taken().map(|(d, c)| (d.clone(), c.clone())).collect();
         p.movable = overlay_movable(overlay, catalog);
+        p.deadline = overlay.allocation_deadline(catalog.filter_timeout);
     }
     Ok(Some(p))
 }
@@ -163,6 +172,8 @@ pub enum Misfit {
     /// The claims cannot be allocated there ([`CANNOT_ALLOCATE`]): the request that is short and by how much, or
     /// `None` when the search ran out of its budget.
     CannotAllocate(Option<ShortRequest>),
+    /// The cycle's device allocation passed its filter timeout ([`TIMED_OUT`]), which this is.
+    TimedOut(Duration),
 }
 
 /// The request a node could not satisfy, for messages ("request gpu of claim ns/c: 2 devices of class
@@ -238,7 +249,7 @@ pub fn fit(plan: &ClaimPlan, node: &NodeInfo) -> Result<Option<NodeAllocations>,
                     .get(d)
                     .is_some_and(|c| !joint.iter().any(|j| j.key == *c)))
     };
-    match allocate(&requests, &devices, in_use, ALLOCATION_BUDGET) {
+    match allocate_until(&requests, &devices, in_use, ALLOCATION_BUDGET, plan.deadline) {
         AllocationOutcome::Allocated(result) => Ok(Some(NodeAllocations {
             claims: joint.iter().map(|c| c.key.clone()).zip(result).collect(),
         })),
@@ -247,6 +258,7 @@ pub fn fit(plan: &ClaimPlan, node: &NodeInfo) -> Result<Option<NodeAllocations>,
             shortfall: s,
         }))),
         AllocationOutcome::BudgetExhausted { .. } => Err(Misfit::CannotAllocate(None)),
+        AllocationOutcome::TimedOut => Err(Misfit::TimedOut(plan.timeout)),
     }
 }
 

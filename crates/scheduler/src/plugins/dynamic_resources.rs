@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use crate::dra::scheduling::{self, CANNOT_ALLOCATE, ClaimPlan, Misfit, NOT_AVAILABLE};
+use crate::dra::scheduling::{self, CANNOT_ALLOCATE, ClaimPlan, Misfit, NOT_AVAILABLE, TIMED_OUT};
 use crate::framework::{Code, FilterPlugin, Plugin, PreFilterPlugin};
 use crate::model::{NodeInfo, PodInfo};
 use crate::plugins::Rejection;
@@ -66,6 +66,11 @@ impl FilterPlugin for DynamicResources {
                 NOT_AVAILABLE,
             )),
             Err(Misfit::CannotAllocate(_)) => Err(Rejection::new(NAME, Code::Unschedulable, CANNOT_ALLOCATE)),
+            Err(Misfit::TimedOut(t)) => Err(Rejection::new(
+                NAME,
+                Code::Unschedulable,
+                format!("{TIMED_OUT} (filter timeout {t:?})"),
+            )),
         }
     }
 }
