@@ -6,6 +6,7 @@
 //! derived here from each child's `parentCompositePodGroupName`.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 
@@ -54,8 +55,10 @@ pub struct ClusterIndex {
     children: HashMap<GroupKey, BTreeSet<GroupKey>>,
     /// Pods per owner uid in their resolved owner chain.
     by_owner: HashMap<String, BTreeSet<PodKey>>,
-    /// PodGroup name per owner uid (`scheduling.phalanx.dev/owner-uid` label), and back.
-    owned_groups: HashMap<String, String>,
+    /// PodGroup names per `(namespace, owner uid)` (`scheduling.phalanx.dev/owner-uid` label): a label links only
+    /// pods of its own namespace, so no namespace can claim another's pods.
+    owned_groups: HashMap<Arc<str>, HashMap<String, BTreeSet<Arc<str>>>>,
+    /// The owner uid each labelled PodGroup carries (the way back, to unlink it on a change or a delete).
     group_owner: HashMap<GroupKey, String>,
 }
 
@@ -95,15 +98,27 @@ impl ClusterIndex {
             .unwrap_or_default()
     }
 
-    /// Records (or with `owner: None` forgets) the owner uid a PodGroup is labelled with.
+    /// Records (or with `owner: None` forgets) the owner uid a PodGroup is labelled with
+    /// (`scheduling.phalanx.dev/owner-uid`, [`phalanx_api::owners::OWNER_UID_LABEL`]). The link holds in the
+    /// group's namespace only: a group labelled with the uid of an owner in another namespace links no pod (owner
+    /// references, and so the owners a pod's walk reaches, are namespace-local, as in upstream's garbage collector,
+    /// `pkg/controller/garbagecollector/graph_builder.go`). An empty uid is no label.
     pub fn set_group_owner(&mut self, key: &GroupKey, owner: Option<&str>) {
         if let Some(old) = self.group_owner.remove(key)
-            && self.owned_groups.get(&old).is_some_and(|n| *n == *key.name)
+            && let Some(in_ns) = self.owned_groups.get_mut(&key.namespace)
         {
-            self.owned_groups.remove(&old);
+            remove_from(in_ns, &old, &key.name);
+            if in_ns.is_empty() {
+                self.owned_groups.remove(&key.namespace);
+            }
         }
         if let Some(uid) = owner.filter(|u| !u.is_empty()) {
-            self.owned_groups.insert(uid.to_owned(), key.name.to_string());
+            self.owned_groups
+                .entry(key.namespace.clone())
+                .or_default()
+                .entry(uid.to_owned())
+                .or_default()
+                .insert(key.name.clone());
             self.group_owner.insert(key.clone(), uid.to_owned());
         }
     }
@@ -117,9 +132,14 @@ impl ClusterIndex {
         }
     }
 
-    /// The PodGroup labelled with the owner `uid`, if any.
-    pub fn group_of_owner(&self, uid: &str) -> Option<String> {
-        self.owned_groups.get(uid).cloned()
+    /// The name of the PodGroup in `namespace` labelled with the owner `uid`, if any. With several, the first by
+    /// name, so the answer does not depend on the order the watch delivered them in.
+    pub fn group_of_owner(&self, namespace: &str, uid: &str) -> Option<String> {
+        self.owned_groups
+            .get(namespace)
+            .and_then(|in_ns| in_ns.get(uid))
+            .and_then(|names| names.first())
+            .map(|n| n.to_string())
     }
 
     /// Removes a pod.
@@ -335,13 +355,49 @@ mod tests {
             "a re-resolved pod leaves its old chain"
         );
         ix.set_group_owner(&g, Some("j1"));
-        assert_eq!(ix.group_of_owner("j1").as_deref(), Some("train-job"));
+        assert_eq!(ix.group_of_owner("ns", "j1").as_deref(), Some("train-job"));
         ix.set_group_owner(&g, Some("j2"));
-        assert_eq!(ix.group_of_owner("j1"), None);
+        assert_eq!(ix.group_of_owner("ns", "j1"), None);
         ix.reset_group_owners([]);
-        assert_eq!(ix.group_of_owner("j2"), None);
+        assert_eq!(ix.group_of_owner("ns", "j2"), None);
         ix.reset_pods([&pod("c", None, None, None)]);
         assert!(ix.pods_of_owner("j1").is_empty());
+    }
+
+    /// Issue 35 (defect 8): an owner label links pods of its own namespace only. A PodGroup in namespace `a`
+    /// labelled with the uid of an owner in `b` does not take `b`'s pods, and deleting a same-named group labelled
+    /// with that uid in a third namespace does not unlink `b`'s group.
+    #[test]
+    fn owner_labels_are_namespaced() {
+        let mut ix = ClusterIndex::default();
+        let own = GroupKey::pod_group("b", "own");
+        ix.set_group_owner(&own, Some("uB"));
+        ix.set_group_owner(&GroupKey::pod_group("a", "evil"), Some("uB"));
+        assert_eq!(ix.group_of_owner("b", "uB").as_deref(), Some("own"));
+        assert_eq!(
+            ix.group_of_owner("a", "uB").as_deref(),
+            Some("evil"),
+            "only pods of a reach a's group"
+        );
+        let same_name = GroupKey::pod_group("c", "own");
+        ix.set_group_owner(&same_name, Some("uB"));
+        ix.set_group_owner(&same_name, None);
+        assert_eq!(ix.group_of_owner("b", "uB").as_deref(), Some("own"));
+        assert_eq!(ix.group_of_owner("c", "uB"), None);
+        // Two groups of one namespace with one owner: the first by name, whatever the order, until it goes.
+        let other = GroupKey::pod_group("b", "alt");
+        ix.set_group_owner(&other, Some("uB"));
+        assert_eq!(ix.group_of_owner("b", "uB").as_deref(), Some("alt"));
+        ix.set_group_owner(&other, None);
+        assert_eq!(ix.group_of_owner("b", "uB").as_deref(), Some("own"));
+        ix.set_group_owner(&own, Some(""));
+        assert_eq!(ix.group_of_owner("b", "uB"), None, "an empty label is no label");
+        ix.reset_group_owners([(GroupKey::pod_group("a", "evil"), "uB".to_string())]);
+        assert_eq!(ix.group_of_owner("b", "uB"), None);
+        assert!(
+            !ix.owned_groups.contains_key("b"),
+            "an emptied namespace leaves no entry"
+        );
     }
 
     #[test]

@@ -163,7 +163,11 @@ impl Shared {
                 .index
                 .read()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            owners::resolve(pod, |o| self.lookup_owner(o), |uid| ix.group_of_owner(uid))
+            owners::resolve(
+                pod,
+                |o| self.lookup_owner(o),
+                |o| ix.group_of_owner(&o.namespace, &o.uid),
+            )
         };
         (r.group.map(|n| GroupKey::pod_group(ns, &n)), r.chain)
     }
@@ -415,7 +419,7 @@ impl Store {
         owners::resolve(
             pod,
             |o| self.inner.shared.lookup_owner(o),
-            |uid| ix.group_of_owner(uid),
+            |o| ix.group_of_owner(&o.namespace, &o.uid),
         )
     }
 
@@ -440,7 +444,7 @@ impl Store {
         owners::is_group_owner(
             owner,
             |o| self.inner.shared.lookup_owner(o),
-            |uid| ix.group_of_owner(uid),
+            |o| ix.group_of_owner(&o.namespace, &o.uid),
         )
     }
 

@@ -106,21 +106,22 @@ fn is_deployment_replica_set(owner: &OwnerRef, meta: &ObjectMeta) -> bool {
 pub fn resolve(
     pod: &PodRecord,
     lookup: impl Fn(&OwnerRef) -> Lookup,
-    group_of_uid: impl Fn(&str) -> Option<String>,
+    group_of_owner: impl Fn(&OwnerRef) -> Option<String>,
 ) -> Resolution {
     let namespace = pod.namespace();
     match pod.owner_references.iter().find(|o| o.controller == Some(true)) {
-        Some(o) => resolve_from(owner_ref(namespace, o), lookup, group_of_uid),
+        Some(o) => resolve_from(owner_ref(namespace, o), lookup, group_of_owner),
         None => Resolution::default(),
     }
 }
 
 /// Walks a controller chain from `first` (a pod's controller, or any owner), `first` included.
 ///
-/// `lookup` answers for one reference what the caches know; `group_of_uid` names the PodGroup labelled with an
-/// owner's uid. The group is the **topmost** owner that asks for a gang ([`asks_for_gang`], valid value or not,
-/// named by [`phalanx_api::owners::owner_group_name`]): a Deployment's pods form the Deployment's one gang, never one
-/// per ReplicaSet. Rules at each owner:
+/// `lookup` answers for one reference what the caches know; `group_of_owner` names the PodGroup in the owner's
+/// `namespace` (the pod's) labelled with the owner's uid ([`crate::index::ClusterIndex::group_of_owner`]; a label
+/// in another namespace never counts). The group is the **topmost** owner that asks for a gang ([`asks_for_gang`],
+/// valid value or not, named by [`phalanx_api::owners::owner_group_name`]): a Deployment's pods form the
+/// Deployment's one gang, never one per ReplicaSet. Rules at each owner:
 /// - an owner that asks is remembered and the walk goes on to its controller; a bad annotation still makes the pod
 ///   wait for that group (with the owner's Warning event) instead of being scheduled alone;
 /// - a watched owner not cached yet ends the walk: with the annotated owner below it if there is one, else with its
@@ -132,7 +133,7 @@ pub fn resolve(
 pub fn resolve_from(
     first: OwnerRef,
     lookup: impl Fn(&OwnerRef) -> Lookup,
-    group_of_uid: impl Fn(&str) -> Option<String>,
+    group_of_owner: impl Fn(&OwnerRef) -> Option<String>,
 ) -> Resolution {
     let mut out = Resolution::default();
     let mut cur = first;
@@ -152,7 +153,7 @@ pub fn resolve_from(
         out.chain.push(cur.uid.clone());
         match lookup(&cur) {
             Lookup::NotWatched => {
-                if let Some(g) = group_of_uid(&cur.uid) {
+                if let Some(g) = group_of_owner(&cur) {
                     out.group = Some(g);
                     out.top = Some(cur);
                     return out;
@@ -195,14 +196,14 @@ pub fn resolve_from(
 pub fn is_group_owner(
     owner: &OwnerRef,
     lookup: impl Fn(&OwnerRef) -> Lookup,
-    group_of_uid: impl Fn(&str) -> Option<String>,
+    group_of_owner: impl Fn(&OwnerRef) -> Option<String>,
 ) -> bool {
     if let Lookup::Found(meta) = lookup(owner)
         && !asks_for_gang(owner, &meta)
     {
         return false;
     }
-    resolve_from(owner.clone(), lookup, group_of_uid)
+    resolve_from(owner.clone(), lookup, group_of_owner)
         .top
         .is_none_or(|t| t.uid == owner.uid)
 }
@@ -260,10 +261,10 @@ mod tests {
                     .cloned()
                     .map_or(Lookup::Missing, |m| Lookup::Found(Box::new(m)))
             },
-            |uid| {
+            |o: &OwnerRef| {
                 groups
                     .iter()
-                    .find(|(u, _)| *u == uid)
+                    .find(|(u, _)| *u == o.uid)
                     .map(|(_, g)| (*g).to_string())
             },
         )
@@ -370,10 +371,10 @@ mod tests {
                     .cloned()
                     .map_or(Lookup::Missing, |m| Lookup::Found(Box::new(m)))
             },
-            |uid| {
+            |o: &OwnerRef| {
                 groups
                     .iter()
-                    .find(|(u, _)| *u == uid)
+                    .find(|(u, _)| *u == o.uid)
                     .map(|(_, g)| (*g).to_string())
             },
         )
