@@ -188,6 +188,12 @@ pub struct RunArgs {
     #[arg(long, env = "PHALANX_BIND_CONCURRENCY", default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub bind_concurrency: u32,
 
+    /// Seconds a request of the main API client may wait for the server's next byte after its last write, before
+    /// it fails and its connection is dropped (`crate::fenced_client::DEFAULT_READ_TIMEOUT`, 295). Below 295 a
+    /// healthy but quiet watch (ended by the server after 290 s) is cut and resumed early; meant for tests.
+    #[arg(long = "api-read-timeout", env = "PHALANX_API_READ_TIMEOUT", default_value_t = 295, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub api_read_timeout_secs: u64,
+
     /// Address of the HTTP server for /healthz, /readyz and /metrics.
     #[arg(long, env = "PHALANX_METRICS_ADDR", default_value = "0.0.0.0:8080")]
     pub metrics_addr: SocketAddr,

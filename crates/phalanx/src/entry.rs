@@ -155,6 +155,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         args.context.as_deref(),
         &fence,
         in_flight,
+        std::time::Duration::from_secs(args.api_read_timeout_secs),
     )
     .await?;
     let shutdown = operator::shutdown_on_signals();

@@ -11,8 +11,19 @@
 //! the pause. kube-scheduler has no such fence (`cmd/kube-scheduler/app/server.go` stops on `OnStoppedLeading`).
 //!
 //! The stack mirrors kube's default (`kube_client::client::builder`): base URI, authentication, extra headers,
-//! connect timeout, retries of 429/503/504 with its `server_retry` policy (outside the fence, so each retry is
-//! judged), rustls. Not included: response decompression (not enabled in this build) and kube's tracing spans.
+//! connect, read and write timeouts (hyper-timeout's `TimeoutConnector`, the config's values), retries of
+//! 429/503/504 with its `server_retry` policy (outside the fence, so each retry is judged), rustls. Not included:
+//! response decompression (not enabled in this build) and kube's tracing spans.
+//!
+//! Timeouts, because this client carries every watch and write: an API server or load-balancer failover that
+//! drops a connection without a reset leaves a request on it waiting for ever, holding its in-flight place, and a
+//! watch on it silent (kube's watcher notices a silent watch stream after its server-side `timeoutSeconds`, 290 s,
+//! plus 5 s, but not a watch or list request that never gets its response). So: the connect timeout covers the TLS
+//! handshake too; the read timeout ([`DEFAULT_READ_TIMEOUT`], `phalanx run --api-read-timeout`) fails any request
+//! whose connection stays silent that long after its last write (`reset_reader_on_write`, so time a connection sat
+//! idle in the pool does not count), and is longer than a healthy watch's 290 s so no healthy watch is cut; TCP
+//! keepalive ([`TCP_KEEPALIVE`], as client-go's dialer in `k8s.io/client-go/transport/cache.go`) lets the kernel
+//! find a dead peer of an idle connection.
 //!
 //! Added: a bound on the requests in flight ([`in_flight_limit`]). kube's connector speaks HTTP/1.1 only, so each
 //! request in flight holds a TCP and TLS connection of its own, and the pool keeps them for 90 s after. When the
@@ -31,8 +42,19 @@ use kube::client::ConfigExt as _;
 
 use crate::write_fence::WriteFence;
 
+/// The main client's default read timeout: 295 s, kube's write timeout (`kube_client::config`) and its watcher's
+/// bound on a silent watch (server-side `timeoutSeconds` 290 s plus 5 s, `kube_runtime::watcher`), so a healthy
+/// watch, which the API server ends after 290 s, is never cut by it.
+pub const DEFAULT_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(295);
+
+/// Idle time before the first TCP keepalive probe, and the time between probes: 30 s, as client-go's dialer
+/// (`k8s.io/client-go/transport/cache.go`, `net.Dialer{KeepAlive: 30 * time.Second}`).
+pub const TCP_KEEPALIVE: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// The main client (request and socket fences, see the module docs) and the elector's client (no fence: a
 /// follower, or a leader whose renewal is late, must still read and renew its Lease), built from one config.
+/// Both use the config's `connect_timeout`, `read_timeout` and `write_timeout` (`None`: no bound); the main
+/// client counts the read timeout from each request's last write.
 ///
 /// # Errors
 /// The config's TLS or authentication settings cannot be used.
@@ -44,10 +66,18 @@ pub fn build(
     let lease = kube::Client::try_from(config.clone())?;
     let mut http = HttpConnector::new();
     http.enforce_http(false);
-    http.set_connect_timeout(config.connect_timeout);
+    http.set_keepalive(Some(TCP_KEEPALIVE));
+    http.set_keepalive_interval(Some(TCP_KEEPALIVE));
     let https = config.rustls_https_connector_with_connector(http)?;
+    // Around TLS, so that the connect timeout bounds the handshake too (a black hole accepts TCP and then
+    // says nothing); kube's default stack wraps its connector the same way.
+    let mut timed = hyper_timeout::TimeoutConnector::new(https);
+    timed.set_connect_timeout(config.connect_timeout);
+    timed.set_read_timeout(config.read_timeout);
+    timed.set_write_timeout(config.write_timeout);
+    timed.set_reset_reader_on_write(true);
     let connector = FencedConnector {
-        inner: https,
+        inner: timed,
         fence: fence.socket(),
     };
     let hyper =
@@ -263,5 +293,49 @@ mod tests {
             (1..=3).contains(&most),
             "{most} requests were served at once, the bound is 3"
         );
+    }
+
+    /// A black-holed connection (the server, or a load balancer failing over without a reset, takes the request
+    /// and never answers) fails the request within the read timeout, so it neither hangs its caller nor holds an
+    /// in-flight place for ever. Without a read timeout this request never returned.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_black_holed_request_fails_within_the_read_timeout() {
+        use std::io::Read as _;
+
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("address");
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            for sock in listener.incoming() {
+                let Ok(mut sock) = sock else { return };
+                let mut buf = [0u8; 4096];
+                let _ = sock.read(&mut buf);
+                held.push(sock); // open, silent: no answer, no FIN, no RST
+            }
+        });
+        let mut config = kube::Config::new(format!("http://{addr}").parse().expect("uri"));
+        config.read_timeout = Some(std::time::Duration::from_secs(1));
+        let (client, _) = build(&config, &WriteFence::default(), 1).expect("client");
+        let started = std::time::Instant::now();
+        let req = http::Request::get("/api/v1/namespaces/default")
+            .body(Vec::new())
+            .expect("request");
+        let outcome =
+            tokio::time::timeout(std::time::Duration::from_secs(20), client.request_text(req)).await;
+        let elapsed = started.elapsed();
+        match outcome {
+            Err(_) => panic!("the request to a silent server was still pending after {elapsed:?}"),
+            Ok(Ok(body)) => panic!("a silent server answered {body:?}"),
+            Ok(Err(e)) => assert!(
+                elapsed < std::time::Duration::from_secs(10),
+                "failed only after {elapsed:?}: {e}"
+            ),
+        }
+        // The one in-flight place is free again: a second request gets its own turn and fails the same way.
+        let req = http::Request::get("/api/v1/namespaces/default")
+            .body(Vec::new())
+            .expect("request");
+        let second = tokio::time::timeout(std::time::Duration::from_secs(20), client.request_text(req)).await;
+        assert!(matches!(second, Ok(Err(_))), "second request: {second:?}");
     }
 }

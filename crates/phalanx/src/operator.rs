@@ -38,7 +38,9 @@ pub async fn client(kubeconfig: Option<&PathBuf>, context: Option<&str>) -> anyh
 
 /// The clients of `phalanx run` (see [`crate::fenced_client`]): the main one, fenced at each request and at each
 /// connection by `fence`, with at most `in_flight` requests in flight ([`crate::fenced_client::in_flight_limit`]),
-/// and the elector's, unfenced.
+/// and the elector's, unfenced. Both fail a request whose connection is silent for `read_timeout` after its last
+/// write (`--api-read-timeout`, [`crate::fenced_client::DEFAULT_READ_TIMEOUT`]); kube's defaults give the connect
+/// (30 s) and write (295 s) timeouts.
 ///
 /// # Errors
 /// As [`client`].
@@ -47,8 +49,10 @@ pub async fn fenced_clients(
     context: Option<&str>,
     fence: &crate::write_fence::WriteFence,
     in_flight: usize,
+    read_timeout: Duration,
 ) -> anyhow::Result<(Client, Client)> {
-    let config = config(kubeconfig, context).await?;
+    let mut config = config(kubeconfig, context).await?;
+    config.read_timeout = Some(read_timeout);
     crate::fenced_client::build(&config, fence, in_flight)
 }
 
