@@ -418,9 +418,19 @@ impl Driver {
         // A member of another scheduler is not counted, and that scheduler may bind it outside the gang: say so.
         let mut message = gate.message.clone();
         let mut pod_message = gate.pod_message.clone();
+        // What a member's message must start with to need no new write: upstream's words, before any count.
+        let stem = gate.pod_message.clone();
+        let counted = match quorum_counts(k, gate) {
+            Some(counts) => {
+                pod_message = counts;
+                true
+            }
+            None => false,
+        };
+        let mut note = String::new();
         if let Some((foreign, _)) = self.foreign_member(&self.entity_leaves(k)) {
             let name = foreign.scheduler_name();
-            let note = format!(
+            note = format!(
                 "; pod {}/{} names schedulerName {name:?}, not {:?}: it is not counted, and another scheduler may \
                  bind it outside the gang",
                 foreign.namespace(),
@@ -450,10 +460,14 @@ impl Driver {
             if !self.ours(&pod) || pod.node_name().is_some() || pod.is_terminal() {
                 continue;
             }
-            // The gate changes with every arrival (its group message carries the count), but a member's message
-            // does not: members that already say it are not touched again.
+            // The gate changes with every arrival (its group message carries the count): a member that already
+            // waits for the same thing keeps the count of its own last write, so a gang of N arriving one by one
+            // costs N pod writes, not N²/2 (the PodGroup's condition has the current count).
             if pod_scheduled(&pod).is_some_and(|c| {
-                c.reason.as_deref() == Some(reason) && c.message.as_deref() == Some(pod_message.as_str())
+                c.reason.as_deref() == Some(reason)
+                    && c.message
+                        .as_deref()
+                        .is_some_and(|m| same_wait(m, &stem, counted, &note))
             }) {
                 continue;
             }
@@ -470,6 +484,35 @@ impl Driver {
             };
             self.spawn_group_condition(sg, type_, false, names::gate_group_reason(gate.reason), message);
         }
+    }
+}
+
+/// The member pods' message of a PodGroup waiting for its quorum, with the counts of the moment (upstream's words,
+/// then the group's message): `waiting for minCount pods from a gang to appear in scheduling queue: 2 of 3 pods
+/// present (minCount 3) when this pod was last updated`. `None` for any other gate (a CompositePodGroup tree's
+/// members name their root instead). The count is the group's gate message (`phalanx_scheduler` queue gate,
+/// upstream GangScheduling `PreEnqueue`, `pkg/scheduler/framework/plugins/gangscheduling`).
+fn quorum_counts(k: &EntityKey, gate: &Gate) -> Option<String> {
+    let EntityKey::Group(g) = k else { return None };
+    (gate.reason == GateReason::WaitingForQuorum
+        && g.kind == GroupKind::PodGroup
+        && gate.message != gate.pod_message)
+        .then(|| format!("{}: {}{COUNTED_TAIL}", gate.pod_message, gate.message))
+}
+
+/// The tail of a member's counted message ([`quorum_counts`]).
+const COUNTED_TAIL: &str = " when this pod was last updated";
+
+/// Whether a member's message `m` already says the wait `stem` (+ counts when `counted`) + `note`, whatever count
+/// it carries: such a member needs no new write. Byte-safe on any `m`.
+fn same_wait(m: &str, stem: &str, counted: bool, note: &str) -> bool {
+    let Some(middle) = m.strip_prefix(stem).and_then(|r| r.strip_suffix(note)) else {
+        return false;
+    };
+    if counted {
+        middle.starts_with(": ") && middle.ends_with(COUNTED_TAIL) && !middle.contains("; pod ")
+    } else {
+        middle.is_empty()
     }
 }
 
@@ -514,4 +557,44 @@ fn pod_scheduled(pod: &PodRecord) -> Option<&KeptCondition> {
 /// The reason of the pod's `PodScheduled` condition, if any.
 fn pod_scheduled_reason(pod: &PodRecord) -> Option<String> {
     pod_scheduled(pod)?.reason.as_deref().map(str::to_owned)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const STEM: &str = "waiting for minCount pods from a gang to appear in scheduling queue";
+
+    fn quorum_gate(present: u32) -> Gate {
+        Gate {
+            reason: GateReason::WaitingForQuorum,
+            message: format!("{present} of 3 pods present (minCount 3)"),
+            pod_message: STEM.to_owned(),
+        }
+    }
+
+    #[test]
+    fn a_member_waiting_for_quorum_says_the_counts() {
+        let k = EntityKey::Group(GroupKey::pod_group("ns", "pg1"));
+        let m = quorum_counts(&k, &quorum_gate(2)).unwrap();
+        assert_eq!(
+            m,
+            format!("{STEM}: 2 of 3 pods present (minCount 3) when this pod was last updated")
+        );
+        // Another count is the same wait: no second write of that member.
+        assert!(same_wait(&m, STEM, true, ""));
+        let later = quorum_counts(&k, &quorum_gate(1)).unwrap();
+        assert!(same_wait(&later, STEM, true, ""));
+        // A foreign-member note that appears or goes away is a change.
+        let note = "; pod ns/x names schedulerName \"other\"";
+        assert!(!same_wait(&m, STEM, true, note));
+        assert!(!same_wait(&format!("{m}{note}"), STEM, true, ""));
+        assert!(same_wait(&format!("{m}{note}"), STEM, true, note));
+        // The uncounted words (a CompositePodGroup's member, an older scheduler's write) are not the counted wait.
+        assert!(!same_wait(STEM, STEM, true, ""));
+        assert!(same_wait(STEM, STEM, false, ""));
+        assert!(!same_wait("", STEM, false, ""));
+        let tree = EntityKey::Group(GroupKey::composite("ns", "root"));
+        assert_eq!(quorum_counts(&tree, &quorum_gate(2)), None);
+    }
 }
