@@ -710,3 +710,95 @@ async fn a_refused_bind_unreserves_and_deallocates_the_claims_and_the_gang_goes_
     dev.cleanup().await?;
     result
 }
+
+/// Unreserve after VolumeBinding's PreBind fails: the pod's device claim was written first, its volume is never
+/// provisioned (no provisioner answers within the 3 s bind timeout), and the claim must end unreserved and
+/// deallocated once the node is gone (before the fix it stayed allocated on the node and reserved for the pod).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_volume_prebind_timeout_unreserves_and_deallocates_the_device_claims() -> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim};
+    use k8s_openapi::api::storage::v1::StorageClass;
+    let ctx = setup("dra-volfail").await?;
+    let mut dev = Devices::new(&ctx).await?;
+    let a = ctx.node("a", "8").await?;
+    dev.slice(&a, &["a100"; 1]).await?;
+    dev.template("one", 1, None, None).await?;
+    let class = format!("{}-silent", ctx.ns);
+    let sc: StorageClass = serde_json::from_value(json!({
+        "metadata": { "name": class },
+        "provisioner": "test.phalanx.dev/silent",
+        "volumeBindingMode": "WaitForFirstConsumer",
+    }))?;
+    let classes: Api<StorageClass> = Api::all(ctx.client.clone());
+    classes.create(&PostParams::default(), &sc).await?;
+    let pvc: PersistentVolumeClaim = serde_json::from_value(json!({
+        "metadata": { "name": "data" },
+        "spec": {
+            "accessModes": ["ReadWriteOnce"], "storageClassName": class,
+            "resources": { "requests": { "storage": "1Gi" } },
+        },
+    }))?;
+    Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &ctx.ns)
+        .create(&PostParams::default(), &pvc)
+        .await?;
+    let p: Pod = serde_json::from_value(json!({
+        "metadata": { "name": "p" },
+        "spec": {
+            "schedulerName": ctx.sched,
+            "terminationGracePeriodSeconds": 0,
+            "resourceClaims": [{ "name": "gpu", "resourceClaimTemplateName": "one" }],
+            "volumes": [{ "name": "data", "persistentVolumeClaim": { "claimName": "data" } }],
+            "containers": [{
+                "name": "c", "image": "busybox",
+                "resources": { "requests": { "cpu": "100m" }, "claims": [{ "name": "gpu" }] },
+                "volumeMounts": [{ "name": "data", "mountPath": "/data" }],
+            }],
+        }
+    }))?;
+    ctx.pods().create(&PostParams::default(), &p).await?;
+    let sched = ctx.start_with(|o| o.volume_bind_timeout = Duration::from_secs(3));
+    let run = async {
+        phalanx_testenv::wait_for(
+            "p failed VolumeBinding's PreBind",
+            common::cluster::SETTLE,
+            || async {
+                let p = ctx.pods().get("p").await?;
+                Ok(common::cluster::pod_scheduled(&p)
+                    .filter(|(_, r, m)| r == "SchedulerError" && m.contains("VolumeBinding"))
+                    .map(|_| ()))
+            },
+        )
+        .await?;
+        Api::<Node>::all(ctx.client.clone())
+            .delete(&a, &DeleteParams::default())
+            .await?;
+        let name = claim_of(&ctx, "p").await?;
+        let mut seen = HashMap::new();
+        let freed = tokio::time::timeout(common::cluster::SETTLE, async {
+            loop {
+                let c = claims(&ctx).get(&name).await?;
+                let reserved = c
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.reserved_for.as_ref())
+                    .is_some_and(|r| !r.is_empty());
+                seen = allocations(&ctx).await?;
+                if !reserved && !seen.contains_key(&name) {
+                    return anyhow::Ok(());
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        })
+        .await;
+        ensure!(
+            matches!(freed, Ok(Ok(()))),
+            "claim {name} was not unreserved and deallocated after the volume timeout: {seen:?}"
+        );
+        anyhow::Ok(())
+    }
+    .await;
+    sched.stop().await?;
+    let _ = classes.delete(&class, &DeleteParams::default()).await;
+    dev.cleanup().await?;
+    run
+}
