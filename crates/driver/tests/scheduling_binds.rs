@@ -70,8 +70,9 @@ async fn scheduled_events_can_be_turned_off() -> anyhow::Result<()> {
     let sched = ctx.start_with(|o| o.scheduled_events = false);
     ctx.wait_bound(&names).await?;
     ctx.wait_pg("g", "True", "Scheduled").await?;
-    // The binds' tasks end before the group's condition is decided; give any event write a moment more.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // A `Scheduled` event is written by the bind's task after the bind: once no task is left, every event that
+    // would have been written has been.
+    ctx.wait_idle(&sched).await?;
     let events: kube::Api<k8s_openapi::api::events::v1::Event> =
         kube::Api::namespaced(ctx.client.clone(), &ctx.ns);
     let scheduled: Vec<String> = events

@@ -299,7 +299,7 @@ async fn a_gang_short_of_one_device_binds_nothing_and_allocates_nothing() -> any
     let sched = ctx.start();
     let msg = ctx.wait_pod_unschedulable("g-0").await?;
     ensure!(msg.contains("cannot allocate all claims"), "message: {msg}");
-    ctx.stays_unbound(&pods, Duration::from_secs(3)).await?;
+    ctx.stays_unbound_after_cycle(&sched, &pods).await?;
     let alloc = allocations(&ctx).await?;
     ensure!(alloc.is_empty(), "no claim may be allocated: {alloc:?}");
     sched.stop().await?;
@@ -392,7 +392,7 @@ async fn two_competing_gangs_give_one_whole_gang_and_one_untouched() -> anyhow::
     .context("no gang was bound")??;
     let other = if whole == "x" { "y" } else { "x" };
     let others: Vec<String> = (0..2).map(|i| format!("{other}-{i}")).collect();
-    ctx.stays_unbound(&others, Duration::from_secs(3)).await?;
+    ctx.stays_unbound_after_cycle(&sched, &others).await?;
     let alloc = allocations(&ctx).await?;
     for p in &others {
         let c = claim_of(&ctx, p).await?;
@@ -528,8 +528,33 @@ async fn a_refused_claim_write_binds_no_pod_of_the_gang_until_it_is_allowed() ->
     let vapbs: Api<ValidatingAdmissionPolicyBinding> = Api::all(ctx.client.clone());
     vaps.create(&PostParams::default(), &vap).await?;
     vapbs.create(&PostParams::default(), &binding).await?;
-    // The policy takes effect once the API server has compiled it.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The API server loads policies asynchronously (an informer): wait until it refuses a dry-run status write
+    // to "blocked" (admission runs for dry-run requests too), so that the scheduler's first PreBind meets it.
+    let claims_api: Api<ResourceClaim> = Api::namespaced(ctx.client.clone(), &ctx.ns);
+    let last = std::sync::Mutex::new(String::new());
+    phalanx_testenv::wait_for(
+        "the claim-refusing policy in force",
+        common::cluster::SETTLE,
+        || async {
+            let claim = claims_api.get("blocked").await?;
+            let dry = PostParams {
+                dry_run: true,
+                ..PostParams::default()
+            };
+            let res = claims_api.replace_status("blocked", &dry, &claim).await;
+            let refused =
+                matches!(&res, Err(e) if format!("{e:#}").contains("the test refuses writes to this claim"));
+            *last.lock().unwrap_or_else(|e| e.into_inner()) = format!("{:?}", res.map(|_| "accepted"));
+            Ok(refused.then_some(()))
+        },
+    )
+    .await
+    .map_err(|e| {
+        e.context(format!(
+            "last dry-run write: {}",
+            last.lock().unwrap_or_else(|e| e.into_inner())
+        ))
+    })?;
     ctx.pod_group_with("g", 2, None, serde_json::Value::Null).await?;
     pod(&ctx, "g-0", Some("g"), (CLAIM, "allowed"), None).await?;
     pod(&ctx, "g-1", Some("g"), (CLAIM, "blocked"), None).await?;
@@ -549,7 +574,7 @@ async fn a_refused_claim_write_binds_no_pod_of_the_gang_until_it_is_allowed() ->
     .await
     .context("no SchedulerError from PreBind")??;
     ensure!(msg.contains("claim") && msg.contains("blocked"), "message: {msg}");
-    ctx.stays_unbound(&["g-0", "g-1"], Duration::from_secs(3)).await?;
+    ctx.stays_unbound_after_cycle(&sched, &["g-0", "g-1"]).await?;
     let blocked = allocations(&ctx).await?;
     ensure!(
         !blocked.contains_key("blocked"),

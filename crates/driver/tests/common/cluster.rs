@@ -3,7 +3,12 @@
 //! (`node_selector`), and helpers that create groups and pods and wait for outcomes. No controllers run, so the
 //! `workloadRef`s the CRDs require point at a Workload that need not exist.
 
-use std::{collections::BTreeMap, collections::HashMap, time::Duration};
+use std::{
+    collections::BTreeMap,
+    collections::HashMap,
+    sync::atomic::{AtomicUsize, Ordering},
+    time::Duration,
+};
 
 use anyhow::{Context as _, ensure};
 use k8s_openapi::{api::core::v1::Pod, apimachinery::pkg::apis::meta::v1::Condition};
@@ -20,12 +25,19 @@ use serde_json::json;
 use tokio::{sync::watch, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
 
-pub const SETTLE: Duration = Duration::from_secs(60);
+/// Bound of every wait: generous, since a wait ends as soon as its condition holds and only a stuck scheduler (or
+/// a loaded 2-core machine running every test binary at once) comes near it.
+pub const SETTLE: Duration = Duration::from_secs(120);
+
+/// `scheduler_schedule_attempts_total{result}`: one per scheduling cycle, whatever its result.
+const ATTEMPTS: &str = "phalanx_scheduler_schedule_attempts_total";
 
 pub struct Ctx {
     pub client: Client,
     pub ns: String,
     pub sched: String,
+    /// Nodes added by [`Ctx::wake`] so far (their names count up).
+    wakes: AtomicUsize,
 }
 
 /// A running in-process scheduler.
@@ -56,6 +68,37 @@ impl Sched {
         self.handle.abort();
         let _ = self.handle.await;
     }
+
+    /// Sum of the samples of the counter or gauge `metric` whose labels contain `label` ("" matches every series;
+    /// 0 when absent).
+    pub fn counter(&self, metric: &str, label: &str) -> f64 {
+        let prefix_braces = format!("{metric}{{");
+        let prefix_plain = format!("{metric} ");
+        self.metrics()
+            .lines()
+            .filter(|l| (l.starts_with(&prefix_braces) || l.starts_with(&prefix_plain)) && l.contains(label))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
+    /// Scheduling cycles run so far (`scheduler_schedule_attempts_total`, every result).
+    pub fn attempts(&self) -> f64 {
+        self.counter(ATTEMPTS, "")
+    }
+
+    /// Nothing the scheduler decided is still on its way to the API server: no bind waiting for a permit, no
+    /// background bind, write or event running (`scheduler_tracked_objects{kind="binds_waiting"}` and
+    /// `{kind="tasks"}` at 0; the gauges are refreshed on every pass of the loop, at least once a second). Returns
+    /// what it saw, for a failure message.
+    pub fn nothing_in_flight(&self) -> (bool, String) {
+        let m = self.metrics();
+        let waiting = tracked(&m, "binds_waiting").unwrap_or(0.0);
+        let tasks = tracked(&m, "tasks").unwrap_or(0.0);
+        (
+            waiting == 0.0 && tasks == 0.0,
+            format!("binds_waiting {waiting}, tasks {tasks}"),
+        )
+    }
 }
 
 pub async fn setup(prefix: &str) -> anyhow::Result<Ctx> {
@@ -64,7 +107,12 @@ pub async fn setup(prefix: &str) -> anyhow::Result<Ctx> {
     phalanx_testenv::apply_crds(&client, &phalanx_api::crds::to_yaml()).await?;
     let ns = create_namespace(&client, prefix).await?;
     let sched = format!("phalanx-{ns}");
-    Ok(Ctx { client, ns, sched })
+    Ok(Ctx {
+        client,
+        ns,
+        sched,
+        wakes: AtomicUsize::new(0),
+    })
 }
 
 /// `phalanx_scheduler_tracked_objects{kind="<kind>"}` in a text exposition ([`Sched::metrics`]).
@@ -372,10 +420,70 @@ impl Ctx {
         .await
     }
 
-    /// Asserts none of `names` gets bound during `d`.
+    /// Waits until `s` has nothing of its decisions in flight ([`Sched::nothing_in_flight`]); returns the attempts
+    /// counted by then. The error names the gauges last seen.
+    pub async fn wait_idle(&self, s: &Sched) -> anyhow::Result<f64> {
+        let last = std::sync::Mutex::new(String::new());
+        let res = wait_for("nothing the scheduler decided still in flight", SETTLE, || {
+            let (idle, what) = s.nothing_in_flight();
+            *last.lock().unwrap_or_else(|e| e.into_inner()) = what;
+            let attempts = s.attempts();
+            async move { Ok(idle.then_some(attempts)) }
+        })
+        .await;
+        res.map_err(|e| e.context(last.lock().unwrap_or_else(|e| e.into_inner()).clone()))
+    }
+
+    /// Adds a 100m node (too small for any pod of these tests) and waits until `s` has run a scheduling cycle after
+    /// it, then until nothing that cycle decided is still in flight: the positive sign that the scheduler has seen
+    /// the cluster as it is now. A node event wakes every unschedulable entity (`crates/scheduler/src/queue`), as
+    /// upstream's `NodeAdd` moves unschedulable pods back to the active queue (kubernetes
+    /// `pkg/scheduler/backend/queue/scheduling_queue.go`). Returns the attempts seen, for messages. Needs a leader:
+    /// a follower runs no cycle.
+    pub async fn wake(&self, s: &Sched) -> anyhow::Result<f64> {
+        let before = s.attempts();
+        let i = self.wakes.fetch_add(1, Ordering::Relaxed);
+        self.node(&format!("wake-{i}"), "100m").await?;
+        wait_for(
+            &format!("a scheduling cycle after node wake-{i} was added (attempts were {before})"),
+            SETTLE,
+            || {
+                let now = s.attempts();
+                async move { Ok((now > before).then_some(())) }
+            },
+        )
+        .await?;
+        self.wait_idle(s).await
+    }
+
+    /// Negative check: none of `names` is bound once [`Ctx::wake`] has seen `s` retry with the cluster as it is and
+    /// finish what it decided, so that neither a slow machine nor a fast one decides the outcome. A bind is never
+    /// undone, so the pods' state then is their history (the pods are not deleted meanwhile).
+    pub async fn stays_unbound_after_cycle<S: AsRef<str>>(
+        &self,
+        s: &Sched,
+        names: &[S],
+    ) -> anyhow::Result<()> {
+        let attempts = self.wake(s).await?;
+        let b = self.bindings().await?;
+        for n in names.iter().map(AsRef::as_ref) {
+            ensure!(
+                !b.contains_key(n),
+                "pod {n} was bound to {:?} (after {attempts} scheduling attempts), expected it to stay pending",
+                b.get(n)
+            );
+        }
+        Ok(())
+    }
+
+    /// Asserts none of `names` gets bound during `d`: a final look for callers that have already waited for their
+    /// positive sign (a condition or reason the scheduler wrote, its gauges settled) or whose scheduler runs no
+    /// cycle (a follower), and for a test whose meaning is a span of time (a pod that waits while its group is
+    /// missing). It can only fail on a bind, never on a slow machine; where a leader is running and the check is
+    /// the point of the test, prefer [`Ctx::stays_unbound_after_cycle`].
     pub async fn stays_unbound<S: AsRef<str>>(&self, names: &[S], d: Duration) -> anyhow::Result<()> {
         let end = std::time::Instant::now() + d;
-        while std::time::Instant::now() < end {
+        loop {
             let b = self.bindings().await?;
             for n in names.iter().map(AsRef::as_ref) {
                 ensure!(
@@ -384,8 +492,11 @@ impl Ctx {
                     b.get(n)
                 );
             }
+            if std::time::Instant::now() >= end {
+                return Ok(());
+            }
+            // Poll interval of the look, not a wait for a condition.
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        Ok(())
     }
 }
