@@ -124,6 +124,7 @@ async fn a_custom_kind_whose_discovery_fails_once_is_resolved_after_the_retry() 
     use kube::api::DynamicObject;
     use kube::core::{ApiResource, GroupVersionKind};
     use phalanx_store::owners::{Lookup, OwnerRef};
+    discovery_failures::install();
     let env = TestEnv::shared();
     // Without kube's default retry layer, which retries a 503 up to 15 times (`kube::client::retry`, over minutes)
     // before the caller sees it: so the store's discovery really fails, at once.
@@ -200,7 +201,14 @@ async fn a_custom_kind_whose_discovery_fails_once_is_resolved_after_the_retry() 
     };
     // The first lookup starts the kind: discovery answers 503 (the first attempt and the retries at 1 s and 3 s).
     assert!(matches!(store.owner_meta(&widget("none")), Lookup::Missing));
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    // The positive sign: the store has logged three failed discoveries of the kind (the first attempt and the
+    // retries at 1 s and 3 s), each of which left it as it was.
+    wait_for("three failed discoveries of Widget logged", T * 2, || {
+        let n = discovery_failures::count(&api_version);
+        async move { Ok((n >= 3).then_some(())) }
+    })
+    .await
+    .map_err(|e| e.context(format!("{} logged", discovery_failures::count(&api_version))))?;
     let meanwhile = store.owner_meta(&widget("none"));
     assert!(
         matches!(meanwhile, Lookup::Missing),
@@ -548,4 +556,93 @@ async fn a_store_on_a_server_without_dra_is_ready_without_it() -> anyhow::Result
     // Stops the dedicated control plane (hack/cluster.sh down); blocking, so off the runtime's threads.
     tokio::task::spawn_blocking(move || drop(env)).await?;
     Ok(())
+}
+
+/// Counts the store's `discovery of owner kind failed; retrying` warnings per `api_version` (the positive sign of
+/// a retry that failed), through a process-wide `tracing` subscriber that records nothing else.
+mod discovery_failures {
+    use std::collections::BTreeMap;
+    use std::sync::{Mutex, Once, PoisonError};
+
+    use tracing::field::{Field, Visit};
+    use tracing::span::{Attributes, Id, Record};
+    use tracing::{Event, Level, Metadata, Subscriber};
+
+    /// The warning of `crates/store/src/custom_owners.rs`, `serve_kind`, for a transient discovery failure.
+    const MESSAGE: &str = "discovery of owner kind failed; retrying";
+
+    static COUNTS: Mutex<BTreeMap<String, u32>> = Mutex::new(BTreeMap::new());
+    static INSTALL: Once = Once::new();
+
+    /// Installs the counter as the global subscriber (once; a no-op if another was installed first, in which
+    /// case [`count`] stays 0 and the caller's wait names it).
+    pub fn install() {
+        INSTALL.call_once(|| {
+            let _ = tracing::subscriber::set_global_default(Counter);
+        });
+    }
+
+    /// Failed discoveries logged so far for `api_version`.
+    pub fn count(api_version: &str) -> u32 {
+        COUNTS
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(api_version)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    struct Counter;
+
+    #[derive(Default)]
+    struct Fields {
+        message: String,
+        api_version: String,
+    }
+
+    impl Visit for Fields {
+        fn record_str(&mut self, field: &Field, value: &str) {
+            if field.name() == "api_version" {
+                self.api_version = value.to_owned();
+            }
+        }
+
+        fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+            match field.name() {
+                "message" => self.message = format!("{value:?}"),
+                "api_version" => self.api_version = format!("{value:?}").trim_matches('"').to_owned(),
+                _ => {}
+            }
+        }
+    }
+
+    impl Subscriber for Counter {
+        fn enabled(&self, metadata: &Metadata<'_>) -> bool {
+            *metadata.level() == Level::WARN
+        }
+
+        fn new_span(&self, _: &Attributes<'_>) -> Id {
+            Id::from_u64(1)
+        }
+
+        fn record(&self, _: &Id, _: &Record<'_>) {}
+
+        fn record_follows_from(&self, _: &Id, _: &Id) {}
+
+        fn event(&self, event: &Event<'_>) {
+            let mut f = Fields::default();
+            event.record(&mut f);
+            if f.message == MESSAGE {
+                *COUNTS
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .entry(f.api_version)
+                    .or_default() += 1;
+            }
+        }
+
+        fn enter(&self, _: &Id) {}
+
+        fn exit(&self, _: &Id) {}
+    }
 }
