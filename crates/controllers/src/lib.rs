@@ -17,6 +17,7 @@ pub mod error;
 pub mod group;
 pub mod group_claims;
 pub mod integrations;
+pub mod members_wait;
 pub mod pod_group;
 pub mod recovery;
 pub mod satisfied;
@@ -64,6 +65,10 @@ pub struct ControllerOptions {
     /// status of a group that only waits for its first schedule wait for it ([`scheduled`]). Set when the
     /// scheduler runs in the same process and leaves that condition to us; default false (the scheduler writes it).
     pub initially_scheduled: bool,
+    /// How long a gang PodGroup still gathering its pods (fewer than `minCount` present, never scheduled) may see
+    /// no new member before it gets one Warning event `WaitingForMembers` ([`members_wait`]). Zero: never.
+    /// Default 5 min.
+    pub members_wait_warning: Duration,
 }
 
 impl Default for ControllerOptions {
@@ -76,6 +81,7 @@ impl Default for ControllerOptions {
             max_backoff: Duration::from_secs(120),
             scheduler_names: vec![phalanx_api::DEFAULT_SCHEDULER_NAME.to_string()],
             initially_scheduled: false,
+            members_wait_warning: Duration::from_secs(300),
         }
     }
 }

@@ -42,6 +42,7 @@ use crate::context::Ctx;
 use crate::error::{Error, Result};
 use crate::group::{self, PrioritySpec};
 use crate::group_claims;
+use crate::members_wait;
 use crate::recovery;
 use crate::satisfied;
 use crate::scheduled;
@@ -344,6 +345,20 @@ pub async fn reconcile(pg: Arc<PodGroup>, ctx: Ctx) -> Result<Action> {
             now,
         })
     };
+    let ever_scheduled = scheduled_now
+        || status::existing_condition(&ctx, &uid, &current, POD_GROUP_INITIALLY_SCHEDULED)
+            .is_some_and(|c| c.status == "True");
+    let failed = existing_failed.as_ref().is_some_and(|c| c.status == "True");
+    let gathering = problem.is_none() && !deleting && !failed && !ever_scheduled;
+    let facts = members_wait::Facts::of(
+        &pg,
+        &members,
+        counts,
+        gathering,
+        ctx.opts.members_wait_warning,
+        now,
+    );
+    let members_wait = members_wait::report(&ctx, &uid, &reference, members_wait::decide(&facts)).await;
     let mut live = LiveStatus {
         failed: recovery::failed_condition(existing_failed.as_ref(), &step, pg.metadata.generation),
         satisfied,
@@ -368,7 +383,9 @@ pub async fn reconcile(pg: Arc<PodGroup>, ctx: Ctx) -> Result<Action> {
         // Nothing to say but "waiting": the binds, or the scheduler's reason for the wait, come first.
         ctx.nothing_wanted(&uid);
         ctx.note_success(&uid);
-        return Ok(Action::requeue(ctx.opts.resync));
+        return Ok(Action::requeue(
+            members_wait.map_or(ctx.opts.resync, |d| d.min(ctx.opts.resync)),
+        ));
     }
     let desired = desired_status(&pg, existing.as_ref(), problem.as_ref(), counts, &live);
     let decision = status::decide(&ctx, &uid, &desired, &current);
@@ -384,10 +401,14 @@ pub async fn reconcile(pg: Arc<PodGroup>, ctx: Ctx) -> Result<Action> {
     if !matches!(decision, WriteDecision::Later(_)) || matches!(step, recovery::Step::Finish { .. }) {
         act(&ctx, &uid, &reference, &step, &members, &live).await?;
     }
+    // The sooner of the end of a grace period and the threshold of a gang that waits for members.
     let wait = match step {
         recovery::Step::Wait { left, .. } => Some(left),
         _ => None,
-    };
+    }
+    .into_iter()
+    .chain(members_wait)
+    .min();
     // The verdict's event goes out with the status write it announces (see `report_validity`).
     if !matches!(decision, WriteDecision::Later(_)) {
         report_validity(
@@ -403,7 +424,7 @@ pub async fn reconcile(pg: Arc<PodGroup>, ctx: Ctx) -> Result<Action> {
     }
     ctx.note_success(&uid);
     let action = status::after(&decision, ctx.opts.resync);
-    // Come back when the grace period ends (the pods' events may be over by then).
+    // Come back when that time is up (the pods' events may be over by then).
     Ok(match wait {
         Some(d) if d < ctx.opts.resync && !matches!(decision, WriteDecision::Later(_)) => {
             Action::requeue(d + Duration::from_millis(100))

@@ -194,6 +194,11 @@ pub struct RunArgs {
     #[arg(long = "api-read-timeout", env = "PHALANX_API_READ_TIMEOUT", default_value_t = 295, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub api_read_timeout_secs: u64,
 
+    /// Seconds a gang PodGroup still gathering its pods (fewer than minCount, never scheduled) may see no new member
+    /// before it gets one Warning event `WaitingForMembers` (`phalanx_controllers::members_wait`); 0 = never.
+    #[arg(long = "members-wait-warning", env = "PHALANX_MEMBERS_WAIT_WARNING", default_value_t = 300, value_parser = clap::value_parser!(u64).range(0..=86400))]
+    pub members_wait_warning_secs: u64,
+
     /// Address of the HTTP server for /healthz, /readyz and /metrics.
     #[arg(long, env = "PHALANX_METRICS_ADDR", default_value = "0.0.0.0:8080")]
     pub metrics_addr: SocketAddr,
@@ -263,6 +268,8 @@ mod tests {
             "json",
             "--node-selector",
             "a=b",
+            "--members-wait-warning",
+            "0",
         ])
         .expect("flags parse");
         let Command::Run(args) = cli.command else {
@@ -274,6 +281,12 @@ mod tests {
         assert_eq!(args.bind_concurrency, 4);
         assert_eq!(args.log_format, LogFormat::Json);
         assert_eq!(args.node_selector, "a=b");
+        assert_eq!(args.members_wait_warning_secs, 0, "0 turns the warning off");
+        let Command::Run(args) = Cli::try_parse_from(["phalanx", "run"]).expect("parses").command else {
+            panic!("expected run")
+        };
+        assert_eq!(args.members_wait_warning_secs, 300);
+        assert!(Cli::try_parse_from(["phalanx", "run", "--members-wait-warning", "-1"]).is_err());
     }
 
     #[test]

@@ -163,6 +163,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         scheduler_name: args.scheduler_name,
         node_selector: args.node_selector,
         bind_concurrency: args.bind_concurrency,
+        members_wait_warning: std::time::Duration::from_secs(args.members_wait_warning_secs),
         metrics_addr: args.metrics_addr,
         config,
         leader: LeaderConfig {

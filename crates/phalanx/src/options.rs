@@ -16,6 +16,9 @@ pub struct RunOptions {
     pub node_selector: String,
     /// Maximum `pods/binding` calls in flight.
     pub bind_concurrency: u32,
+    /// How long a gang still gathering its pods may see no new member before its `WaitingForMembers` Warning
+    /// (`--members-wait-warning`; zero = never).
+    pub members_wait_warning: std::time::Duration,
     /// Address of /healthz, /readyz, /metrics (port 0 = any free port).
     pub metrics_addr: SocketAddr,
     /// The validated configuration file.
@@ -43,6 +46,7 @@ impl std::fmt::Debug for RunOptions {
             .field("scheduler_name", &self.scheduler_name)
             .field("node_selector", &self.node_selector)
             .field("bind_concurrency", &self.bind_concurrency)
+            .field("members_wait_warning", &self.members_wait_warning)
             .field("metrics_addr", &self.metrics_addr)
             .field("config", &self.config)
             .field("leader", &self.leader)
@@ -60,6 +64,7 @@ impl Default for RunOptions {
             scheduler_name: phalanx_api::DEFAULT_SCHEDULER_NAME.into(),
             node_selector: String::new(),
             bind_concurrency: 16,
+            members_wait_warning: std::time::Duration::from_secs(300),
             metrics_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             config: PhalanxConfig::default(),
             leader: LeaderConfig::default(),

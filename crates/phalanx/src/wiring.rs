@@ -95,6 +95,7 @@ pub fn controllers(
         scheduler_names: vec![opts.scheduler_name.clone()],
         // The scheduler above runs in this process and leaves the condition to the PodGroup controller.
         initially_scheduled: true,
+        members_wait_warning: opts.members_wait_warning,
     };
     let fut = phalanx_controllers::run_controllers(
         client.clone(),
@@ -130,5 +131,8 @@ mod tests {
             u128::from(config.controllers.min_status_interval_ms),
             ctrl.min_status_interval.as_millis()
         );
+        // The flag's default (`--members-wait-warning`, cli.rs) is the controllers' too.
+        let run = crate::options::RunOptions::default();
+        assert_eq!(run.members_wait_warning, ctrl.members_wait_warning);
     }
 }

@@ -400,6 +400,7 @@ fn deployment_is_hardened_and_leader_elected() {
         "--scheduler-name=phalanx-scheduler",
         "--config=/etc/phalanx/phalanx.yaml",
         "--log-format=json",
+        "--members-wait-warning=300",
     ] {
         assert!(args.contains(&want), "missing {want} in {args:?}");
     }
