@@ -147,6 +147,9 @@ async fn a_watch_over_a_black_holed_connection_recovers_within_the_read_timeout(
     let stalled_at = Instant::now();
     let s = stall.clone();
     tokio::spawn(async move {
+        // The fault itself, not a wait for a condition: the stall lasts 12 s (three read timeouts), and the proxy
+        // accepts new connections after it. The connections frozen now stay silent for good, so a client without
+        // a read timeout never recovers however long the check below waits.
         tokio::time::sleep(Duration::from_secs(12)).await;
         s.frozen_below
             .store(s.next_id.load(Ordering::SeqCst), Ordering::SeqCst);
@@ -157,7 +160,9 @@ async fn a_watch_over_a_black_holed_connection_recovers_within_the_read_timeout(
         .expect("create ConfigMap after");
     let seen = phalanx_testenv::wait_for(
         "ConfigMap after (created during the stall) in the watcher's cache",
-        Duration::from_secs(45),
+        // Generous for a loaded machine: recovery takes the 12 s stall plus a read timeout and a relist, and a
+        // client without a read timeout fails whatever the bound.
+        Duration::from_secs(120),
         has("after"),
     )
     .await;
