@@ -418,8 +418,32 @@ async fn kueue_admits_phalanx_gang_schedules_over_quota_waits() -> Result<()> {
         pg.spec.scheduling_policy.gang.map(|g| g.min_count) == Some(4),
         "the admitted Job is one gang of 4"
     );
-    // Over quota: suspended, no pods, no group, for a while.
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // Over quota: suspended, no pods, no group. The positive sign is Kueue's verdict on the Job's Workload
+    // (`QuotaReserved=False`: it has been considered and does not fit), written while the Job stays suspended.
+    let kueue_workloads = kueue_api(&client, "Workload", "workloads", Some(&ns));
+    wait_for(
+        "Kueue's Workload of Job second QuotaReserved=False",
+        WAIT,
+        || async {
+            let l = kueue_workloads.list(&ListParams::default()).await?;
+            let pending = l.items.iter().any(|w| {
+                let of_second = w
+                    .metadata
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .any(|o| o.kind == "Job" && o.name == "second");
+                let conditions = w.data.pointer("/status/conditions").cloned().unwrap_or_default();
+                of_second
+                    && conditions.as_array().is_some_and(|cs| {
+                        cs.iter()
+                            .any(|c| c["type"] == "QuotaReserved" && c["status"] == "False")
+                    })
+            });
+            Ok(pending.then_some(()))
+        },
+    )
+    .await?;
     let second = jobs.get("second").await?;
     ensure!(
         second.spec.and_then(|s| s.suspend) == Some(true),
