@@ -419,7 +419,7 @@ impl Driver {
         let mut message = gate.message.clone();
         let mut pod_message = gate.pod_message.clone();
         // What a member's message must start with to need no new write: upstream's words, before any count.
-        let stem = gate.pod_message.clone();
+        let mut stem = gate.pod_message.clone();
         let counted = match quorum_counts(k, gate) {
             Some(counts) => {
                 pod_message = counts;
@@ -456,6 +456,14 @@ impl Driver {
             }
             EntityKey::Group(g) => self.store.group_members(&g.clone()),
         };
+        if gate.reason == GateReason::WaitingForResourceClaim
+            && let Some(m) = missing_template_message(&self.store, &pods)
+        {
+            // The queue does not know the templates; the store does. No claim ever comes from a missing one.
+            message.clone_from(&m);
+            stem.clone_from(&m);
+            pod_message = m;
+        }
         for pod in pods {
             if !self.ours(&pod) || pod.node_name().is_some() || pod.is_terminal() {
                 continue;
@@ -485,6 +493,32 @@ impl Driver {
             self.spawn_group_condition(sg, type_, false, names::gate_group_reason(gate.reason), message);
         }
     }
+}
+
+/// The message of a member waiting for a claim whose ResourceClaimTemplate does not exist, naming the entry and the
+/// template (`pod "ns/p": ResourceClaim not created yet: resourceClaims "gpu": ResourceClaimTemplate "one" not
+/// found`, [`phalanx_scheduler::dra::scheduling::claim_not_created`]), for the first of `pods` with one. `None` when
+/// every template exists, or when templates cannot be read (`resource.k8s.io/v1` not served, or their list refused):
+/// a template not seen is then not known to be missing.
+fn missing_template_message(store: &phalanx_store::Store, pods: &[Arc<PodRecord>]) -> Option<String> {
+    use phalanx_scheduler::dra::scheduling::{claim_not_created, missing_template};
+    let dra = store.dra()?;
+    if store
+        .unreadable_devices()
+        .iter()
+        .any(|k| k == "resourceclaimtemplates")
+    {
+        return None;
+    }
+    pods.iter().find_map(|p| {
+        let exists = |t: &str| {
+            dra.templates
+                .get(&kube::runtime::reflector::ObjectRef::new(t).within(p.namespace()))
+                .is_some()
+        };
+        missing_template(&p.info, exists)?;
+        claim_not_created(&p.info, exists)
+    })
 }
 
 /// The member pods' message of a PodGroup waiting for its quorum, with the counts of the moment (upstream's words,

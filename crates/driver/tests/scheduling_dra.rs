@@ -827,3 +827,35 @@ async fn a_volume_prebind_timeout_unreserves_and_deallocates_the_device_claims()
     dev.cleanup().await?;
     run
 }
+
+/// A pod whose `resourceClaims[]` entry names a ResourceClaimTemplate that does not exist never gets its claim
+/// (kube-controller-manager fails on the template): its `PodScheduled=False` message names the entry and the
+/// template after upstream's words (issue 35, defect 13); once the template exists, the claims come and the gang
+/// binds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_claim_template_is_named_on_the_pods() -> anyhow::Result<()> {
+    let ctx = setup("dra-notemplate").await?;
+    let mut dev = Devices::new(&ctx).await?;
+    let a = ctx.node("a", "8").await?;
+    dev.slice(&a, &["a100"; 2]).await?;
+    ctx.pod_group_with("g", 2, None, serde_json::Value::Null).await?;
+    let pods: Vec<String> = (0..2).map(|i| format!("g-{i}")).collect();
+    for p in &pods {
+        pod(&ctx, p, Some("g"), (TEMPLATE, "one"), None).await?;
+    }
+    let sched = ctx.start();
+    let want =
+        "ResourceClaim not created yet: resourceClaims \"gpu\": ResourceClaimTemplate \"one\" not found";
+    for p in &pods {
+        let msg = ctx.wait_pod_unschedulable(p).await?;
+        ensure!(
+            msg.starts_with(&format!("pod \"{}/g-", ctx.ns)) && msg.ends_with(want),
+            "pod {p}: message {msg:?}, want one ending in {want:?}"
+        );
+    }
+    dev.template("one", 1, None, None).await?;
+    let bound = ctx.wait_bound(&pods).await?;
+    check_allocated(&ctx, &bound, &pods).await?;
+    sched.stop().await?;
+    dev.cleanup().await
+}

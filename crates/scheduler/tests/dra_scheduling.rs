@@ -300,7 +300,9 @@ fn a_claim_not_created_yet_holds_the_pod_at_pre_enqueue() {
     let mut p = Sim::make_pod("p", 100, Some("g"), 100);
     Arc::make_mut(&mut p.spec).resource_claims = vec![PodResourceClaim {
         name: "gpu".into(),
-        source: PodClaimSource::NotCreated,
+        source: PodClaimSource::NotCreated {
+            template: Some("one".into()),
+        },
     }];
     sim.add_group(Sim::gang("g", 1));
     sim.add_pod(p);

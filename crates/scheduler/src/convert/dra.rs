@@ -242,7 +242,9 @@ pub(crate) fn pod_claims(pod: &k8s_openapi::api::core::v1::Pod) -> Vec<PodResour
                         Some(n) => PodClaimSource::Claim(n.as_str().into()),
                         None => PodClaimSource::NotNeeded,
                     },
-                    None => PodClaimSource::NotCreated,
+                    None => PodClaimSource::NotCreated {
+                        template: c.resource_claim_template_name.as_deref().map(Arc::from),
+                    },
                 }
             };
             PodResourceClaim {

@@ -58,6 +58,40 @@ pub struct ClaimPlan {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Unresolvable(pub String);
 
+/// The first `resourceClaimTemplateName` entry of `pod` whose claim does not exist yet and whose template is missing
+/// by `template_exists` (given a template name in the pod's namespace): `(entry, template)`. kube-controller-manager
+/// never creates such a claim (its resourceclaim controller, `pkg/controller/resourceclaim/controller.go`, fails on
+/// the template lookup and retries), so the pod waits until the template appears.
+pub fn missing_template(pod: &PodInfo, template_exists: impl Fn(&str) -> bool) -> Option<(&str, &str)> {
+    pod.spec.resource_claims.iter().find_map(|c| match &c.source {
+        PodClaimSource::NotCreated { template: Some(t) } if !template_exists(t) => Some((&*c.name, &**t)),
+        _ => None,
+    })
+}
+
+/// The message of a pod held at PreEnqueue because the claim of a `resourceClaimTemplateName` entry does not exist
+/// yet: upstream's `pod "ns/name": ResourceClaim not created yet` (`resourceclaim.Name`,
+/// `staging/src/k8s.io/dynamic-resource-allocation/resourceclaim/resourceclaim.go`, returned as is by DynamicResources
+/// PreEnqueue, `pkg/scheduler/framework/plugins/dynamicresources/dynamicresources.go`), followed, when an entry's
+/// ResourceClaimTemplate is missing ([`missing_template`]), by that entry and template:
+/// `pod "ns/p": ResourceClaim not created yet: resourceClaims "gpu": ResourceClaimTemplate "one" not found`.
+/// `None` when no entry waits for its claim.
+pub fn claim_not_created(pod: &PodInfo, template_exists: impl Fn(&str) -> bool) -> Option<String> {
+    pod.spec
+        .resource_claims
+        .iter()
+        .any(|c| matches!(c.source, PodClaimSource::NotCreated { .. }))
+        .then(|| {
+            let head = format!("pod \"{}\": ResourceClaim not created yet", pod.key);
+            match missing_template(pod, template_exists) {
+                Some((entry, t)) => {
+                    format!("{head}: resourceClaims {entry:?}: ResourceClaimTemplate {t:?} not found")
+                }
+                None => head,
+            }
+        })
+}
+
 /// PreFilter: the pod's claims, or `Ok(None)` when it has none.
 ///
 /// # Errors
@@ -97,11 +131,8 @@ pub fn plan(
         let name = match &c.source {
             PodClaimSource::Claim(n) => n,
             PodClaimSource::NotNeeded => continue,
-            PodClaimSource::NotCreated => {
-                return Err(Unresolvable(format!(
-                    "pod \"{}\": ResourceClaim not created yet",
-                    pod.key
-                )));
+            PodClaimSource::NotCreated { .. } => {
+                return Err(Unresolvable(claim_not_created(pod, |_| true).unwrap_or_default()));
             }
         };
         let key = ClaimKey::new(&pod.key.namespace, name);
@@ -403,4 +434,62 @@ pub fn domain_shortfall<'a>(
         .into_iter()
         .find(|(_, wanted, f)| (f.len() as u64) < *wanted)
         .map(|(class, wanted, f)| format!("{wanted} devices of class {class} wanted, {} free", f.len()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::PodResourceClaim;
+
+    fn pod(entries: &[(&str, PodClaimSource)]) -> PodInfo {
+        let mut p = PodInfo::simple("ns", "p", 100);
+        Arc::make_mut(&mut p.spec).resource_claims = entries
+            .iter()
+            .map(|(name, source)| PodResourceClaim {
+                name: (*name).into(),
+                source: source.clone(),
+            })
+            .collect();
+        p
+    }
+
+    fn from(template: &str) -> PodClaimSource {
+        PodClaimSource::NotCreated {
+            template: Some(template.into()),
+        }
+    }
+
+    #[test]
+    fn a_claim_not_created_names_its_entry_and_template_when_the_template_is_missing() {
+        let p = pod(&[
+            ("ready", PodClaimSource::Claim("c".into())),
+            ("nic", from("exists")),
+            ("gpu", from("one")),
+        ]);
+        assert_eq!(
+            claim_not_created(&p, |t| t == "exists").as_deref(),
+            Some(
+                "pod \"ns/p\": ResourceClaim not created yet: resourceClaims \"gpu\": ResourceClaimTemplate \"one\" \
+                 not found"
+            )
+        );
+        // Every template exists: kube-controller-manager is about to create the claim; upstream's words alone.
+        assert_eq!(
+            claim_not_created(&p, |_| true).as_deref(),
+            Some("pod \"ns/p\": ResourceClaim not created yet")
+        );
+        // An entry without a template (neither field set) has nothing to name.
+        let bare = pod(&[("x", PodClaimSource::NotCreated { template: None })]);
+        assert_eq!(
+            claim_not_created(&bare, |_| false).as_deref(),
+            Some("pod \"ns/p\": ResourceClaim not created yet")
+        );
+        let resolved = pod(&[
+            ("a", PodClaimSource::Claim("c".into())),
+            ("b", PodClaimSource::NotNeeded),
+        ]);
+        assert_eq!(claim_not_created(&resolved, |_| false), None);
+        assert_eq!(missing_template(&p, |t| t == "exists"), Some(("gpu", "one")));
+        assert_eq!(missing_template(&p, |_| true), None);
+    }
 }

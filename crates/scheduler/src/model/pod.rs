@@ -152,8 +152,13 @@ pub enum PodClaimSource {
     /// kube-controller-manager generated from `resourceClaimTemplateName` (`status.resourceClaimStatuses`).
     Claim(Arc<str>),
     /// From a template whose claim kube-controller-manager has not created yet (no status entry): the pod waits
-    /// at PreEnqueue.
-    NotCreated,
+    /// at PreEnqueue. `template` is the entry's `resourceClaimTemplateName` (`None` when the entry names neither a
+    /// claim nor a template), so that a template that does not exist can be named
+    /// ([`crate::dra::scheduling::claim_not_created`]).
+    NotCreated {
+        /// `resourceClaimTemplateName`.
+        template: Option<Arc<str>>,
+    },
     /// A status entry without a claim name: no claim was needed.
     NotNeeded,
 }

@@ -63,15 +63,9 @@ impl SchedulingQueue {
             }
         }
         for (p, _) in e.pods.values() {
-            if p.spec
-                .resource_claims
-                .iter()
-                .any(|c| c.source == crate::model::PodClaimSource::NotCreated)
-            {
-                return Some(Gate::same(
-                    GateReason::WaitingForResourceClaim,
-                    format!("pod \"{}\": ResourceClaim not created yet", p.key),
-                ));
+            // The queue does not know the templates: the runtime names a missing one (`claim_not_created`).
+            if let Some(message) = crate::dra::scheduling::claim_not_created(p, |_| true) {
+                return Some(Gate::same(GateReason::WaitingForResourceClaim, message));
             }
         }
         let EntityKey::Group(g) = key else { return None };
