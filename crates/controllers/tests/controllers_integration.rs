@@ -20,6 +20,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Client, ResourceExt};
 use phalanx_api::v1alpha3::CompositePodGroup;
 use phalanx_api::v1beta1::{PodGroup, Workload};
@@ -66,6 +67,9 @@ impl<S: tracing::Subscriber> Layer<S> for ErrorCounter {
 
 struct Harness {
     registry: Arc<Mutex<Registry>>,
+    /// The controllers' store: a test that needs the controllers to know an object first (a PriorityClass) waits
+    /// until it is here.
+    store: Store,
 }
 
 static HARNESS: OnceLock<Harness> = OnceLock::new();
@@ -86,7 +90,7 @@ fn harness() -> &'static Harness {
             .with(ErrorCounter)
             .try_init();
         let env = TestEnv::shared();
-        let (tx, rx) = std::sync::mpsc::channel::<Result<Arc<Mutex<Registry>>, String>>();
+        let (tx, rx) = std::sync::mpsc::channel::<Result<(Arc<Mutex<Registry>>, Store), String>>();
         std::thread::spawn(move || {
             let rt = match tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
@@ -128,7 +132,7 @@ fn harness() -> &'static Harness {
                     tokio::time::timeout(Duration::from_secs(120), store.wait_ready())
                         .await
                         .context("store not ready after 120 s")?;
-                    anyhow::Ok(Arc::new(Mutex::new(registry)))
+                    anyhow::Ok((Arc::new(Mutex::new(registry)), store))
                 };
                 match setup.await {
                     Ok(reg) => {
@@ -142,7 +146,7 @@ fn harness() -> &'static Harness {
             });
         });
         match rx.recv() {
-            Ok(Ok(registry)) => Harness { registry },
+            Ok(Ok((registry, store))) => Harness { registry, store },
             Ok(Err(e)) => panic!("controller harness failed to start: {e}"),
             Err(e) => panic!("controller harness thread died: {e}"),
         }
@@ -155,6 +159,25 @@ async fn setup(prefix: &str) -> Result<(Client, String)> {
     let client = TestEnv::shared().client().await?;
     let ns = create_namespace(&client, prefix).await?;
     Ok((client, ns))
+}
+
+/// Waits until the controllers' store holds the PriorityClass `name`, so that a group created next is resolved
+/// against it (not first reported `PriorityClassNotFound` and resolved later, which a test of the first outcome
+/// must not see).
+async fn wait_class_in_store(name: &str) -> Result<()> {
+    let store = &harness().store;
+    wait_for(
+        &format!("PriorityClass {name} in the controllers' store"),
+        Duration::from_secs(60),
+        || {
+            let seen = store
+                .priority_classes()
+                .get(&ObjectRef::<PriorityClass>::new(name))
+                .is_some();
+            async move { Ok(seen.then_some(())) }
+        },
+    )
+    .await
 }
 
 fn metric(name_prefix: &str, label: &str) -> f64 {
@@ -337,7 +360,7 @@ async fn wait_valid(
 async fn wait_event(client: &Client, ns: &str, name: &str, reason: &str) -> Result<String> {
     wait_for(
         &format!("event {reason} for {ns}/{name}"),
-        Duration::from_secs(30),
+        Duration::from_secs(60),
         || {
             let api = Api::<Event>::namespaced(client.clone(), ns);
             async move {
@@ -692,7 +715,7 @@ async fn priority_class_resolution() -> Result<()> {
         }))?,
     )
     .await?;
-    tokio::time::sleep(Duration::from_secs(1)).await; // let the store see the class first
+    wait_class_in_store(&high).await?;
     pgs.create(
         &PostParams::default(),
         &pg("named", None, None, json!({ "priorityClassName": high }))?,
@@ -772,7 +795,7 @@ async fn priority_class_resolution() -> Result<()> {
         }))?,
     )
     .await?;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    wait_class_in_store(&default_pc).await?;
     pgs.create(&PostParams::default(), &pg("defaulted", None, None, json!({}))?)
         .await?;
     let cpgs: Api<CompositePodGroup> = Api::namespaced(client.clone(), &ns);
@@ -828,7 +851,8 @@ async fn priority_fields_the_class_does_not_give_are_refused() -> Result<()> {
     let may = format!("{ns}-may");
     priority_class(&client, &never, 10, "Never").await?;
     priority_class(&client, &may, 100, "PreemptLowerPriority").await?;
-    tokio::time::sleep(Duration::from_secs(1)).await; // let the store see the classes first
+    wait_class_in_store(&never).await?;
+    wait_class_in_store(&may).await?;
     let result = async {
         let pgs: Api<PodGroup> = Api::namespaced(client.clone(), &ns);
         let groups = [
@@ -1086,13 +1110,14 @@ async fn deletion_waits_for_member_pods() -> Result<()> {
     .await?;
 
     pgs.delete("g", &DeleteParams::default()).await?;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The controller's event is the sign that it has handled the deletion (and chose to wait): only then does
+    // "still there" mean something.
+    wait_event(&client, &ns, "g", "WaitingForPods").await?;
     let g = pgs
         .get("g")
         .await
         .context("the PodGroup must still exist while its pods run")?;
     ensure!(g.metadata.deletion_timestamp.is_some(), "g should be Terminating");
-    wait_event(&client, &ns, "g", "WaitingForPods").await?;
 
     // Deleting two pods is not enough.
     for i in 0..2 {
@@ -1161,12 +1186,12 @@ async fn deletion_waits_for_member_pods() -> Result<()> {
     })
     .await?;
     cpgs.delete("parent", &DeleteParams::default()).await?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // As above: the event says the deletion was handled; then the parent must still be there.
+    wait_event(&client, &ns, "parent", "WaitingForChildren").await?;
     ensure!(
         cpgs.get_opt("parent").await?.is_some(),
         "parent must wait for its child"
     );
-    wait_event(&client, &ns, "parent", "WaitingForChildren").await?;
     pgs.delete("child", &DeleteParams::default()).await?;
     wait_for("parent gone", Duration::from_secs(30), || {
         let cpgs = cpgs.clone();
@@ -1455,7 +1480,21 @@ async fn a_replica_that_is_not_leader_never_reconciles_or_writes() -> Result<()>
     let pgs: Api<PodGroup> = Api::namespaced(client.clone(), &ns);
     pgs.create(&PostParams::default(), &pg("g", None, None, json!({}))?)
         .await?;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The positive sign: the leader (the harness) has reconciled g (its finalizer), and the standby's own store has
+    // received that update, so the standby has seen every event a leader would have reconciled on.
+    wait_for(
+        "g reconciled by the leader and its update in the standby's store",
+        Duration::from_secs(60),
+        || {
+            let seen = store.pod_group(&ns, "g").is_some_and(|g| {
+                g.finalizers()
+                    .iter()
+                    .any(|f| f == phalanx_api::finalizers::POD_GROUP_PROTECTION)
+            });
+            async move { Ok(seen.then_some(())) }
+        },
+    )
+    .await?;
     let (reconciles, writes) = (count("controller_reconciles"), count("controller_status_writes"));
     ensure!(
         reconciles == 0.0 && writes == 0.0,
@@ -1481,7 +1520,8 @@ async fn a_replica_that_is_not_leader_never_reconciles_or_writes() -> Result<()>
 
 /// A PodGroup without its own `recoveryPolicy` takes the one of the Workload template it names: a gang of 2 created
 /// from a template with `action: Fail`, scheduled (its pods bound by hand, `PodGroupInitiallyScheduled=True` written as
-/// the scheduler would), loses a member and gets `PodGroupFailed=True/MembersLost` at once.
+/// the scheduler would), loses a member and gets `PodGroupFailed=True/MembersLost` once the template's grace period
+/// (2 s; `Fail` waits one as `RestartGroup` does, issue 35) has passed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_template_recovery_policy_applies_to_its_pod_groups() -> Result<()> {
     let (client, ns) = setup("ctl-rp").await?;
@@ -1497,7 +1537,7 @@ async fn a_template_recovery_policy_applies_to_its_pod_groups() -> Result<()> {
         "apiVersion": "scheduling.phalanx.dev/v1beta1", "kind": "Workload",
         "metadata": { "name": "w" },
         "spec": { "podGroupTemplates": [{ "name": "workers", "schedulingPolicy": { "gang": { "minCount": 2 } },
-                                         "recoveryPolicy": { "action": "Fail" } }] }
+                                         "recoveryPolicy": { "action": "Fail", "gracePeriodSeconds": 2 } }] }
     }))?;
     Api::<Workload>::namespaced(client.clone(), &ns)
         .create(&PostParams::default(), &wl)
@@ -1554,7 +1594,7 @@ async fn a_template_recovery_policy_applies_to_its_pod_groups() -> Result<()> {
             }
         }
     };
-    wait_for("PodGroupSatisfied=True", Duration::from_secs(30), || {
+    wait_for("PodGroupSatisfied=True", Duration::from_secs(60), || {
         let c = condition("PodGroupSatisfied");
         async move { Ok(c().await?.filter(|(s, _)| s == "True")) }
     })
@@ -1565,7 +1605,7 @@ async fn a_template_recovery_policy_applies_to_its_pod_groups() -> Result<()> {
         &kube::api::Patch::Merge(json!({ "status": { "phase": "Failed" } })),
     )
     .await?;
-    let failed = wait_for("PodGroupFailed=True", Duration::from_secs(30), || {
+    let failed = wait_for("PodGroupFailed=True", Duration::from_secs(60), || {
         let c = condition("PodGroupFailed");
         async move { Ok(c().await?.filter(|(s, _)| s == "True")) }
     })
