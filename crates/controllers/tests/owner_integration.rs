@@ -10,7 +10,8 @@
 //! Run: `cargo test -p phalanx-controllers --test owner_integration`
 
 use std::collections::BTreeMap;
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, ensure};
@@ -33,10 +34,14 @@ use tokio_util::sync::CancellationToken;
 
 const WAIT: Duration = Duration::from_secs(90);
 
-static CONTROLLERS: OnceLock<std::result::Result<(), String>> = OnceLock::new();
+/// The controllers' metrics registry, once they run.
+type Metrics = Arc<Mutex<Registry>>;
 
-/// Starts the controllers once per binary on their own runtime and waits for their store.
-fn controllers() -> std::result::Result<(), String> {
+static CONTROLLERS: OnceLock<std::result::Result<Metrics, String>> = OnceLock::new();
+
+/// Starts the controllers once per binary on their own runtime and waits for their store; returns their
+/// metrics.
+fn controllers() -> std::result::Result<Metrics, String> {
     CONTROLLERS
         .get_or_init(|| {
             let _ = tracing_subscriber::fmt()
@@ -47,7 +52,7 @@ fn controllers() -> std::result::Result<(), String> {
                 .with_test_writer()
                 .try_init();
             let env = TestEnv::shared();
-            let (tx, rx) = std::sync::mpsc::channel::<std::result::Result<(), String>>();
+            let (tx, rx) = std::sync::mpsc::channel::<std::result::Result<Metrics, String>>();
             std::thread::spawn(move || {
                 let rt = match tokio::runtime::Builder::new_multi_thread()
                     .worker_threads(2)
@@ -91,11 +96,11 @@ fn controllers() -> std::result::Result<(), String> {
                         tokio::time::timeout(Duration::from_secs(120), store.wait_ready())
                             .await
                             .context("store not ready after 120 s")?;
-                        anyhow::Ok(())
+                        anyhow::Ok(Arc::new(Mutex::new(registry)))
                     };
                     match setup.await {
-                        Ok(()) => {
-                            let _ = tx.send(Ok(()));
+                        Ok(registry) => {
+                            let _ = tx.send(Ok(registry));
                             std::future::pending::<()>().await;
                         }
                         Err(e) => {
@@ -116,6 +121,12 @@ struct Ctx {
     ns: String,
     sched: String,
     shutdown: CancellationToken,
+    /// The scheduler's metrics (`scheduler_schedule_attempts_total`, `scheduler_tracked_objects{kind}`).
+    sched_metrics: Arc<Registry>,
+    /// The controllers' metrics (`controller_reconciles_total{controller}`).
+    controller_metrics: Metrics,
+    /// Nodes added by [`Ctx::wake`] so far (their names count up).
+    wakes: AtomicUsize,
 }
 
 impl Drop for Ctx {
@@ -125,7 +136,7 @@ impl Drop for Ctx {
 }
 
 async fn setup(prefix: &str, nodes: usize, cpu: &str) -> Result<Ctx> {
-    tokio::task::spawn_blocking(controllers)
+    let controller_metrics = tokio::task::spawn_blocking(controllers)
         .await?
         .map_err(|e| anyhow::anyhow!("controllers: {e}"))?;
     let client = TestEnv::shared().client().await?;
@@ -141,18 +152,21 @@ async fn setup(prefix: &str, nodes: usize, cpu: &str) -> Result<Ctx> {
     }
     let sched = format!("phalanx-{ns}");
     let shutdown = CancellationToken::new();
-    start_scheduler(&client, &ns, &sched, &shutdown);
+    let sched_metrics = start_scheduler(&client, &ns, &sched, &shutdown);
     Ok(Ctx {
         client,
         ns,
         sched,
         shutdown,
+        sched_metrics,
+        controller_metrics,
+        wakes: AtomicUsize::new(0),
     })
 }
 
 /// Starts an in-process scheduler named `name` that considers the nodes of the test namespace `ns` only, until
-/// `shutdown`.
-fn start_scheduler(client: &Client, ns: &str, name: &str, shutdown: &CancellationToken) {
+/// `shutdown`; returns its metrics registry.
+fn start_scheduler(client: &Client, ns: &str, name: &str, shutdown: &CancellationToken) -> Arc<Registry> {
     let store = Store::start(client.clone(), StoreConfig::default());
     let (tx, rx) = watch::channel(true);
     let mut registry = Registry::default();
@@ -170,12 +184,26 @@ fn start_scheduler(client: &Client, ns: &str, name: &str, shutdown: &Cancellatio
         shutdown.clone(),
         &mut registry,
     );
+    let registry = Arc::new(registry);
+    let keep = registry.clone();
     tokio::spawn(async move {
-        let _keep = (tx, registry);
+        let _keep = (tx, keep);
         if let Err(e) = fut.await {
             tracing::error!(error = %e, "scheduler ended with an error");
         }
     });
+    registry
+}
+
+/// Sum of the samples of `metric` whose labels contain `label` in a registry's text exposition (0 when absent).
+fn sample(registry: &Registry, metric: &str, label: &str) -> f64 {
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, registry).unwrap_or_default();
+    let (braces, plain) = (format!("{metric}{{"), format!("{metric} "));
+    text.lines()
+        .filter(|l| (l.starts_with(&braces) || l.starts_with(&plain)) && l.contains(label))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }
 
 fn pod_template(sched: &str, cpu: &str, restart: &str) -> Value {
@@ -191,6 +219,68 @@ fn pod_template(sched: &str, cpu: &str, restart: &str) -> Value {
 }
 
 impl Ctx {
+    /// Scheduling cycles the test's scheduler has run (`scheduler_schedule_attempts_total`, every result).
+    fn attempts(&self) -> f64 {
+        sample(&self.sched_metrics, "scheduler_schedule_attempts_total", "")
+    }
+
+    /// Adds a 100m node (too small for any pod of these tests) and waits until the test's scheduler has run a
+    /// scheduling cycle after it, then until nothing it decided is still in flight (`scheduler_tracked_objects`
+    /// `binds_waiting` and `tasks` at 0, refreshed on every pass of its loop): the positive sign that it has retried
+    /// with the cluster as it is now, before a check that something was not bound. A node event wakes every
+    /// unschedulable entity, as upstream's `NodeAdd` moves unschedulable pods back to the active queue (kubernetes
+    /// `pkg/scheduler/backend/queue/scheduling_queue.go`).
+    async fn wake(&self) -> Result<()> {
+        let before = self.attempts();
+        let i = self.wakes.fetch_add(1, Ordering::Relaxed);
+        let name = format!("{}-wake-{i}", self.ns);
+        FakeNode::new(&name)
+            .cpu("100m")
+            .memory("1Gi")
+            .pods(110)
+            .test_namespace(&self.ns)
+            .create(&self.client)
+            .await?;
+        wait_for(
+            &format!("a scheduling cycle after node {name} was added (attempts were {before})"),
+            WAIT,
+            || {
+                let now = self.attempts();
+                async move { Ok((now > before).then_some(())) }
+            },
+        )
+        .await?;
+        let last = Mutex::new(String::new());
+        let res = wait_for("nothing the scheduler decided still in flight", WAIT, || {
+            let tracked = |kind: &str| {
+                sample(
+                    &self.sched_metrics,
+                    "scheduler_tracked_objects",
+                    &format!("kind=\"{kind}\""),
+                )
+            };
+            let (waiting, tasks) = (tracked("binds_waiting"), tracked("tasks"));
+            *last.lock().unwrap_or_else(PoisonError::into_inner) =
+                format!("binds_waiting {waiting}, tasks {tasks}");
+            async move { Ok((waiting == 0.0 && tasks == 0.0).then_some(())) }
+        })
+        .await;
+        res.map_err(|e| e.context(last.lock().unwrap_or_else(PoisonError::into_inner).clone()))
+    }
+
+    /// `controller_reconciles_total{controller}` of the shared controllers now.
+    fn reconciles(&self, controller: &str) -> f64 {
+        let registry = self
+            .controller_metrics
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        sample(
+            &registry,
+            "controller_reconciles_total",
+            &format!("controller=\"{controller}\""),
+        )
+    }
+
     fn jobs(&self) -> Api<Job> {
         Api::namespaced(self.client.clone(), &self.ns)
     }
@@ -356,7 +446,7 @@ async fn two_jobs_that_cannot_both_fit_end_one_whole_one_empty() -> Result<()> {
         Ok(cond.filter(|c| c.status == "False").map(|_| ()))
     })
     .await?;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    c.wake().await?;
     let (total, bound) = c.pods_of(loser).await?;
     ensure!(total == 6 && bound == 0, "loser {loser}: {bound}/{total} bound");
     ensure!(c.pods_of(winner).await?.1 == 6);
@@ -452,7 +542,30 @@ async fn min_count_follows_parallelism() -> Result<()> {
 async fn suspended_job_waits_then_binds_when_resumed() -> Result<()> {
     let c = setup("oi-sus", 1, "4").await?;
     c.job("later", 3, "1", &[(GANG, "true")], true).await?;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Positive signs: the Job controller has synced the Job (`Suspended=True`, written where it would otherwise
+    // have created pods), and the owner integration has started a reconcile after that write (the condition is a
+    // Job event it watches; the counter is shared with the binary's other tests, so this is the weaker half).
+    wait_for("Job later Suspended=True", WAIT, || async {
+        let j = c.jobs().get("later").await?;
+        let suspended = j
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .iter()
+            .any(|cond| cond.type_ == "Suspended" && cond.status == "True");
+        Ok(suspended.then_some(()))
+    })
+    .await?;
+    let before = c.reconciles("owner-integration");
+    wait_for(
+        "an owner-integration reconcile after the Job's condition",
+        WAIT,
+        || {
+            let now = c.reconciles("owner-integration");
+            async move { Ok((now > before).then_some(())) }
+        },
+    )
+    .await?;
     ensure!(c.pods_of("later").await? == (0, 0), "a suspended Job has no pods");
     ensure!(
         c.groups().get_opt("later-job").await?.is_none(),
@@ -1042,20 +1155,39 @@ async fn a_scaled_deployment_joins_its_new_quorum_all_or_nothing() -> Result<()>
         Ok((c.min_count(group).await? == Some(60) && bound().await?.0 == 60).then_some(()))
     })
     .await?;
-    // Give the scheduler time to try: none of the new pods may bind, then or later.
-    let lost = c.wait_satisfied(group, "False", "MembersLost").await?;
+    // None of the new pods may bind, judged once the scheduler has retried them with the cluster as it is.
+    // The controllers count the 55 new pods as they see them: wait for the message that counts them all (an
+    // earlier one may still say "9 missing").
+    let last = Mutex::new(String::new());
+    wait_for(
+        "MembersLost counting 55 pods waiting for a node",
+        WAIT,
+        || async {
+            let g = c.groups().get(group).await?;
+            let lost = g.status.unwrap_or_default().conditions.into_iter().find(|cond| {
+                cond.type_ == phalanx_api::conditions::POD_GROUP_SATISFIED
+                    && cond.status == "False"
+                    && cond.reason == "MembersLost"
+            });
+            let msg = lost.map(|cond| cond.message).unwrap_or_default();
+            let done = msg.contains("5 of minCount 60") && msg.contains("55 waiting for a node");
+            *last.lock().unwrap_or_else(PoisonError::into_inner) = msg;
+            Ok(done.then_some(()))
+        },
+    )
+    .await
+    .map_err(|e| {
+        e.context(format!(
+            "last: {}",
+            last.lock().unwrap_or_else(PoisonError::into_inner)
+        ))
+    })?;
+    c.wake().await?;
+    let (total, n) = bound().await?;
     ensure!(
-        lost.contains("5 of minCount 60") && lost.contains("55 waiting for a node"),
-        "{lost}"
+        n == 5,
+        "{n} of {total} pods bound after the scale-up: the new members must bind all or nothing"
     );
-    for _ in 0..5 {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        let (total, n) = bound().await?;
-        ensure!(
-            n == 5,
-            "{n} of {total} pods bound after the scale-up: the new members must bind all or nothing"
-        );
-    }
     // A pending member says why.
     let pending = c
         .live_pods()
@@ -1156,8 +1288,22 @@ async fn restart_group_restarts_a_broken_gang_whole_and_max_restarts_fails_it() 
         "PodGroupFailed message: {failed}"
     );
     c.wait_group_event(group, "PodGroupFailed", "Warning").await?;
-    // Failed is terminal: no second restart.
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    // Failed is terminal: no second restart. The grace period of the loss had passed when the group failed; the
+    // positive sign is a later reconcile: one more member fails and the controllers count it.
+    let failed_before = c
+        .groups()
+        .get(group)
+        .await?
+        .status
+        .unwrap_or_default()
+        .failed_pods;
+    c.fail_pod(&again[1]).await?;
+    let want = failed_before.unwrap_or(0) + 1;
+    wait_for(&format!("{group} counts {want} failed pods"), WAIT, || async {
+        let st = c.groups().get(group).await?.status.unwrap_or_default();
+        Ok((st.failed_pods == Some(want)).then_some(()))
+    })
+    .await?;
     let st = c.groups().get(group).await?.status.unwrap_or_default();
     ensure!(
         st.restarts == Some(1),
@@ -1193,11 +1339,21 @@ async fn fail_stops_at_once_and_no_policy_only_reports() -> Result<()> {
     );
     c.wait_group_event("fl-job", "PodGroupFailed", "Warning").await?;
     c.wait_satisfied("np-job", "False", "MembersLost").await?;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The positive sign that the controllers have looked at both groups after the loss's grace period: a second
+    // member of each fails, and both counters show it (a later reconcile, which would have deleted or restarted).
+    c.fail_pod(&fl[1]).await?;
+    c.fail_pod(&np[1]).await?;
+    for g in ["fl-job", "np-job"] {
+        wait_for(&format!("{g} counts 2 failed pods"), WAIT, || async {
+            let st = c.groups().get(g).await?.status.unwrap_or_default();
+            Ok((st.failed_pods == Some(2)).then_some(()))
+        })
+        .await?;
+    }
     for (owner, names) in [("fl", &fl), ("np", &np)] {
         let now = c.pod_names_of(owner).await?;
         ensure!(
-            names[1..].iter().all(|n| now.contains(n)),
+            names[2..].iter().all(|n| now.contains(n)),
             "{owner}: survivors {names:?}, now {now:?}"
         );
     }
@@ -1469,8 +1625,9 @@ async fn a_gang_gets_one_status_write_at_scheduling() -> Result<()> {
         },
     )
     .await?;
-    // Three times the controllers' batching interval (1 s): `once` still shows nothing.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // `stuck`'s counters are the positive sign: its pods were created after `once`'s, and one pod watch delivers
+    // them in order, so the controllers had `once`'s four pods when they counted `stuck`'s. `once` still shows
+    // nothing, and the watch's history (checked below) says it never showed anything before it was placed.
     let waiting = groups.get("once").await?;
     ensure!(
         waiting
@@ -1486,8 +1643,13 @@ async fn a_gang_gets_one_status_write_at_scheduling() -> Result<()> {
         Ok(condition(&pg, "True").then_some(pg))
     })
     .await?;
-    // Let the watch deliver that update too.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The watch has delivered that update too (what was placed is in the history).
+    wait_for("the watch delivered once's placed status", WAIT, || async {
+        let want = serde_json::to_value(&placed.status)?;
+        let all = statuses.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        Ok(all.contains(&want).then_some(()))
+    })
+    .await?;
     watch.abort();
     let seen = statuses
         .lock()
@@ -1497,6 +1659,12 @@ async fn a_gang_gets_one_status_write_at_scheduling() -> Result<()> {
         .iter()
         .position(|st| !st.is_null() && st["conditions"].as_array().is_some_and(|c| !c.is_empty()))
         .with_context(|| format!("no status seen: {seen:?}"))?;
+    ensure!(
+        seen[..first]
+            .iter()
+            .all(|st| st.is_null() || (st["pods"].is_null() && st["scheduledPods"].is_null())),
+        "the waiting gang got a status before it was placed: {seen:?}"
+    );
     let st = &seen[first];
     let is = st["conditions"]
         .as_array()
