@@ -9,7 +9,7 @@ use std::sync::Arc;
 use kube::ResourceExt;
 use phalanx_api::conditions::reasons;
 use phalanx_scheduler::{EntityKey, Gate, GateReason, GroupKey, GroupKind, GroupPolicy, PodKey};
-use phalanx_store::{KeptCondition, PodRecord};
+use phalanx_store::PodRecord;
 
 use crate::{
     convert, names,
@@ -196,6 +196,7 @@ impl Driver {
         reason: &'static str,
         message: String,
         always_event: bool,
+        keep: Option<SameWait>,
     ) {
         let (store, writer, permits) = (
             self.store.clone(),
@@ -217,9 +218,16 @@ impl Driver {
                 if pod.node_name().is_some() || store.assumed_node(&k).is_some() {
                     return;
                 }
+                // Our own earlier writes count even before the watch brings them back (`crate::written`).
+                let current = writer.unschedulable(&pod);
+                if let (Some(w), Some(c)) = (&keep, &current)
+                    && w.holds(reason, c)
+                {
+                    return;
+                }
                 // A wait is announced once per reason: a later message for the same wait (a count that moved, a
                 // foreign member noted) updates the condition without another event.
-                let reason_changed = pod_scheduled_reason(&pod).as_deref() != Some(reason);
+                let reason_changed = current.is_none_or(|c| c.reason != reason);
                 let changed = match writer.pod_unschedulable(&pod, reason, &message).await {
                     Ok(c) => c,
                     Err(e) if phalanx_store::retry::is_unavailable(&e) && failures < UNAVAILABLE_TRIES => {
@@ -471,16 +479,27 @@ impl Driver {
             // The gate changes with every arrival (its group message carries the count): a member that already
             // waits for the same thing keeps the count of its own last write, so a gang of N arriving one by one
             // costs N pod writes, not N²/2 (the PodGroup's condition has the current count).
-            if pod_scheduled(&pod).is_some_and(|c| {
-                c.reason.as_deref() == Some(reason)
-                    && c.message
-                        .as_deref()
-                        .is_some_and(|m| same_wait(m, &stem, counted, &note))
-            }) {
+            let keep = SameWait {
+                stem: stem.clone(),
+                counted,
+                note: note.clone(),
+            };
+            if self
+                .writer
+                .unschedulable(&pod)
+                .is_some_and(|c| keep.holds(reason, &c))
+            {
                 continue;
             }
             let uid = Some(pod.uid().to_owned()).filter(|u| !u.is_empty());
-            self.submit_pod_condition(pod.key().clone(), uid, reason, pod_message.clone(), false);
+            self.submit_pod_condition(
+                pod.key().clone(),
+                uid,
+                reason,
+                pod_message.clone(),
+                false,
+                Some(keep),
+            );
         }
         if let EntityKey::Group(g) = k {
             let sg = g.clone();
@@ -534,6 +553,20 @@ fn quorum_counts(k: &EntityKey, gate: &Gate) -> Option<String> {
         .then(|| format!("{}: {}{COUNTED_TAIL}", gate.pod_message, gate.message))
 }
 
+/// A wait a member needs no new write for while its condition already says it (`reason`, then the words `stem`,
+/// the counts when `counted`, and `note`), whatever count it carries ([`same_wait`]).
+pub(crate) struct SameWait {
+    stem: String,
+    counted: bool,
+    note: String,
+}
+
+impl SameWait {
+    fn holds(&self, reason: &str, c: &crate::written::Unschedulable) -> bool {
+        c.reason == reason && same_wait(&c.message, &self.stem, self.counted, &self.note)
+    }
+}
+
 /// The tail of a member's counted message ([`quorum_counts`]).
 const COUNTED_TAIL: &str = " when this pod was last updated";
 
@@ -581,16 +614,6 @@ where
         .group_conditions::<K>(&obj, conditions(&obj), wanted)
         .await
         .map(|_| ())
-}
-
-/// The pod's `PodScheduled` condition, if any.
-fn pod_scheduled(pod: &PodRecord) -> Option<&KeptCondition> {
-    pod.condition("PodScheduled")
-}
-
-/// The reason of the pod's `PodScheduled` condition, if any.
-fn pod_scheduled_reason(pod: &PodRecord) -> Option<String> {
-    pod_scheduled(pod)?.reason.as_deref().map(str::to_owned)
 }
 
 #[cfg(test)]

@@ -163,6 +163,7 @@ impl Driver {
                     reasons::WAITING_FOR_PREEMPTION,
                     message,
                     false,
+                    None,
                 );
                 continue;
             }
@@ -177,6 +178,7 @@ impl Driver {
                 names::failure_reason(f.reason),
                 f.message,
                 true,
+                None,
             );
         }
         for c in d.conditions {

@@ -59,6 +59,7 @@ impl Driver {
     ) {
         self.snapshots.pod_changed(&key);
         let pod = if deleted { None } else { self.store.pod(&key) };
+        self.writer.observe_pod(&key, pod.as_deref());
         // The holders of allocated claims follow the pods (DeviceCatalog::held): a pod with claims that got a
         // node, or any pod deleted while devices are allocated, rebuilds the device catalog.
         let has_claims = pod

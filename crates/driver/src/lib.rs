@@ -43,6 +43,7 @@ mod state;
 pub mod status;
 mod volumes;
 mod writes;
+mod written;
 
 use std::{future::Future, time::Duration};
 

@@ -168,6 +168,7 @@ impl Driver {
                 reasons::SCHEDULER_ERROR,
                 message.clone(),
                 true,
+                None,
             );
         }
         for c in job.conditions {

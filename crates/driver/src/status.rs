@@ -50,6 +50,8 @@ pub struct StatusWriter {
     client: Client,
     recorders: Arc<NoteRecorders>,
     leader: Leader,
+    /// `PodScheduled=False` writes the watch has not brought back yet.
+    written: crate::written::WrittenConditions,
 }
 
 impl StatusWriter {
@@ -59,6 +61,7 @@ impl StatusWriter {
             recorders: Arc::new(NoteRecorders::new(client.clone(), reporter)),
             client,
             leader,
+            written: Default::default(),
         }
     }
 
@@ -67,43 +70,58 @@ impl StatusWriter {
         self.leader.is_leader()
     }
 
-    /// Sets `PodScheduled=False` with `reason`/`message` on the pod unless it already says exactly that.
-    /// Returns whether a patch was sent.
+    /// Sets `PodScheduled=False` with `reason`/`message` on the pod unless it already says exactly that, as far as
+    /// this writer knows ([`StatusWriter::unschedulable`]: its own writes still in transit count). Returns whether
+    /// a patch was sent.
     pub async fn pod_unschedulable(
         &self,
         pod: &PodRecord,
         reason: &str,
         message: &str,
     ) -> Result<bool, kube::Error> {
-        let current = pod.condition("PodScheduled");
-        if current.is_some_and(|c| {
-            c.status == "False"
-                && c.reason.as_deref() == Some(reason)
-                && c.message.as_deref() == Some(message)
-        }) {
+        let current = self.written.current(pod);
+        if current
+            .as_ref()
+            .is_some_and(|c| c.reason == reason && c.message == message)
+        {
             return Ok(false);
         }
         if !self.is_leader() {
             return Ok(false);
         }
-        let ltt = match current {
-            Some(c) if c.status == "False" => c.last_transition_time.clone(),
-            _ => None,
-        }
-        .unwrap_or(Time(Timestamp::now()));
+        let ltt = current.and_then(|c| c.since).unwrap_or(Time(Timestamp::now()));
         let cond = PodCondition {
             type_: "PodScheduled".into(),
             status: "False".into(),
             reason: Some(reason.into()),
             message: Some(message.into()),
-            last_transition_time: Some(ltt),
+            last_transition_time: Some(ltt.clone()),
             ..Default::default()
         };
         let api: Api<Pod> = Api::namespaced(self.client.clone(), pod.namespace());
         let patch = json!({ "status": { "conditions": [cond] } });
         api.patch_status(pod.name(), &PatchParams::default(), &Patch::Strategic(patch))
             .await?;
+        self.written.record(
+            pod,
+            crate::written::Unschedulable {
+                reason: reason.to_owned(),
+                message: message.to_owned(),
+                since: Some(ltt),
+            },
+        );
         Ok(true)
+    }
+
+    /// The pod's `PodScheduled=False` condition as the API server has it: this writer's last write to it while the
+    /// watch has not brought that write back, else the store copy's (see `crate::written`).
+    pub(crate) fn unschedulable(&self, pod: &PodRecord) -> Option<crate::written::Unschedulable> {
+        self.written.current(pod)
+    }
+
+    /// Tells the writer the store's new copy of a pod (`None`: deleted), so a write it shows is no longer tracked.
+    pub(crate) fn observe_pod(&self, key: &PodKey, pod: Option<&PodRecord>) {
+        self.written.observe(key, pod);
     }
 
     /// Emits the `Scheduled` event kube-scheduler emits after a successful bind.

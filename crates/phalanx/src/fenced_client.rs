@@ -6,9 +6,14 @@
 //! moment before the process was stopped (SIGSTOP, a VM freeze) still sits in the connection's buffers, and goes
 //! out when the process resumes, after another replica took over. The chaos suite's leader-pause fault, which
 //! pauses the leader while a gang is half bound, found exactly such binds and status patches. The connector here
-//! wraps each connection's stream: once the replica has led and leads no more, a write to the stream fails, so
-//! nothing queued in user space reaches the API server. Bytes already in the kernel's send buffer were sent before
-//! the pause. kube-scheduler has no such fence (`cmd/kube-scheduler/app/server.go` stops on `OnStoppedLeading`).
+//! wraps each connection's TCP stream, under TLS: once the replica has led and leads no more, a write to the socket
+//! fails, so nothing queued in user space (hyper's buffer, rustls's records) reaches the API server. Bytes already
+//! in the kernel's send buffer were sent before the pause. What no client can close is a pause that lands between
+//! the fence's check and the `write` system call right after it: those bytes leave on resume. The chaos suite saw
+//! that once in ten smoke runs on a machine loaded with two other suites (a status patch, answered 504 as the
+//! replica exited), when the fence sat above TLS and the gap included the encryption; only a check by the API
+//! server could close it, and Kubernetes has no fencing token for writes. kube-scheduler has no fence at all
+//! (`cmd/kube-scheduler/app/server.go` stops on `OnStoppedLeading`).
 //!
 //! The stack mirrors kube's default (`kube_client::client::builder`): base URI, authentication, extra headers,
 //! connect, read and write timeouts (hyper-timeout's `TimeoutConnector`, the config's values), retries of
@@ -68,7 +73,13 @@ pub fn build(
     http.enforce_http(false);
     http.set_keepalive(Some(TCP_KEEPALIVE));
     http.set_keepalive_interval(Some(TCP_KEEPALIVE));
-    let https = config.rustls_https_connector_with_connector(http)?;
+    // The fence wraps the TCP stream, under TLS: its check is the last step before each `write` system call, so a
+    // pause between the two is as short as it can be (see the module docs).
+    let fenced = FencedConnector {
+        inner: http,
+        fence: fence.socket(),
+    };
+    let https = config.rustls_https_connector_with_connector(fenced)?;
     // Around TLS, so that the connect timeout bounds the handshake too (a black hole accepts TCP and then
     // says nothing); kube's default stack wraps its connector the same way.
     let mut timed = hyper_timeout::TimeoutConnector::new(https);
@@ -76,12 +87,8 @@ pub fn build(
     timed.set_read_timeout(config.read_timeout);
     timed.set_write_timeout(config.write_timeout);
     timed.set_reset_reader_on_write(true);
-    let connector = FencedConnector {
-        inner: timed,
-        fence: fence.socket(),
-    };
     let hyper =
-        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build(connector);
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build(timed);
     let service = tower::ServiceBuilder::new()
         .layer(tower::retry::RetryLayer::new(
             kube::client::retry::RetryPolicy::server_retry(),
