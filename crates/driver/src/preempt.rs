@@ -103,6 +103,11 @@ impl Driver {
                 drop(self.submit_nomination(w));
             }
         }
+        if act.victims_gone {
+            // Its deletion may have been handled before this cycle (the snapshot still counted the pod, issue 35):
+            // no event would wake the preemptor then.
+            self.queue.activate(&d.entity, std::time::Instant::now());
+        }
         if act.evict.is_empty() {
             return 0;
         }

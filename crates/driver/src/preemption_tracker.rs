@@ -60,6 +60,11 @@ pub(crate) struct Actuation {
     pub(crate) nominate: Vec<NominationWrite>,
     pub(crate) evict: Vec<Victim>,
     pub(crate) disrupted_groups: Vec<GroupKey>,
+    /// A victim of the plan is not in the store with its decided UID (gone, replaced, or, assumed after a fresh
+    /// read, not shown by the watch yet): no eviction and maybe no deletion event will come for it, so the
+    /// preemptor must not wait for one. It retries after its backoff (as upstream activates a preemptor whose
+    /// victim could not be deleted, `pkg/scheduler/framework/preemption/executor.go`).
+    pub(crate) victims_gone: bool,
 }
 
 /// How the eviction of one victim ended (see [`crate::EvictOutcome`]).
@@ -276,6 +281,7 @@ impl PreemptionTracker {
         let mut victims: HashMap<Uid, PodKey> = HashMap::new();
         for v in &d.victims {
             if !alive(v) {
+                out.victims_gone = true;
                 continue;
             }
             if v.mode == DisruptionMode::All
@@ -601,6 +607,11 @@ mod tests {
         let mut t2 = PreemptionTracker::default();
         let act = t2.on_decision(&d, |_| Some(info("pre", "u-pre")), |_| false);
         assert!(act.evict.is_empty());
+        assert!(
+            act.victims_gone,
+            "the preemptor must not wait for a deletion of a victim that is not there"
+        );
+        assert!(!decide(&mut PreemptionTracker::default(), &d).victims_gone);
         assert_eq!(t2.waiting_victims(&d.entity), 0);
     }
 

@@ -36,13 +36,18 @@ impl Driver {
     /// A quorum read (LIST, no resourceVersion) of every bound pod; a pod the watch does not show bound yet is
     /// assumed on its node, so the first cycles count it. The watch confirms (and ends) those assumptions as usual.
     /// Bounded by the bind timeout; on failure the caches are used as they are.
+    ///
+    /// A pod the LIST shows may be deleted before its page is handled (a namespace being deleted as a leader takes
+    /// over): the watch has then shown its last event, and an assumption would keep its room for good. The store
+    /// records the watch's deletions from before the LIST is sent and refuses those pods (issue 35).
     async fn read_bound_pods_fresh(&mut self) {
+        let listed = self.store.begin_listed_assumptions();
         let api: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::all(self.client.clone());
         let mut lp = kube::api::ListParams::default()
             .fields("spec.nodeName!=")
             .limit(500);
         let started = Instant::now();
-        let mut added = 0usize;
+        let (mut added, mut deleted) = (0usize, 0usize);
         loop {
             let page = match tokio::time::timeout(self.opts.bind_timeout, api.list(&lp)).await {
                 Ok(Ok(page)) => page,
@@ -66,10 +71,12 @@ impl Driver {
                     && !phalanx_scheduler::is_terminal(&p)
                     && self.store.assumed_node(&key).is_none()
                 {
-                    self.store
-                        .assume(std::sync::Arc::new(phalanx_store::PodRecord::from_pod(&p)), &node);
-                    self.store.finish_binding(&key);
-                    added += 1;
+                    if listed.assume(std::sync::Arc::new(phalanx_store::PodRecord::from_pod(&p)), &node) {
+                        self.store.finish_binding(&key);
+                        added += 1;
+                    } else {
+                        deleted += 1;
+                    }
                 }
             }
             match page.metadata.continue_.filter(|c| !c.is_empty()) {
@@ -77,7 +84,8 @@ impl Driver {
                 None => break,
             }
         }
-        tracing::info!(assumed = added, took = ?started.elapsed(), "read bound pods fresh after gaining leadership");
+        drop(listed);
+        tracing::info!(assumed = added, deleted_since = deleted, took = ?started.elapsed(), "read bound pods fresh after gaining leadership");
         self.snapshots.invalidate();
     }
 

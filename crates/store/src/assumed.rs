@@ -6,8 +6,18 @@
 //! expires by time: a watch that lags after a successful bind would otherwise hand the same capacity out twice.
 //! Upstream made the same change (k/k#106361: `durationToExpireAssumedPod` 0, "never expire"). A failed bind
 //! forgets the pod at once.
+//!
+//! Because nothing expires, an assumption the watch can never end must not be made. A pod read bound by a LIST
+//! ([`AssumeCache::assume_listed`], the new leader's fresh read) may have been deleted after the LIST was served
+//! and before its page is handled: the watch has then delivered its last event already, and an assumption made now
+//! would hold its room for good (issue 35: four such pods, deleted with their namespace, kept half of four nodes
+//! and parked four preemptors whose victims they became; nothing was evicted, so no deletion ever woke them). So
+//! while such a read is under way the cache records what the watch deletes, and refuses those pods.
 
-use std::{collections::HashMap, sync::Arc};
+use std::{
+    collections::{HashMap, HashSet},
+    sync::Arc,
+};
 
 use tokio::time::Instant;
 
@@ -32,6 +42,12 @@ pub struct AssumedPod {
 #[derive(Debug, Default)]
 pub struct AssumeCache {
     pods: HashMap<PodKey, AssumedPod>,
+    /// Reads of bound pods under way ([`AssumeCache::begin_listed`]); deletions are recorded while it is non-zero.
+    listing: usize,
+    /// UIDs of the pods the watch deleted since the oldest read under way began.
+    deleted_uids: HashSet<String>,
+    /// Pods a relist no longer showed in that time (the watch tells their keys only).
+    relisted_away: HashSet<PodKey>,
 }
 
 impl AssumeCache {
@@ -75,9 +91,57 @@ impl AssumeCache {
         }
     }
 
-    /// The watched pod was deleted: its assumption (if any) ends.
-    pub fn observe_delete(&mut self, key: &PodKey) {
+    /// The watched pod was deleted (`uid` as the watch showed it; empty when unknown): its assumption (if any)
+    /// ends, and a read of bound pods under way will not assume it again.
+    pub fn observe_delete(&mut self, key: &PodKey, uid: &str) {
         self.pods.remove(key);
+        if self.listing > 0 {
+            if uid.is_empty() {
+                self.relisted_away.insert(key.clone());
+            } else {
+                self.deleted_uids.insert(uid.to_owned());
+            }
+        }
+    }
+
+    /// A relist no longer shows these pods: they were deleted while the watch was down, and a read of bound pods
+    /// under way will not assume them (the relist names no UID, so a pod recreated under the name meanwhile waits
+    /// for its own watch event to count).
+    pub fn observe_relisted_away(&mut self, keys: impl IntoIterator<Item = PodKey>) {
+        if self.listing > 0 {
+            self.relisted_away.extend(keys);
+        }
+    }
+
+    /// Whether a read of bound pods is under way (deletions are being recorded).
+    pub fn is_listing(&self) -> bool {
+        self.listing > 0
+    }
+
+    /// A read of bound pods from the API server starts: from now on the pods the watch deletes are recorded, so that
+    /// [`AssumeCache::assume_listed`] does not assume a pod the LIST showed but the watch has deleted since. Call
+    /// before the LIST is sent, and [`AssumeCache::end_listed`] once its last page is handled.
+    pub fn begin_listed(&mut self) {
+        self.listing += 1;
+    }
+
+    /// A read begun with [`AssumeCache::begin_listed`] ended; the record goes with the last one.
+    pub fn end_listed(&mut self) {
+        self.listing = self.listing.saturating_sub(1);
+        if self.listing == 0 {
+            self.deleted_uids.clear();
+            self.relisted_away.clear();
+        }
+    }
+
+    /// Assumes `pod`, read bound to `node` by a LIST, unless the watch deleted it since the read began (see the
+    /// module documentation). Returns whether it was assumed.
+    pub fn assume_listed(&mut self, key: PodKey, pod: Arc<PodRecord>, node: String) -> bool {
+        if self.deleted_uids.contains(pod.uid()) || self.relisted_away.contains(&key) {
+            return false;
+        }
+        self.assume(key, pod, node);
+        true
     }
 
     /// The assumption for `key`, if any.

@@ -142,7 +142,12 @@ impl ClusterIndex {
             .map(|n| n.to_string())
     }
 
-    /// Removes a pod.
+    /// Keys of every indexed pod.
+    pub fn pod_keys(&self) -> impl Iterator<Item = &PodKey> {
+        self.pods.keys()
+    }
+
+    /// Removes a pod from every index.
     pub fn remove_pod(&mut self, key: &PodKey) {
         let Some(old) = self.pods.remove(key) else { return };
         if let Some(n) = old.node {

@@ -19,6 +19,8 @@ pub mod fixed;
 pub mod index;
 pub mod intern;
 pub mod leader;
+#[cfg(test)]
+mod listed_tests;
 pub mod owners;
 pub mod priority;
 pub mod record;
@@ -476,6 +478,14 @@ impl Store {
         self.assumed_cache().assume(key, pod, node.to_owned());
     }
 
+    /// Starts a read of bound pods from the API server (a LIST the watch may be ahead of or behind): pods it shows
+    /// are assumed through the returned [`ListedAssumptions`], which refuses those the watch deleted since this call
+    /// (see [`crate::assumed`]). Call before the LIST is sent; the record ends when the value is dropped.
+    pub fn begin_listed_assumptions(&self) -> ListedAssumptions {
+        self.assumed_cache().begin_listed();
+        ListedAssumptions { store: self.clone() }
+    }
+
     /// The bind for `key` returned: start the expiry timer of its assumption.
     pub fn finish_binding(&self, key: &PodKey) {
         self.assumed_cache().finish_binding(key, Instant::now());
@@ -499,5 +509,28 @@ impl Store {
     /// The node `key` is assumed on, if any.
     pub fn assumed_node(&self, key: &PodKey) -> Option<String> {
         self.assumed_cache().get(key).map(|a| a.node.clone())
+    }
+}
+
+/// A read of bound pods under way ([`Store::begin_listed_assumptions`]).
+#[must_use = "the deletions are recorded only while this value lives"]
+pub struct ListedAssumptions {
+    store: Store,
+}
+
+impl ListedAssumptions {
+    /// Assumes `pod`, read bound to `node`, unless the watch deleted it since the read began. Returns whether it
+    /// was assumed.
+    pub fn assume(&self, pod: Arc<PodRecord>, node: &str) -> bool {
+        let key = pod.key().clone();
+        self.store
+            .assumed_cache()
+            .assume_listed(key, pod, node.to_owned())
+    }
+}
+
+impl Drop for ListedAssumptions {
+    fn drop(&mut self) {
+        self.store.assumed_cache().end_listed();
     }
 }

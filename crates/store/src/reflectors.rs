@@ -634,7 +634,7 @@ fn node_hook(ev: &watcher::Event<NodeRecord>, _: &Reader<NodeRecord>, s: &Shared
     }
 }
 
-fn pod_hook(ev: &watcher::Event<PodRecord>, reader: &Reader<PodRecord>, s: &Shared) {
+pub(crate) fn pod_hook(ev: &watcher::Event<PodRecord>, reader: &Reader<PodRecord>, s: &Shared) {
     match ev {
         watcher::Event::Apply(p) => {
             let key = p.key().clone();
@@ -654,7 +654,7 @@ fn pod_hook(ev: &watcher::Event<PodRecord>, reader: &Reader<PodRecord>, s: &Shar
             let key = p.key().clone();
             let old_group = s.index_mut().group_of(&key);
             s.index_mut().remove_pod(&key);
-            s.assumed().observe_delete(&key);
+            s.assumed().observe_delete(&key, p.uid());
             s.publish(StoreEvent::Pod {
                 key,
                 group: old_group.or_else(|| p.group_key()),
@@ -664,6 +664,18 @@ fn pod_hook(ev: &watcher::Event<PodRecord>, reader: &Reader<PodRecord>, s: &Shar
         }
         watcher::Event::InitDone => {
             let pods = reader.state();
+            // The pods the index still holds from before the relist and the relist no longer shows were deleted
+            // meanwhile: a read of bound pods under way must not assume them (see `crate::assumed`).
+            let away: Vec<PodKey> = if s.assumed().is_listing() {
+                let now: std::collections::HashSet<&PodKey> = pods.iter().map(|p| p.key()).collect();
+                s.index_mut()
+                    .pod_keys()
+                    .filter(|k| !now.contains(k))
+                    .cloned()
+                    .collect()
+            } else {
+                Vec::new()
+            };
             let resolved: Vec<_> = pods
                 .iter()
                 .map(|p| {
@@ -677,12 +689,13 @@ fn pod_hook(ev: &watcher::Event<PodRecord>, reader: &Reader<PodRecord>, s: &Shar
             let by_key: std::collections::HashMap<&PodKey, &PodRecord> =
                 pods.iter().map(|p| (p.key(), p.as_ref())).collect();
             let mut assumed = s.assumed();
-            for (key, _) in assumed.all() {
+            for (key, a) in assumed.all() {
                 match by_key.get(&key) {
                     Some(p) => assumed.observe(&key, p),
-                    None => assumed.observe_delete(&key),
+                    None => assumed.observe_delete(&key, &a.uid),
                 }
             }
+            assumed.observe_relisted_away(away);
             drop(assumed);
             s.publish(StoreEvent::Resync);
         }

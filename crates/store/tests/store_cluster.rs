@@ -646,3 +646,72 @@ mod discovery_failures {
         fn exit(&self, _: &Id) {}
     }
 }
+
+/// Issue 35: a new leader reads the bound pods with a quorum LIST and assumes those its watch does not show bound
+/// yet. A pod deleted after the LIST was served but before its page is handled is gone from the watch already; an
+/// assumption of it would never end (nothing expires), keeping its room and parking the preemptors that pick it as
+/// a victim. Replayed against a real API server with the deletion in exactly that window: the read refuses the pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listed_pod_deleted_before_its_page_is_handled_is_not_assumed() -> anyhow::Result<()> {
+    let env = TestEnv::shared();
+    let client = env.client().await?;
+    phalanx_testenv::apply_crds(&client, &phalanx_api::crds::to_yaml()).await?;
+    let ns = create_namespace(&client, "store-listed").await?;
+    let node = format!("{ns}-n");
+    FakeNode::new(&node)
+        .cpu("4")
+        .memory("8Gi")
+        .test_namespace(&ns)
+        .create(&client)
+        .await?;
+    let store = Store::start(client.clone(), StoreConfig::default());
+    tokio::time::timeout(T, store.wait_ready()).await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    for name in ["gone", "kept"] {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": { "name": name },
+            "spec": { "schedulerName": "nobody", "containers": [{ "name": "c", "image": "x" }] }
+        }))?;
+        pods.create(&PostParams::default(), &pod).await?;
+        bind_pod(&client, &ns, name, &node).await?;
+    }
+    let (gone, kept) = (PodKey::new(&ns, "gone"), PodKey::new(&ns, "kept"));
+    wait_for("both pods cached bound", T, || async {
+        Ok((store.pods_on_node(&node).len() == 2).then_some(()))
+    })
+    .await?;
+
+    // The read begins, the LIST is served with both pods, then `gone` is deleted and the watch shows it.
+    let listed = store.begin_listed_assumptions();
+    let page = pods
+        .list(&kube::api::ListParams::default().fields("spec.nodeName!="))
+        .await?;
+    assert_eq!(page.items.len(), 2);
+    pods.delete("gone", &DeleteParams::default().grace_period(0))
+        .await?;
+    wait_for("the watch shows the deletion", T, || async {
+        Ok(store.pod(&gone).is_none().then_some(()))
+    })
+    .await?;
+    // Now the page is handled as the driver does: a pod the cache does not show bound is assumed.
+    let mut refused = Vec::new();
+    for p in &page.items {
+        let record = std::sync::Arc::new(phalanx_store::PodRecord::from_pod(p));
+        if store.pod(record.key()).is_some_and(|c| c.node_name().is_some()) {
+            continue;
+        }
+        if !listed.assume(record.clone(), &node) {
+            refused.push(p.name_any());
+        }
+    }
+    drop(listed);
+    assert_eq!(refused, vec!["gone".to_owned()]);
+    assert_eq!(
+        store.assumed_node(&gone),
+        None,
+        "no assumption is left that no event can end"
+    );
+    assert_eq!(store.assumed_node(&kept), None, "cached bound: nothing to assume");
+    assert_eq!(store.pods_on_node(&node).len(), 1);
+    Ok(())
+}
