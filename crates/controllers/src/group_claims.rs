@@ -7,7 +7,7 @@
 //! - The claim is created from the template's `spec` (labels and annotations of the template's `metadata` too),
 //!   with the annotation `resource.kubernetes.io/pod-claim-name: <entry>` and a controller owner reference to the
 //!   PodGroup, so that the garbage collector deletes it with the group.
-//! - Its name is fixed, `<podgroup>-<entry>` ([`claim_name`]), where upstream generates one: kube-controller-manager
+//! - Its name is fixed, `<podgroup>-<entry>` ([`generated_claim_name`]), where upstream generates one: kube-controller-manager
 //!   creates a per-pod claim for every pod entry that names a template, so member pods must name the group's
 //!   claim by `resourceClaimName`, and a name they can write before the claim exists is what lets them.
 //! - A claim of that name that this group does not own is reported on the group (`Valid=False`,
@@ -22,7 +22,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use kube::api::{Api, PostParams};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
-use phalanx_api::v1beta1::{PodGroup, PodGroupResourceClaimStatus};
+use phalanx_api::v1beta1::{PodGroup, PodGroupResourceClaimStatus, generated_claim_name};
 
 use crate::context::Ctx;
 use crate::error::Result;
@@ -37,25 +37,6 @@ pub const CLAIM_CONFLICT: &str = "ResourceClaimConflict";
 pub const TEMPLATE_NOT_FOUND: &str = "ResourceClaimTemplateNotFound";
 /// `Valid=False` reason: the server does not serve `resource.k8s.io/v1`.
 pub const CLAIMS_NOT_SERVED: &str = "ResourceClaimsNotServed";
-
-/// Longest object name (DNS-1123 subdomain).
-const MAX_NAME: usize = 253;
-
-/// The name of the claim generated for entry `entry` of PodGroup `group`: `<group>-<entry>`. A name over 253
-/// characters keeps its first 244 and adds `-` and 8 hex digits of an FNV-1a hash of the whole, so that two long
-/// names that share a prefix stay apart.
-pub fn claim_name(group: &str, entry: &str) -> String {
-    let full = format!("{group}-{entry}");
-    if full.len() <= MAX_NAME {
-        return full;
-    }
-    let hash = full.bytes().fold(0x811c_9dc5_u32, |h, b| {
-        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
-    });
-    // Names are ASCII (DNS-1123), so any byte index is a char boundary; a trailing '-' or '.' would be invalid.
-    let head = full[..MAX_NAME - 9].trim_end_matches(['-', '.']);
-    format!("{head}-{hash:08x}")
-}
 
 /// What [`ensure`] found: the status entries to record, and a problem to report on the group.
 #[derive(Debug, Default)]
@@ -94,7 +75,7 @@ pub async fn ensure(ctx: &Ctx, pg: &PodGroup) -> Result<GroupClaims> {
         let Some(template) = &entry.resource_claim_template_name else {
             continue;
         };
-        let name = claim_name(&pg.name_any(), &entry.name);
+        let name = generated_claim_name(&pg.name_any(), &entry.name);
         let field = format!("spec.resourceClaims[{i}]");
         if let Some(claim) = dra.claims.get(&ObjectRef::new(&name).within(&ns)) {
             if claim.owner_references().iter().any(|o| o.uid == uid) {
@@ -174,24 +155,5 @@ fn generated_claim(
         },
         spec: t.spec,
         status: None,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn claim_names_are_group_and_entry_and_stay_valid_when_long() {
-        assert_eq!(claim_name("train", "gpu"), "train-gpu");
-        let long = "g".repeat(250);
-        let a = claim_name(&long, "nvlink");
-        let b = claim_name(&long, "nvswitch");
-        assert_eq!(a.len(), MAX_NAME);
-        assert_ne!(a, b, "two entries of one long group get two names");
-        assert!(a.starts_with(&"g".repeat(244)));
-        let dashes = format!("{}-{}", "g".repeat(243), "x".repeat(20));
-        let c = claim_name(&dashes, "e");
-        assert!(!c.contains("--"), "no '-' run before the hash: {c}");
     }
 }

@@ -540,6 +540,51 @@ fn missing_template_message(store: &phalanx_store::Store, pods: &[Arc<PodRecord>
     })
 }
 
+/// A member's failure `message` with, when it says that the claim generated for an entry of its PodGroup's
+/// `spec.resourceClaims` does not exist and that entry's ResourceClaimTemplate is missing, the entry and template
+/// added where the claim is named: `... resourceclaim.resource.k8s.io "train-gpu" not found (PodGroup "train"
+/// resourceClaims "gpu": ResourceClaimTemplate "one" not found) ...` (the claim never comes until the template
+/// does). Otherwise `message` unchanged; also when the templates cannot be read.
+pub(crate) fn name_group_claim_template(
+    store: &phalanx_store::Store,
+    pod: &PodKey,
+    message: String,
+) -> String {
+    let found = || -> Option<String> {
+        let p = store.pod(pod)?;
+        let g = store.group_of_pod(&p)?;
+        if g.kind != GroupKind::PodGroup || !message.contains("\" not found") {
+            return None;
+        }
+        let dra = store.dra()?;
+        if store
+            .unreadable_devices()
+            .iter()
+            .any(|k| k == "resourceclaimtemplates")
+        {
+            return None;
+        }
+        let group = store.pod_group(&g.namespace, &g.name)?;
+        group.spec.resource_claims.iter().flatten().find_map(|entry| {
+            let t = entry.resource_claim_template_name.as_deref()?;
+            let exists = dra
+                .templates
+                .get(&kube::runtime::reflector::ObjectRef::new(t).within(&g.namespace))
+                .is_some();
+            let claim = phalanx_api::v1beta1::generated_claim_name(&g.name, &entry.name);
+            let said = format!("\"{claim}\" not found");
+            (!exists && message.contains(&said)).then(|| {
+                let why = format!(
+                    "{said} (PodGroup {:?} resourceClaims {:?}: ResourceClaimTemplate {t:?} not found)",
+                    &*g.name, entry.name
+                );
+                message.replacen(&said, &why, 1)
+            })
+        })
+    };
+    found().unwrap_or(message)
+}
+
 /// The member pods' message of a PodGroup waiting for its quorum, with the counts of the moment (upstream's words,
 /// then the group's message): `waiting for minCount pods from a gang to appear in scheduling queue: 2 of 3 pods
 /// present (minCount 3) when this pod was last updated`. `None` for any other gate (a CompositePodGroup tree's

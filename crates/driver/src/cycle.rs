@@ -172,11 +172,12 @@ impl Driver {
             if let Some(w) = self.preemption.on_failure(&key) {
                 drop(self.submit_nomination(w));
             }
+            let message = crate::conditions::name_group_claim_template(&self.store, &key, f.message);
             self.submit_pod_condition(
                 key,
                 Some(f.uid.to_string()),
                 names::failure_reason(f.reason),
-                f.message,
+                message,
                 true,
                 None,
             );

@@ -859,3 +859,49 @@ async fn a_missing_claim_template_is_named_on_the_pods() -> anyhow::Result<()> {
     sched.stop().await?;
     dev.cleanup().await
 }
+
+/// A PodGroup whose own `spec.resourceClaims` entry names a ResourceClaimTemplate that does not exist never gets its
+/// generated claim (`<group>-<entry>`, which its members name): the members' `PodScheduled=False` message names the
+/// group's entry and the missing template, not only the claim (issue 35, defect 13). Then the template and the
+/// claim appear (the test creates the claim as the controllers' `group_claims` would from the template; the
+/// controllers do not run in this harness) and the gang binds on the one shared claim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_group_claim_template_is_named_on_the_members() -> anyhow::Result<()> {
+    let ctx = setup("dra-group-notemplate").await?;
+    let mut dev = Devices::new(&ctx).await?;
+    let a = ctx.node("a", "8").await?;
+    dev.slice(&a, &["a100"; 2]).await?;
+    let group: phalanx_api::v1beta1::PodGroup = serde_json::from_value(json!({
+        "apiVersion": "scheduling.phalanx.dev/v1beta1",
+        "kind": "PodGroup",
+        "metadata": { "name": "g" },
+        "spec": {
+            "schedulingPolicy": { "gang": { "minCount": 2 } },
+            "resourceClaims": [{ "name": "gpu", "resourceClaimTemplateName": "one" }],
+        },
+    }))?;
+    ctx.pod_groups().create(&PostParams::default(), &group).await?;
+    let claim = phalanx_api::v1beta1::generated_claim_name("g", "gpu");
+    let pods: Vec<String> = (0..2).map(|i| format!("g-{i}")).collect();
+    for p in &pods {
+        pod(&ctx, p, Some("g"), (CLAIM, &claim), None).await?;
+    }
+    let sched = ctx.start();
+    let want = format!(
+        "resourceclaim.resource.k8s.io \"{claim}\" not found (PodGroup \"g\" resourceClaims \"gpu\": \
+         ResourceClaimTemplate \"one\" not found)"
+    );
+    for p in &pods {
+        let msg = ctx.wait_pod_unschedulable(p).await?;
+        ensure!(
+            msg.contains(&want),
+            "pod {p}: message {msg:?}, want one with {want:?}"
+        );
+    }
+    dev.template("one", 1, None, None).await?;
+    dev.claim(&claim, 1).await?;
+    let bound = ctx.wait_bound(&pods).await?;
+    ensure!(bound.len() == pods.len(), "bound: {bound:?}");
+    sched.stop().await?;
+    dev.cleanup().await
+}

@@ -8,7 +8,7 @@ mod recovery;
 mod templates;
 mod workload;
 
-pub use pod_group::{PodGroup, PodGroupSpec, PodGroupStatus};
+pub use pod_group::{PodGroup, PodGroupSpec, PodGroupStatus, generated_claim_name};
 pub use policy::{
     AllCompositeDisruptionMode, AllDisruptionMode, BasicSchedulingPolicy, CompositeBasicSchedulingPolicy,
     CompositeDisruptionMode, CompositeGangSchedulingPolicy, CompositePodGroupSchedulingConstraints,

@@ -265,3 +265,41 @@ impl PodGroupSpec {
         self.preemption_policy.unwrap_or_default()
     }
 }
+
+/// The name of the ResourceClaim generated for entry `entry` of PodGroup `group`'s `spec.resourceClaims` (one that
+/// names a ResourceClaimTemplate): `<group>-<entry>`, fixed so that member pods can name it by
+/// `resourceClaimName` before it exists (upstream's resourceclaim controller generates a name instead,
+/// `pkg/controller/resourceclaim/controller.go`). A name over 253 characters keeps its first 244 and adds `-` and 8
+/// hex digits of an FNV-1a hash of the whole, so that two long names that share a prefix stay apart.
+pub fn generated_claim_name(group: &str, entry: &str) -> String {
+    let max = DNS1123_SUBDOMAIN_MAX_LENGTH as usize;
+    let full = format!("{group}-{entry}");
+    if full.len() <= max {
+        return full;
+    }
+    let hash = full.bytes().fold(0x811c_9dc5_u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    });
+    // Names are ASCII (DNS-1123), so any byte index is a char boundary; a trailing '-' or '.' would be invalid.
+    let head = full[..max - 9].trim_end_matches(['-', '.']);
+    format!("{head}-{hash:08x}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn claim_names_are_group_and_entry_and_stay_valid_when_long() {
+        assert_eq!(generated_claim_name("train", "gpu"), "train-gpu");
+        let long = "g".repeat(250);
+        let a = generated_claim_name(&long, "nvlink");
+        let b = generated_claim_name(&long, "nvswitch");
+        assert_eq!(a.len(), crate::schema::DNS1123_SUBDOMAIN_MAX_LENGTH as usize);
+        assert_ne!(a, b, "two entries of one long group get two names");
+        assert!(a.starts_with(&"g".repeat(244)));
+        let dashes = format!("{}-{}", "g".repeat(243), "x".repeat(20));
+        let c = generated_claim_name(&dashes, "e");
+        assert!(!c.contains("--"), "no '-' run before the hash: {c}");
+    }
+}
