@@ -5,7 +5,7 @@ SHELL := bash
 CARGO ?= cargo
 TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
 
-.PHONY: help bins kueue test-kueue cluster-up cluster-down cluster-status test lint fmt-check clippy crds bench bench-compare bench-e2e quickstart chaos chaos-smoke image test-image image-reproducible test-compat test-compat-all
+.PHONY: help bins kueue test-kueue cluster-up cluster-down cluster-status test lint fmt-check clippy crds bench bench-compare bench-e2e quickstart chaos chaos-smoke image test-image image-reproducible release test-release test-compat test-compat-all
 
 help: ## Show this list
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -77,3 +77,9 @@ test-image: ## The image test: builds it, unpacks it, runs the binary, checks co
 
 image-reproducible: ## Two builds of HEAD give one digest: `make image` here and a fresh clone built from scratch (slow: a cold release build)
 	hack/image-reproducible.sh
+
+release: ## A release: image (amd64+arm64 index), OCI chart, archives, SBOM, krew manifest: REGISTRY=ghcr.io/<owner> [VERSION=X.Y.Z] [RELEASE_ARGS=--dry-run] (hack/release.sh)
+	hack/release.sh $(if $(REGISTRY),--registry "$(REGISTRY)") $(if $(VERSION),--version "$(VERSION)") $(RELEASE_ARGS)
+
+test-release: bins ## The release test: hack/release.sh to a loopback registry, chart installed from it, its image binds a gang (cold arm64 build, 15-25 min)
+	$(CARGO) test -p phalanx-e2e --test chart_cluster -- --ignored --exact a_release_on_a_loopback_registry_installs_from_it_and_its_image_binds_a_gang --nocapture

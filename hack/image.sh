@@ -14,13 +14,13 @@
 # checkout's and cargo's paths remapped. Building twice from one commit gives the same digest
 # (crates/phalanx/tests/image.rs checks the packaging; the README gives the two-build check).
 #
-# The binary is built for <arch>-unknown-linux-musl (static, so the image holds nothing but it); the target is
-# added with `rustup target add` when missing, and its C parts (ring) need a C compiler (musl-gcc from
-# musl-tools, or gcc). Only the build machine's architecture is supported.
+# The binary is built for <cpu>-unknown-linux-musl by hack/build-static.sh (static, so the image holds nothing but
+# it): the build machine's architecture by default, or the other one with IMAGE_ARCH (cross-compiled; that script
+# says what it needs). hack/release.sh builds both and joins them in one multi-platform index.
 #
 # Environment: IMAGE_REPOSITORY (default: the chart's image.repository), IMAGE_TAG (default: the version),
-# SOURCE_DATE_EPOCH, CARGO_TARGET_DIR (cargo's usual meaning), IMAGE_SKIP_BUILD=1 (package the binary already
-# built; for the packaging test).
+# IMAGE_ARCH (amd64 or arm64; default the build machine's), IMAGE_OUT (default <target>/image), SOURCE_DATE_EPOCH,
+# CARGO_TARGET_DIR (cargo's usual meaning), IMAGE_SKIP_BUILD=1 (package the binary already built).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=hack/lib.sh
@@ -50,17 +50,17 @@ if [ -n "$(git status --porcelain --untracked-files=no)" ]; then
 fi
 export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct HEAD)}
 CREATED=$(date -u -d "@$SOURCE_DATE_EPOCH" +%Y-%m-%dT%H:%M:%SZ)
-case $(uname -m) in
-  x86_64) ARCH=amd64 ;;
-  aarch64) ARCH=arm64 ;;
-  *) phalanx::die "unsupported build architecture $(uname -m) (x86_64 and aarch64 are)" ;;
+case ${IMAGE_ARCH:-$(uname -m)} in
+  x86_64 | amd64) ARCH=amd64 CPU=x86_64 ;;
+  aarch64 | arm64) ARCH=arm64 CPU=aarch64 ;;
+  *) phalanx::die "unsupported architecture ${IMAGE_ARCH:-$(uname -m)} (amd64 and arm64 are)" ;;
 esac
-RUST_TARGET=$(uname -m)-unknown-linux-musl
+RUST_TARGET=$CPU-unknown-linux-musl
 TARGET_DIR=${CARGO_TARGET_DIR:-$PHALANX_ROOT/target}
 mkdir -p "$TARGET_DIR"
 TARGET_DIR=$(cd "$TARGET_DIR" && pwd)
 BIN=$TARGET_DIR/$RUST_TARGET/release/phalanx
-OUT=$TARGET_DIR/image
+OUT=${IMAGE_OUT:-$TARGET_DIR/image}
 ARCHIVE=$OUT/phalanx-$VERSION-linux-$ARCH.tar
 progress "$REF for linux/$ARCH from $REVISION (SOURCE_DATE_EPOCH=$SOURCE_DATE_EPOCH, $CREATED)"
 
@@ -73,30 +73,8 @@ if [ "${IMAGE_SKIP_BUILD:-0}" = 1 ]; then
   progress "phalanx binary: IMAGE_SKIP_BUILD=1, packaging $BIN as built"
   [ -x "$BIN" ] || phalanx::die "IMAGE_SKIP_BUILD=1 but $BIN does not exist; run 'make image' once"
 else
-  progress "phalanx binary for $RUST_TARGET (cargo build --release --locked; 10-20 min cold on 2 cores)"
-  command -v cargo >/dev/null || phalanx::die "cargo not found: install Rust (https://rustup.rs)"
-  if command -v rustup >/dev/null && ! rustup target list --installed | grep -qx "$RUST_TARGET"; then
-    echo "  rustup target add $RUST_TARGET"
-    rustup target add "$RUST_TARGET"
-  fi
-  # cc-rs looks for musl-gcc for this target; plain gcc compiles ring's C and assembly for it as well.
-  if ! command -v musl-gcc >/dev/null && ! command -v "$(uname -m)-linux-musl-gcc" >/dev/null; then
-    export "CC_$(echo "$RUST_TARGET" | tr - _)=${CC:-cc}"
-  fi
-  # Paths of this checkout, of the target dir and of cargo's registry are remapped so that the bytes do not
-  # depend on where the repository or CARGO_HOME live; symbols are stripped (as hack/build-bins.sh's -s -w).
-  cargo_home=${CARGO_HOME:-$HOME/.cargo}
-  # (rustc applies the last matching prefix: the target dir, often inside the checkout, comes after it.)
-  export RUSTFLAGS="--remap-path-prefix=$PHALANX_ROOT=/phalanx --remap-path-prefix=$TARGET_DIR=/target --remap-path-prefix=$cargo_home=/cargo -C strip=symbols"
-  # Incremental compilation may lay code out differently from one build to the next.
-  export CARGO_INCREMENTAL=0
-  # cc (ring's C code) passes SOURCE_DATE_EPOCH to the compiler and rebuilds when it changes: the compile gets the
-  # time of the last change of the dependencies (Cargo.lock), so a new commit does not rebuild them.
-  deps_epoch=$(git log -1 --format=%ct -- Cargo.lock)
-  if ! SOURCE_DATE_EPOCH=$deps_epoch cargo build --release --locked -p phalanx --bin phalanx --target "$RUST_TARGET" 2>&1 |
-      sed -u 's/^/  /'; then
-    phalanx::die "cargo build for $RUST_TARGET failed (output above)"
-  fi
+  progress "phalanx binary for $RUST_TARGET (hack/build-static.sh; cargo build --release --locked, 10-20 min cold)"
+  "$here/build-static.sh" "$ARCH" phalanx >/dev/null
 fi
 # Nothing but the binary goes into the image, so it must need nothing: no interpreter, no shared library.
 if readelf -lW "$BIN" | grep -q 'INTERP' || readelf -dW "$BIN" | grep -q '(NEEDED)'; then

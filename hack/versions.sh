@@ -20,3 +20,7 @@ KUEUE_BIN_DIR=${KUEUE_BIN_DIR:-$PHALANX_CACHE/bin/kueue-$KUEUE_VERSION}
 # (hack/image.sh), and serves a loopback registry for its test; built from its Go module (hack/build-crane.sh).
 CRANE_VERSION=${CRANE_VERSION:-v0.22.1}
 CRANE_BIN_DIR=${CRANE_BIN_DIR:-$PHALANX_CACHE/bin/crane-$CRANE_VERSION}
+# cargo-cyclonedx (crates.io): the release's SBOM, a CycloneDX document of the binary's crates from Cargo.lock
+# (hack/release.sh; installed with `cargo install --locked` by hack/build-sbom-tool.sh).
+CYCLONEDX_VERSION=${CYCLONEDX_VERSION:-0.5.9}
+CYCLONEDX_BIN_DIR=${CYCLONEDX_BIN_DIR:-$PHALANX_CACHE/bin/cargo-cyclonedx-$CYCLONEDX_VERSION}

@@ -584,3 +584,241 @@ async fn two_releases_of_one_scheduler_name_elect_one_leader_and_the_second_is_w
     }
     Ok(())
 }
+
+/// `crane ARGS --insecure` (the loopback registry speaks plain HTTP); its stdout, trimmed.
+fn crane_out(crane: &Path, args: &[&str]) -> anyhow::Result<String> {
+    let out = std::process::Command::new(crane)
+        .args(args)
+        .arg("--insecure")
+        .output()
+        .with_context(|| format!("running crane {}", args.join(" ")))?;
+    ensure!(
+        out.status.success(),
+        "crane {} failed: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8(out.stdout)?.trim().to_owned())
+}
+
+/// `/usr/local/bin/phalanx` of the image `image` for linux/`arch`, as the registry serves it (`crane export` of the
+/// platform's file system), written under `dir`.
+fn pull_binary(crane: &Path, image: &str, arch: &str, dir: &Path) -> anyhow::Result<PathBuf> {
+    let fs = dir.join(format!("rootfs-{arch}.tar"));
+    let fs_arg = fs.to_str().context("path")?;
+    crane_out(
+        crane,
+        &["export", "--platform", &format!("linux/{arch}"), image, fs_arg],
+    )?;
+    let root = dir.join(format!("rootfs-{arch}"));
+    std::fs::create_dir_all(&root)?;
+    let status = std::process::Command::new("tar")
+        .arg("-xf")
+        .arg(&fs)
+        .arg("-C")
+        .arg(&root)
+        .arg("usr/local/bin/phalanx")
+        .status()?;
+    ensure!(
+        status.success(),
+        "the linux/{arch} image holds no usr/local/bin/phalanx"
+    );
+    Ok(root.join("usr/local/bin/phalanx"))
+}
+
+/// `readelf ARGS FILE`'s output.
+fn readelf(args: &[&str], file: &Path) -> anyhow::Result<String> {
+    let out = std::process::Command::new("readelf")
+        .args(args)
+        .arg(file)
+        .output()?;
+    ensure!(out.status.success(), "readelf {args:?} {} failed", file.display());
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The release as a user gets it. `hack/release.sh` releases this tree to a registry on loopback (`crane registry
+/// serve`): the image index holds linux/amd64 and linux/arm64, each the digest the script computed, and the arm64
+/// binary is a static AArch64 ELF (it cannot run here); the checksums, the krew manifest and the SBOM describe the
+/// files beside them. Then the chart is installed **from the OCI registry**; its Deployment names the pushed index
+/// by digest, which resolves to the pushed manifest for this machine's platform; and that platform's binary, pulled
+/// from the registry, run as the chart's ServiceAccount with the Deployment's arguments, binds a gang.
+///
+/// `make test-release` runs it: a cold release builds the arm64 binaries and cargo-cyclonedx (15-25 minutes on two
+/// cores), so it stays out of `make test`, which already builds and tests the image of this machine's platform.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "make test-release runs it (cold cross-compilation for linux/arm64, 15-25 min; not part of make test)"]
+async fn a_release_on_a_loopback_registry_installs_from_it_and_its_image_binds_a_gang() -> anyhow::Result<()>
+{
+    let crane = phalanx_testenv::crane_binary()?;
+    let registry = phalanx_testenv::LoopbackRegistry::start(&crane)?;
+    let target = std::env::current_exe()?
+        .ancestors()
+        .nth(3)
+        .context("<target>/<profile>/deps/<exe>")?
+        .to_owned();
+    let version = env!("CARGO_PKG_VERSION");
+
+    // 1. The release, pushed: the script's own progress lines show with --nocapture.
+    let status = std::process::Command::new("bash")
+        .args(["hack/release.sh", "--registry", &registry.host, "--plain-http"])
+        .current_dir(phalanx_e2e::repo_root())
+        .env("CARGO_TARGET_DIR", &target)
+        .status()
+        .context("running hack/release.sh")?;
+    ensure!(status.success(), "hack/release.sh failed: {status}");
+    let out = target.join("release").join(version);
+    let released: std::collections::BTreeMap<String, String> =
+        std::fs::read_to_string(out.join("release.env"))?
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect();
+    let field = |k: &str| {
+        released
+            .get(k)
+            .cloned()
+            .with_context(|| format!("release.env has no {k}"))
+    };
+    let image = field("IMAGE")?;
+    ensure!(
+        image.starts_with(&format!("{}/phalanx:{version}@sha256:", registry.host)),
+        "IMAGE={image}"
+    );
+
+    // 2. The index the registry serves: both platforms, each the manifest the script built.
+    let index: serde_json::Value = serde_json::from_str(&crane_out(&crane, &["manifest", &image])?)?;
+    let mut platforms: Vec<String> = index["manifests"]
+        .as_array()
+        .context("not an index")?
+        .iter()
+        .map(|m| format!("{}/{}", m["platform"]["os"], m["platform"]["architecture"]).replace('"', ""))
+        .collect();
+    platforms.sort();
+    ensure!(
+        platforms == ["linux/amd64", "linux/arm64"],
+        "platforms {platforms:?}"
+    );
+    for arch in ["amd64", "arm64"] {
+        let served = crane_out(
+            &crane,
+            &["digest", "--platform", &format!("linux/{arch}"), &image],
+        )?;
+        ensure!(
+            served == field(&format!("IMAGE_DIGEST_{}", arch.to_uppercase()))?,
+            "linux/{arch} resolves to {served}"
+        );
+    }
+    let work = work_dir("release");
+    let arm = pull_binary(&crane, &image, "arm64", &work)?;
+    let header = readelf(&["-h"], &arm)?;
+    ensure!(
+        header.contains("AArch64") && header.contains("ELF64"),
+        "the arm64 image's binary is not a 64-bit AArch64 ELF:\n{header}"
+    );
+    ensure!(
+        !readelf(&["-lW"], &arm)?.contains("INTERP") && !readelf(&["-dW"], &arm)?.contains("(NEEDED)"),
+        "the arm64 binary is not statically linked"
+    );
+
+    // 3. The files a GitHub release attaches: checksums that verify, a krew manifest naming both archives by their
+    //    checksum, and an SBOM of the binary's crates.
+    let check = std::process::Command::new("sha256sum")
+        .args(["--check", "--strict", "sha256sums.txt"])
+        .current_dir(&out)
+        .output()?;
+    ensure!(
+        check.status.success(),
+        "sha256sum --check: {}",
+        String::from_utf8_lossy(&check.stdout)
+    );
+    let sums = std::fs::read_to_string(out.join("sha256sums.txt"))?;
+    let krew = std::fs::read_to_string(out.join("plugins/phalanx.yaml"))?;
+    for arch in ["amd64", "arm64"] {
+        let archive = format!("phalanx-{version}-linux-{arch}.tar.gz");
+        let sum = sums
+            .lines()
+            .find(|l| l.ends_with(&archive))
+            .and_then(|l| l.split_whitespace().next())
+            .with_context(|| format!("sha256sums.txt lacks {archive}"))?;
+        ensure!(
+            krew.contains(&format!("/{archive}\n    sha256: {sum}")),
+            "the krew manifest does not name {archive} with {sum}:\n{krew}"
+        );
+    }
+    let sbom: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(
+        out.join(format!("phalanx-{version}.cdx.json")),
+    )?)?;
+    let components: Vec<&str> = sbom["components"]
+        .as_array()
+        .context("SBOM without components")?
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    ensure!(
+        ["kube-client", "k8s-openapi", "tokio", "rustls"]
+            .iter()
+            .all(|c| components.contains(c)),
+        "the SBOM lacks the binary's main crates: {} components",
+        components.len()
+    );
+
+    // 4. The chart from the OCI registry; its Deployment names the pushed index by digest.
+    let env = TestEnv::shared();
+    let admin = env.client().await?;
+    let helm = Helm::new(env);
+    let ns = create_namespace(&admin, "release").await?;
+    let release = format!("phalanx-{}", &ns[ns.len() - 8..]);
+    let scheduler = format!("sched-{ns}");
+    let vals = values(&scheduler, &ns);
+    let chart = format!("oci://{}/charts/phalanx", registry.host);
+    helm.run(&with(
+        &[
+            "install",
+            &release,
+            &chart,
+            "--version",
+            version,
+            "--plain-http",
+            "-n",
+            &ns,
+        ],
+        &vals,
+    ))?;
+    let deployment = Api::<Deployment>::namespaced(admin.clone(), &ns)
+        .get(&release)
+        .await?;
+    let deployed = deployment
+        .spec
+        .and_then(|s| s.template.spec)
+        .and_then(|p| p.containers.into_iter().next())
+        .and_then(|c| c.image)
+        .context("the Deployment names no image")?;
+    ensure!(
+        deployed == image,
+        "the Deployment runs {deployed}, the release pushed {image}"
+    );
+    let host_arch = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => anyhow::bail!("unsupported test machine architecture {other}"),
+    };
+    let resolved = crane_out(
+        &crane,
+        &["digest", "--platform", &format!("linux/{host_arch}"), &deployed],
+    )?;
+    ensure!(
+        resolved == field(&format!("IMAGE_DIGEST_{}", host_arch.to_uppercase()))?,
+        "the Deployment's image resolves to {resolved} for linux/{host_arch}"
+    );
+
+    // 5. That image's binary, from the registry, as the chart's ServiceAccount: it leads and binds a gang.
+    let bin = pull_binary(&crane, &deployed, host_arch, &work)?;
+    nodes(&admin, &ns).await?;
+    let mut p = start_as_release(env, &admin, &bin, &ns, &release, "released-0", &work).await?;
+    wait_state(&mut p, "released-0", true).await?;
+    let placed = schedule_gang(&admin, &ns, &scheduler, "gang", 3).await?;
+    eprintln!("gang bound to {placed:?} by {deployed} (linux/{host_arch}) as ServiceAccount {ns}/{release}");
+    ensure!(p.stop().await?.success(), "phalanx did not exit cleanly");
+    helm.run(&["uninstall", &release, "-n", &ns, "--wait"])?;
+    Ok(())
+}

@@ -663,3 +663,27 @@ fn admission_policies_cover_the_crds_and_their_finalizers() {
     }
     assert!(text.contains("params.value <= 1000000000"), "the priority cap");
 }
+
+/// The image reference: `repository:tag` (the tag defaults to the chart's appVersion, the binary's version), and
+/// `repository:tag@digest` once `image.digest` is set, as a released chart sets it to its multi-platform index.
+#[test]
+fn image_is_the_app_version_and_a_release_pins_its_digest() {
+    let image = |extra: &[&str]| {
+        one(&template(extra), "Deployment")["spec"]["template"]["spec"]["containers"][0]["image"]
+            .as_str()
+            .expect("image")
+            .to_owned()
+    };
+    let version = env!("CARGO_PKG_VERSION");
+    assert_eq!(image(&[]), format!("ghcr.io/phalanx-sched/phalanx:{version}"));
+    let digest = format!("sha256:{}", "ab".repeat(32));
+    assert_eq!(
+        image(&[
+            "--set",
+            "image.repository=127.0.0.1:5000/phalanx",
+            "--set",
+            &format!("image.digest={digest}")
+        ]),
+        format!("127.0.0.1:5000/phalanx:{version}@{digest}")
+    );
+}

@@ -12,11 +12,11 @@
 //! digest is `make image-reproducible`.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::sync::OnceLock;
 
+use phalanx_testenv::{LoopbackRegistry, crane_binary};
 use serde_json::Value;
 
 fn repo_root() -> PathBuf {
@@ -416,55 +416,15 @@ fn the_one_layer_holds_only_the_static_binary_which_runs() {
     );
 }
 
-/// `crane registry serve` on a loopback port; killed on drop.
-struct Registry(std::process::Child, String);
-
-impl Registry {
-    fn start(crane: &Path) -> Self {
-        let mut child = Command::new(crane)
-            .args(["registry", "serve", "--address", "127.0.0.1:0"])
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("crane registry serve");
-        let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
-        let port = lines
-            .by_ref()
-            .map_while(Result::ok)
-            .find_map(|l| l.split("serving on port ").nth(1).map(|p| p.trim().to_owned()))
-            .expect("crane registry serve printed no port");
-        // Keep draining its log so that it never blocks on a full pipe.
-        std::thread::spawn(move || lines.for_each(drop));
-        Registry(child, format!("127.0.0.1:{port}"))
-    }
-}
-
-impl Drop for Registry {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn crane() -> PathBuf {
-    PathBuf::from(
-        stdout(
-            Command::new("bash")
-                .arg("hack/build-crane.sh")
-                .current_dir(repo_root()),
-        )
-        .trim(),
-    )
-}
-
 #[test]
 fn crane_pushes_the_layout_and_the_archive() {
     let (archive, layout) = image();
     let (index, manifest, _) = documents(layout);
-    let crane = crane();
-    let registry = Registry::start(&crane);
+    let crane = crane_binary().expect("crane");
+    let registry = LoopbackRegistry::start(&crane).expect("registry");
     // The layout keeps the manifest's digest; the archive, read through manifest.json, is pushed with docker media
     // types (another manifest digest) but the same config and layer.
-    let by_layout = format!("{}/phalanx:layout", registry.1);
+    let by_layout = format!("{}/phalanx:layout", registry.host);
     let pushed = stdout(Command::new(&crane).arg("push").arg(layout).arg(&by_layout));
     assert!(
         pushed
@@ -476,7 +436,7 @@ fn crane_pushes_the_layout_and_the_archive() {
         stdout(Command::new(&crane).args(["digest", &by_layout])).trim(),
         index["manifests"][0]["digest"]
     );
-    let by_archive = format!("{}/phalanx:archive", registry.1);
+    let by_archive = format!("{}/phalanx:archive", registry.host);
     run(Command::new(&crane).arg("push").arg(archive).arg(&by_archive));
     let remote: Value = serde_json::from_str(&stdout(Command::new(&crane).args(["manifest", &by_archive])))
         .expect("manifest");
@@ -513,4 +473,31 @@ fn packaging_the_same_binary_again_gives_the_same_digest() {
         std::fs::read(archive).expect("archive") == first,
         "the archive's bytes changed"
     );
+}
+
+/// One version for everything a release publishes (hack/release.sh refuses to release otherwise): the binary's
+/// (Cargo.toml's `[workspace.package] version`), the chart's `version` and `appVersion`, the newest CHANGELOG.md
+/// entry, and what `phalanx version` prints.
+#[test]
+fn one_version_for_the_binary_the_chart_and_the_changelog() {
+    let root = repo_root();
+    let version = env!("CARGO_PKG_VERSION");
+    let chart: Value = serde_saphyr::from_str(
+        &std::fs::read_to_string(root.join("charts/phalanx/Chart.yaml")).expect("Chart.yaml"),
+    )
+    .expect("Chart.yaml");
+    assert_eq!(chart["version"], version, "the chart's version is the binary's");
+    assert_eq!(
+        chart["appVersion"], version,
+        "the chart's appVersion is the binary's"
+    );
+    let changelog = std::fs::read_to_string(root.join("CHANGELOG.md")).expect("CHANGELOG.md");
+    let newest = changelog
+        .lines()
+        .find_map(|l| l.strip_prefix("## ["))
+        .and_then(|l| l.split(']').next())
+        .expect("CHANGELOG.md has an entry '## [X.Y.Z] - date'");
+    assert_eq!(newest, version, "CHANGELOG.md's newest entry is the version");
+    let printed = stdout(Command::new(env!("CARGO_BIN_EXE_phalanx")).arg("version"));
+    assert!(printed.contains(version), "phalanx version printed {printed:?}");
 }

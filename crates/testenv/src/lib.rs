@@ -31,6 +31,7 @@ mod names;
 mod namespace;
 mod node;
 mod pods;
+mod registry;
 mod wait;
 
 pub use admission::{ADMISSION_POLICIES_YAML, apply_admission_policies, remove_admission_policies};
@@ -39,4 +40,5 @@ pub use env::{REUSE_KUBECONFIG_ENV, REUSE_LOG_DIR_ENV, TestEnv};
 pub use namespace::{TESTENV_NAMESPACE_LABEL, create_namespace};
 pub use node::{FakeNode, KWOK_NODE_ANNOTATION, TEST_NS_LABEL};
 pub use pods::{bind_pod, create_pod};
+pub use registry::{LoopbackRegistry, crane_binary};
 pub use wait::wait_for;
