@@ -14,7 +14,7 @@
 #
 #   hack/release.sh --registry ghcr.io/<owner> [--version X.Y.Z] [--dry-run] [--plain-http]
 #
-# Output: <target>/release/<version>/ holds everything a GitHub release attaches (the archives, sha256sums.txt, the
+# Output: <target>/dist/<version>/ holds everything a GitHub release attaches (the archives, sha256sums.txt, the
 # SBOM, the chart archive, the krew manifest plugins/phalanx.yaml) and release.env (the references and digests, for
 # scripts and tests). The images are reproducible (one digest per platform from one commit, as `make image`).
 #
@@ -83,7 +83,7 @@ chart_repo=oci://$registry/charts
 target_dir=${CARGO_TARGET_DIR:-$PHALANX_ROOT/target}
 mkdir -p "$target_dir"
 target_dir=$(cd "$target_dir" && pwd)
-out=$target_dir/release/$version
+out=$target_dir/dist/$version
 rm -rf "$out"; mkdir -p "$out/plugins"
 progress "Phalanx $version ($revision) for ${arches[*]} -> $image_repo:$version, $chart_repo/phalanx:$version$([ $dry_run = 1 ] && echo ' (dry run: nothing is pushed)')"
 

@@ -666,7 +666,7 @@ async fn a_release_on_a_loopback_registry_installs_from_it_and_its_image_binds_a
         .status()
         .context("running hack/release.sh")?;
     ensure!(status.success(), "hack/release.sh failed: {status}");
-    let out = target.join("release").join(version);
+    let out = target.join("dist").join(version);
     let released: std::collections::BTreeMap<String, String> =
         std::fs::read_to_string(out.join("release.env"))?
             .lines()
