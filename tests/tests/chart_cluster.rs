@@ -789,7 +789,8 @@ async fn a_release_on_a_loopback_registry_installs_from_it_and_its_image_binds_a
         .await?;
     let deployed = deployment
         .spec
-        .and_then(|s| s.template.spec)
+        .template
+        .spec
         .and_then(|p| p.containers.into_iter().next())
         .and_then(|c| c.image)
         .context("the Deployment names no image")?;
