@@ -5,7 +5,7 @@ SHELL := bash
 CARGO ?= cargo
 TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
 
-.PHONY: help bins kueue test-kueue cluster-up cluster-down cluster-status test lint fmt-check clippy crds bench bench-compare bench-e2e quickstart chaos chaos-smoke image test-image image-reproducible release test-release test-compat test-compat-all
+.PHONY: help bins kueue test-kueue cluster-up cluster-down cluster-status test lint fmt-check clippy crds bench bench-compare bench-e2e quickstart quickstart-down chaos chaos-smoke image test-image image-reproducible release test-release test-compat test-compat-all
 
 help: ## Show this list
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -68,6 +68,9 @@ chaos-smoke: bins ## The chaos suite's subset that `make test` runs (one run per
 
 quickstart: bins ## Local cluster + Phalanx + a sample gang (hack/quickstart.sh)
 	hack/quickstart.sh
+
+quickstart-down: ## Stop the quick start: its phalanx run and its cluster, logs kept (hack/quickstart.sh down)
+	hack/quickstart.sh down
 
 image: ## Container image without an engine (hack/image.sh): target/image/phalanx-<version>-linux-<arch>.tar for docker/podman load, crane push
 	hack/image.sh

@@ -16,7 +16,7 @@ if [ -x "$out/crane" ]; then
   echo "$out/crane"
   exit 0
 fi
-command -v go >/dev/null || { echo "build-crane: Go 1.25+ is required (go not found on PATH)" >&2; exit 1; }
+command -v go >/dev/null || { echo "build-crane: Go 1.26+ is required (go not found on PATH)" >&2; exit 1; }
 command -v flock >/dev/null || { echo "build-crane: flock (util-linux) is required" >&2; exit 1; }
 mkdir -p "$out"
 exec 9>"$out/.build.lock"

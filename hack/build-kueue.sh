@@ -17,7 +17,7 @@ if [ -x "$out/kueue" ] && [ -f "$out/webhook.yaml" ] && [ -n "$(ls "$out/crds" 2
   echo "[build-kueue] kueue $KUEUE_VERSION cached in $out"
   exit 0
 fi
-command -v go >/dev/null || { echo "build-kueue: Go 1.25+ is required (go not found on PATH)" >&2; exit 1; }
+command -v go >/dev/null || { echo "build-kueue: Go 1.26+ is required (go not found on PATH)" >&2; exit 1; }
 command -v flock >/dev/null || { echo "build-kueue: flock (util-linux) is required" >&2; exit 1; }
 mkdir -p "$out"
 exec 9>"$out/.build.lock"

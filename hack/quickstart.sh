@@ -7,7 +7,8 @@
 #   hack/quickstart.sh down     stop the local phalanx process and the control plane
 #
 # Environment: PHALANX_STATE_DIR (default <repo>/.phalanx), QUICKSTART_NAMESPACE (samples, default "default"),
-# QUICKSTART_TIMEOUT (seconds to wait for the groups, default 120), CARGO_TARGET_DIR (cargo's usual meaning).
+# QUICKSTART_TIMEOUT (seconds to wait for the groups, default 120), QUICKSTART_METRICS_PORT (the local operator's
+# metrics port, default 18080), CARGO_TARGET_DIR (cargo's usual meaning).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=lib.sh
