@@ -73,6 +73,8 @@ fi
 [ "$(chart_value version)" = "$version" ] ||
   phalanx::die "charts/phalanx/Chart.yaml version is '$(chart_value version)', Cargo.toml's version $version"
 grep -q "^## \[$version\]" CHANGELOG.md || phalanx::die "CHANGELOG.md has no entry '## [$version]'"
+grep -q "org.opencontainers.image.version=\"$version\"" Containerfile ||
+  phalanx::die "Containerfile's org.opencontainers.image.version label is not $version"
 revision=$(git rev-parse HEAD)
 [ -z "$(git status --porcelain --untracked-files=no)" ] ||
   phalanx::log "warning: uncommitted changes: the release is not the one commit $revision gives"

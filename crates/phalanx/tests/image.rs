@@ -88,12 +88,17 @@ fn image() -> &'static (PathBuf, PathBuf) {
                 "no progress line for step {step}:\n{log}"
             );
         }
-        let archive = std::fs::read_dir(&out)
-            .expect("target/image")
-            .filter_map(Result::ok)
-            .map(|e| e.path())
-            .find(|p| p.extension().is_some_and(|x| x == "tar"))
-            .expect("an archive in target/image");
+        // This version's archive by name: the directory may still hold an earlier version's.
+        let archive = out.join(format!(
+            "phalanx-{}-linux-{}.tar",
+            env!("CARGO_PKG_VERSION"),
+            oci_arch()
+        ));
+        assert!(
+            archive.is_file(),
+            "hack/image.sh did not write {}:\n{log}",
+            archive.display()
+        );
         let unpacked = out.join("test-unpacked");
         let _ = std::fs::remove_dir_all(&unpacked);
         std::fs::create_dir_all(&unpacked).expect("unpack dir");
