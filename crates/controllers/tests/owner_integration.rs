@@ -351,11 +351,46 @@ impl Ctx {
     }
 
     async fn wait_bound(&self, owner: &str, n: usize) -> Result<()> {
-        wait_for(&format!("{n} pods of {owner} bound"), WAIT, || async {
+        let waited = wait_for(&format!("{n} pods of {owner} bound"), WAIT, || async {
             let (total, bound) = self.pods_of(owner).await?;
             Ok((total == n && bound == n).then_some(()))
         })
-        .await
+        .await;
+        // On a timeout, say what the pods were doing: which one is missing or unbound, and why.
+        if let Err(e) = waited {
+            let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.ns);
+            let state: Vec<String> = pods
+                .list(&ListParams::default())
+                .await?
+                .items
+                .iter()
+                .map(|p| {
+                    let st = p.status.clone().unwrap_or_default();
+                    let scheduled = st
+                        .conditions
+                        .iter()
+                        .flatten()
+                        .find(|c| c.type_ == "PodScheduled")
+                        .map(|c| {
+                            format!(
+                                "{}/{}: {}",
+                                c.status,
+                                c.reason.clone().unwrap_or_default(),
+                                c.message.clone().unwrap_or_default()
+                            )
+                        });
+                    format!(
+                        "{} phase={:?} node={:?} deleting={} PodScheduled={scheduled:?}",
+                        p.name_any(),
+                        st.phase,
+                        p.spec.as_ref().and_then(|s| s.node_name.clone()),
+                        p.metadata.deletion_timestamp.is_some()
+                    )
+                })
+                .collect();
+            return Err(e.context(format!("pods in {}: {state:#?}", self.ns)));
+        }
+        Ok(())
     }
 
     async fn min_count(&self, group: &str) -> Result<Option<i32>> {
