@@ -5,7 +5,7 @@
 //!
 //! What is observed. The checker's pod watch is one stream over all pods, delivered in resourceVersion order, so
 //! the order in which it observes versions is the order in which they were written: a nomination written before
-//! a victim's deletion (the driver waits for the nomination's answer before it deletes, `crates/driver/src/preempt.rs`)
+//! a victim's deletion (the driver waits for the nomination's answer before it deletes, `crates/driver/src/runtime/cycle.rs` and `crates/driver/src/dispatcher/preempt.rs`)
 //! is observed before it. The [`Ledger`] numbers every observation, notes when it was made, and keeps per pod
 //! UID: priority, PodGroup, node, when it was first seen bound, every change of `status.nominatedNodeName`, its
 //! first version with a `deletionTimestamp` (and whether that carried `DisruptionTarget=True/PreemptionByScheduler`)

@@ -11,7 +11,7 @@
 //! and leaves the condition to us (`phalanx_driver::SchedulerOptions::initially_scheduled_by_controllers`).
 //!
 //! The condition is set by the same rule as the scheduler's repair of a lost write (`catch_up_conditions` in
-//! `crates/driver/src/conditions.rs`): the bound members of this deployment's scheduler reach the quorum
+//! `crates/driver/src/dispatcher/conditions.rs`): the bound members of this deployment's scheduler reach the quorum
 //! (`minCount`, 1 for a basic group). Upstream sets it when the group's cycle succeeds, a moment before the binds
 //! land; here it follows the binds, by at most the controller's `min_status_interval`. It is terminal once True
 //! (upstream: never back to False), so a True condition, whoever wrote it, is carried on unchanged.

@@ -310,6 +310,13 @@ async fn run_terminating(c: &Ctx) -> Result<()> {
         )
         .await?;
     let before: Vec<String> = c.live().await?.into_iter().map(|p| p.0).collect();
+    // As its kubelet would, once kwok has made it Running: kwok's pod-ready stage selects Pending pods, and a pod
+    // marked Failed while kwok's write for it was under way would go back to Running.
+    wait_for(&format!("pod {} Running", before[0]), WAIT, || async {
+        let p = c.pods().get(&before[0]).await?;
+        Ok((p.status.and_then(|s| s.phase).as_deref() == Some("Running")).then_some(()))
+    })
+    .await?;
     c.pods()
         .patch_status(
             &before[0],

@@ -8,13 +8,11 @@
 //! `Scheduler::schedule`). Each placement is assumed in the store, so later entities see it, as after a real bind;
 //! preemption victims are reported, not evicted, so later entities still see them.
 
-use std::time::Instant;
-
 use phalanx_scheduler::{Decision, EntityKey, Gate, NodeInfo, QueuedEntity};
 use phalanx_store::{Leader, Store};
 use prometheus_client::registry::Registry;
 
-use crate::{NodeFilter, SchedulerOptions, SchedulingError, metrics::Metrics, state::Driver};
+use crate::{NodeFilter, SchedulerOptions, SchedulingError, metrics::Metrics, runtime::Driver};
 
 /// One cycle of a dry run.
 #[derive(Debug, Clone)]
@@ -68,7 +66,7 @@ pub fn dry_run(
     client: kube::Client,
     store: Store,
     opts: SchedulerOptions,
-    mut progress: impl FnMut(usize, usize),
+    progress: impl FnMut(usize, usize),
 ) -> Result<DryRun, SchedulingError> {
     let filter = NodeFilter::parse(opts.node_selector.as_deref().unwrap_or_default())?;
     opts.config
@@ -76,49 +74,6 @@ pub fn dry_run(
         .map_err(|e| SchedulingError::Config(e.to_string()))?;
     let (_never, rx) = tokio::sync::watch::channel(false);
     let metrics = Metrics::register(&mut Registry::default());
-    let mut d = Driver::new(client, store, opts, filter, Leader::from(rx), metrics);
-    d.resync();
-    let gated = d.queue.gated();
-    let total = d.queue.counts().active;
-    let mut out = DryRun {
-        attempts: Vec::new(),
-        gated,
-    };
-    let mut seen = std::collections::HashSet::new();
-    while out.attempts.len() < MAX_CYCLES {
-        let Some(entity) = d.queue.pop(Instant::now()) else {
-            break;
-        };
-        if !seen.insert(entity.key.clone()) {
-            // Its first decision is the answer; a second one would only repeat it against its own assumptions.
-            continue;
-        }
-        let (decision, nodes, volumes, devices) = match d.foreign_decision(&entity) {
-            Some(dec) => (dec, Vec::new(), Default::default(), Default::default()),
-            None => {
-                // A fresh snapshot per cycle (none is kept: `base_snapshot` builds a full one), so it holds the
-                // placements assumed below.
-                let (mut snap, _extras) = d.snapshot(&entity);
-                let nodes = snap.nodes().to_vec();
-                let volumes = snap.volumes().clone();
-                let devices = snap.devices().clone();
-                (d.scheduler.schedule(&mut snap, &entity), nodes, volumes, devices)
-            }
-        };
-        for b in &decision.bindings {
-            if let Some(pod) = d.store.pod(&b.pod) {
-                d.store.assume(pod, &b.node);
-            }
-        }
-        d.queue.done(&decision, Instant::now());
-        out.attempts.push(Attempt {
-            entity,
-            decision,
-            nodes,
-            volumes,
-            devices,
-        });
-        progress(out.attempts.len(), total);
-    }
-    Ok(out)
+    let d = Driver::new(client, store, opts, filter, Leader::from(rx), metrics);
+    Ok(d.dry_run(MAX_CYCLES, progress))
 }

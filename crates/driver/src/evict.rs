@@ -1,5 +1,5 @@
 //! Acting on a preemption decision: mark and delete the victims. (Nominating the preemptors is a status write, done
-//! by [`crate::StatusWriter::nominate`] before any victim is touched; see `crate::preempt`.)
+//! by [`crate::StatusWriter::nominate`] before any victim is touched; see `crate::dispatcher::preempt`.)
 //!
 //! Follows upstream's preemption actuation (`pkg/scheduler/framework/preemption/preemption.go`
 //! `prepareCandidate`, and the pod group variant `actuatePodGroupPreemption`): each victim first gets the pod

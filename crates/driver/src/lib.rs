@@ -1,29 +1,31 @@
 //! phalanx-driver: the scheduler's runtime. It runs the pure core (`phalanx-scheduler`) against the cluster.
 //!
-//! Data path (one way): store watch events -> [`SchedulingQueue`](phalanx_scheduler::SchedulingQueue) -> pop an
-//! entity -> snapshot from the store plus the assumed overlay -> `Scheduler::schedule` -> [`Decision`] -> assume the
-//! bindings and bind them in the background ([`binder`]), write pod and group conditions and events ([`status`]).
-//! This mirrors kube-scheduler's `scheduleOne` / `scheduleOnePodGroup` (`pkg/scheduler/schedule_one*.go`) with the
-//! binding cycle run asynchronously, and adds Phalanx's "no silent Pending": pods held before the queue get
-//! `PodScheduled=False` with reason `WaitingForPodGroup` or `WaitingForQuorum`, and their PodGroup says the same.
+//! Data path (one way): store watch events -> event handlers (`ingest`) -> the `Cache` and the
+//! [`SchedulingQueue`](phalanx_scheduler::SchedulingQueue) -> pop an entity -> the cache's snapshot ->
+//! `Scheduler::schedule` -> [`Decision`] -> the `ApiDispatcher`: binds in the background ([`binder`]), PreBind's
+//! claim and volume writes, evictions, nominations, pod and group conditions and events ([`status`]) -> the API
+//! server -> the store. This mirrors kube-scheduler's backend (`pkg/scheduler/backend/{cache,queue,api_dispatcher}`)
+//! and `scheduleOne` / `scheduleOnePodGroup` (`pkg/scheduler/schedule_one*.go`) with the binding cycle run
+//! asynchronously, and adds Phalanx's "no silent Pending": pods held before the queue get `PodScheduled=False` with
+//! reason `WaitingForPodGroup` or `WaitingForQuorum`, and their PodGroup says the same.
 //!
 //! Only pods whose `spec.schedulerName` equals [`SchedulerOptions::scheduler_name`] are scheduled; every other pod on
 //! a considered node only counts as usage. [`SchedulerOptions::node_selector`] restricts the nodes considered.
 //! Nothing is written unless `leader` is true.
 //!
-//! Modules by role (docs/architecture.md): [`runtime`] (the loop), `ingest` (watch events into the queue),
-//! `cycle` (snapshot, core, decision, binds), [`dry_run`] (the same cycles writing nothing, for explain/simulate), `conditions` (pod and group conditions and events), [`binder`]
-//! (`pods/binding` calls), [`evict`] (preemption victims and nominations), [`status`] (the status writer), `writes` (per-object write serialisation), [`names`]
-//! (the core's enums as API strings), [`convert`] (PodGroups and CompositePodGroups into the core's model),
-//! [`metrics`], [`node_filter`].
+//! Components, each the one owner of its state (docs/driver.md, "Components"): `cache` (the model of the cluster a
+//! cycle reads), the core's queue, `preemption_tracker`, `dispatcher` (every API call), `ingest` (the event
+//! handlers) and [`runtime`] (the loop that wires them, and the cycle). Beside them: [`dry_run`] (the same cycles
+//! writing nothing, for explain/simulate), [`binder`] (`pods/binding` calls), [`evict`] (preemption victims),
+//! [`status`] (the status writer), `writes` (per-object write serialisation), [`names`] (the core's enums as API
+//! strings), [`convert`] (PodGroups and CompositePodGroups into the core's model), [`metrics`], [`node_filter`].
 //!
 //! [`Decision`]: phalanx_scheduler::Decision
 
 pub mod binder;
-mod conditions;
+mod cache;
 pub mod convert;
-mod cycle;
-mod devices;
+mod dispatcher;
 pub mod dry_run;
 pub mod evict;
 mod ingest;
@@ -31,17 +33,12 @@ mod members;
 pub mod metrics;
 pub mod names;
 pub mod node_filter;
-mod prebind;
-mod preempt;
 mod preemption_tracker;
 pub mod progress;
 mod resize;
 pub mod runtime;
 mod snapshot;
-mod snapshot_cache;
-mod state;
 pub mod status;
-mod volumes;
 mod writes;
 mod written;
 
@@ -154,7 +151,7 @@ pub fn run<L: Into<phalanx_store::Leader>>(
         opts.config
             .validate()
             .map_err(|e| SchedulingError::Config(e.to_string()))?;
-        state::Driver::new(client, store, opts, filter, leader, metrics)
+        runtime::Driver::new(client, store, opts, filter, leader, metrics)
             .run(shutdown)
             .await
     }

@@ -44,6 +44,23 @@ enum Once {
 /// Field manager of every write the scheduler makes.
 pub use phalanx_api::field_managers::SCHEDULER as FIELD_MANAGER;
 
+/// A group condition the scheduler wants written, for the group object with `uid` (the dispatcher records it,
+/// [`StatusWriter::group_conditions`] writes it).
+#[derive(Clone, Debug)]
+pub(crate) struct WantedCondition {
+    pub(crate) uid: String,
+    pub(crate) type_: &'static str,
+    pub(crate) status: bool,
+    pub(crate) reason: &'static str,
+    pub(crate) message: String,
+    /// When the driver decided it (a True left to the PodGroup controller is written by the driver after all once
+    /// it is older than a catch-up interval and still not shown; see `catch_up_delegated`).
+    pub(crate) at: std::time::Instant,
+    /// A True left to the PodGroup controller (`SchedulerOptions::initially_scheduled_by_controllers`): a write
+    /// queued for the group before it was decided does not send it while it is younger than a catch-up interval.
+    pub(crate) delegated: bool,
+}
+
 /// The writes a scheduling attempt makes, gated on leadership.
 #[derive(Clone)]
 pub struct StatusWriter {
@@ -262,7 +279,7 @@ impl StatusWriter {
         &self,
         obj: &K,
         current: &[Condition],
-        wanted: &[crate::state::WantedCondition],
+        wanted: &[WantedCondition],
     ) -> Result<bool, kube::Error>
     where
         K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>

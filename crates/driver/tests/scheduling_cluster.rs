@@ -543,7 +543,7 @@ async fn s8_basic_group_each_arrival_binds() -> anyhow::Result<()> {
     cx.pod("p3", "1", Some("pg1")).await?;
     cx.wait_bound(&["p1", "p2", "p3"]).await?;
     // The later cycles ran on the snapshot kept from the first, brought up to date (see
-    // `crates/driver/src/snapshot_cache.rs`), not on one built from scratch.
+    // `crates/driver/src/cache/snapshot.rs`), not on one built from scratch.
     let m = s.metrics();
     let incremental = m
         .lines()

@@ -10,11 +10,15 @@ use phalanx_scheduler::volumes::{
     CapacityInfo, ClaimInfo, ClassInfo, VolumeAction, VolumeCatalog, VolumeInfo,
 };
 
-use crate::state::Driver;
+use super::Cache;
 
-impl Driver {
-    /// The catalog for the next cycle.
-    pub(crate) fn volume_catalog(&mut self) -> Arc<VolumeCatalog> {
+impl Cache {
+    /// The catalog for the next cycle, with the volume bindings PreBind is writing (`in_flight`, one action per
+    /// claim, [`crate::dispatcher::ApiDispatcher::volumes_in_flight`]) applied.
+    pub(crate) fn volume_catalog<'a>(
+        &mut self,
+        in_flight: impl Iterator<Item = &'a VolumeAction>,
+    ) -> Arc<VolumeCatalog> {
         if let Some(c) = &self.volume_catalog {
             return c.clone();
         }
@@ -68,7 +72,7 @@ impl Driver {
         };
         // The bindings PreBind is writing hold until the caches show them: the volume is taken, the claim is bound
         // to it (or waits for its provisioner on the chosen node).
-        for a in self.volumes_in_flight.values() {
+        for a in in_flight {
             let Some(claim) = cat.claims.get_mut(a.claim()) else {
                 continue;
             };

@@ -7,58 +7,39 @@
 //! (upstream `bindTimeoutSeconds`, 600 s), until kube-controller-manager's PV controller has fully bound each claim
 //! (`spec.volumeName` and `pv.kubernetes.io/bind-completed`; upstream `checkBindings` and `isPVCFullyBound`). Any failure binds no pod: the loop forgets the assumed pods, requeues them with
 //! backoff, and names the claim in the pods' and the group's conditions. When the volumes fail after the device
-//! claims were written, those are unreserved first ([`crate::devices::unreserve`]).
+//! claims were written, those are unreserved first ([`super::devices::unreserve`]).
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::reflector::ObjectRef;
 use phalanx_api::conditions::reasons;
-use phalanx_scheduler::GroupCondition;
 use phalanx_scheduler::convert::{ANN_BIND_COMPLETED, ANN_SELECTED_NODE};
 use phalanx_scheduler::volumes::{ClaimKey, VolumeAction};
 use phalanx_store::Store;
 
+use super::ApiDispatcher;
+use super::jobs::{PreBindFailure, PreBindJob, PreBindResult};
 use crate::names;
-use crate::state::{BindJob, Driver};
 
 /// Upstream `pvutil.AnnBoundByController`.
 const ANN_BOUND_BY_CONTROLLER: &str = "pv.kubernetes.io/bound-by-controller";
 /// How often the wait reads the store.
 const POLL: Duration = Duration::from_millis(200);
 
-/// A decision whose pods wait for their volumes.
-pub(crate) struct PreBindJob {
-    /// The binds to start once the volumes are bound (the pods are assumed in the store already).
-    pub(crate) binds: Vec<BindJob>,
-    /// Every volume claim's action, one per claim.
-    pub(crate) actions: Vec<VolumeAction>,
-    /// Every resource claim's write, one per claim (DynamicResources).
-    pub(crate) devices: Vec<crate::devices::ClaimJob>,
-    /// The decision's group conditions, written only once the volumes are bound.
-    pub(crate) conditions: Vec<GroupCondition>,
-}
-
-/// The outcome of one [`PreBindJob`], sent back to the loop.
-pub(crate) struct PreBindResult {
-    pub(crate) job: PreBindJob,
-    /// `Err` names the plugin, the claim and why.
-    pub(crate) result: Result<(), String>,
-}
-
-impl Driver {
-    /// Starts PreBind for a decision; its result comes back through `prebind_rx`.
+impl ApiDispatcher {
+    /// Starts PreBind for a decision; its result comes back as [`super::ApiResult::PreBind`]. The claims it writes
+    /// are in flight until [`ApiDispatcher::finish_prebind`] (the caller tells the cache, whose catalogs apply
+    /// them).
     pub(crate) fn start_prebind(&mut self, job: PreBindJob) {
         for a in &job.actions {
             self.volumes_in_flight.insert(a.claim().clone(), a.clone());
         }
-        self.volume_catalog = None;
         for j in &job.devices {
             self.devices_in_flight.insert(j.claim.clone(), j.clone());
         }
-        self.device_catalog = None;
         // Say what the placed pods wait for: without it the group would keep its last condition (often
         // WaitingForQuorum) for up to the whole timeout. Device writes take one request each: no wait to tell.
         let message = format!(
@@ -81,13 +62,13 @@ impl Driver {
             self.client.clone(),
             self.store.clone(),
             self.writer.clone(),
-            self.prebind_tx.clone(),
+            self.channels.prebind_tx.clone(),
         );
         let timeout = self.opts.volume_bind_timeout;
         self.tasks.spawn(async move {
             let result = if !writer.is_leader() {
                 Err("lost leadership before writing the claims".to_string())
-            } else if let Err(e) = crate::devices::bind_devices(&client, &store, &job.devices).await {
+            } else if let Err(e) = super::devices::bind_devices(&client, &store, &job.devices).await {
                 Err(format!("running PreBind plugin \"DynamicResources\": {e}"))
             } else if job.actions.is_empty() {
                 Ok(())
@@ -113,7 +94,7 @@ impl Driver {
                     .map_err(|m| format!("running PreBind plugin \"VolumeBinding\": {m}"));
                 // Unreserve: the device claims are already written; free them before the pods are requeued.
                 if r.is_err() && writer.is_leader() {
-                    crate::devices::unreserve_jobs(&client, &job.devices).await;
+                    super::devices::unreserve_jobs(&client, &job.devices).await;
                 }
                 r
             };
@@ -121,14 +102,15 @@ impl Driver {
         });
     }
 
-    pub(crate) fn on_prebind_result(&mut self, r: PreBindResult) {
+    /// A PreBind ended: its claims are no longer in flight (the caller tells the cache). On success its binds
+    /// queue and its group conditions are written; on failure nothing is bound and the failure is returned for the
+    /// loop, which forgets and requeues the pods.
+    pub(crate) fn finish_prebind(&mut self, r: PreBindResult) -> Option<PreBindFailure> {
         let PreBindResult { job, result } = r;
         for a in &job.actions {
             self.volumes_in_flight.remove(a.claim());
         }
-        self.volume_catalog = None;
-        crate::devices::forget(&mut self.devices_in_flight, &job.devices);
-        self.device_catalog = None;
+        super::devices::forget(&mut self.devices_in_flight, &job.devices);
         let message = match result {
             Ok(()) => {
                 self.pending_binds.extend(job.binds);
@@ -142,7 +124,7 @@ impl Driver {
                     );
                 }
                 self.start_binds();
-                return;
+                return None;
             }
             Err(m) => m,
         };
@@ -151,35 +133,11 @@ impl Driver {
             pods = job.binds.len(),
             "PreBind failed; no pod of the decision is bound"
         );
-        let now = Instant::now();
-        for b in job.binds {
-            self.store.forget(&b.key);
-            self.snapshots.pod_changed(&b.key);
-            let Some(p) = self.store.pod(&b.key) else { continue };
-            if p.node_name().is_some() || p.is_terminal() || !self.ours(&p) {
-                continue;
-            }
-            let info = self.cache.pod(&p, self.store.group_of_pod(&p));
-            self.known.insert(b.key.clone(), info.clone());
-            self.queue.bind_failed(info, now);
-            self.submit_pod_condition(
-                b.key,
-                Some(p.uid().to_owned()).filter(|u| !u.is_empty()),
-                reasons::SCHEDULER_ERROR,
-                message.clone(),
-                true,
-                None,
-            );
-        }
-        for c in job.conditions {
-            self.spawn_group_condition(
-                c.group,
-                names::condition_type(c.type_),
-                false,
-                reasons::SCHEDULER_ERROR,
-                message.clone(),
-            );
-        }
+        Some(PreBindFailure {
+            binds: job.binds,
+            conditions: job.conditions,
+            message,
+        })
     }
 }
 

@@ -11,10 +11,9 @@ use phalanx_api::conditions::reasons;
 use phalanx_scheduler::{EntityKey, Gate, GateReason, GroupKey, GroupKind, GroupPolicy, PodKey};
 use phalanx_store::PodRecord;
 
-use crate::{
-    convert, names,
-    state::{Driver, WantedCondition, WriteKey},
-};
+use super::ApiDispatcher;
+use super::jobs::WriteKey;
+use crate::{convert, members, names, status::WantedCondition};
 
 /// Tries of one group condition write that meets a conflict (the object changed after the store's copy was read);
 /// with 50 ms more wait each time, about 1.5 s in all, ample for the watch to deliver the newer object.
@@ -31,7 +30,7 @@ fn unavailable_backoff(failures: u32) -> std::time::Duration {
     phalanx_store::retry::backoff(Duration::from_millis(250), failures, Duration::from_secs(4))
 }
 
-impl Driver {
+impl ApiDispatcher {
     /// Writes `PodGroupInitiallyScheduled=True` for standalone PodGroups of ours whose bound members already
     /// reach the quorum (`minCount`, 1 for basic) but whose condition is not True.
     ///
@@ -409,14 +408,6 @@ impl Driver {
         self.writes.submit(&mut self.tasks, WriteKey::Group(key), job);
     }
 
-    pub(crate) fn flush_gates(&mut self) {
-        for (k, gate) in self.queue.take_gate_changes() {
-            if let Some(g) = gate {
-                self.announce_gate(&k, &g);
-            }
-        }
-    }
-
     /// Writes a PreEnqueue gate as `PodScheduled=False` on the entity's pending pods and on its PodGroup.
     pub(crate) fn announce_gate(&mut self, k: &EntityKey, gate: &Gate) {
         if gate.reason == GateReason::SchedulingGated || !self.is_leader() {
@@ -436,7 +427,11 @@ impl Driver {
             None => false,
         };
         let mut note = String::new();
-        if let Some((foreign, _)) = self.foreign_member(&self.entity_leaves(k)) {
+        if let Some((foreign, _)) = members::foreign_member(
+            &self.store,
+            &self.opts.scheduler_name,
+            &members::entity_leaves(&self.store, k),
+        ) {
             let name = foreign.scheduler_name();
             note = format!(
                 "; pod {}/{} names schedulerName {name:?}, not {:?}: it is not counted, and another scheduler may \

@@ -1,9 +1,5 @@
-//! The DRA facts DynamicResources reads, and its PreBind.
-//!
-//! The store's DeviceClass, ResourceSlice and ResourceClaim caches become one [`DeviceCatalog`], rebuilt only
-//! after a DRA event, the deletion of a pod with claims, or a change of the allocations in flight, with those
-//! allocations applied (upstream's assume cache holds allocated claims the same way until the informer catches
-//! up).
+//! DynamicResources' writes: its PreBind and its Unreserve. (The catalog its Filter reads is the cache's,
+//! `crate::cache::devices`, with the claims written here applied while they are in flight.)
 //!
 //! PreBind is upstream's `bindClaim` (`pkg/scheduler/framework/plugins/dynamicresources/dynamicresources.go`):
 //! a claim this cycle allocated first gets the `resource.kubernetes.io/delete-protection` finalizer, then one
@@ -29,15 +25,10 @@ use std::time::Duration;
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::reflector::ObjectRef;
-use phalanx_scheduler::convert::device_catalog;
-use phalanx_scheduler::dra::{Allocated, ClaimWrite, Consumer, DeviceAllocation, DeviceCatalog};
-use phalanx_scheduler::model::PodKey;
-use phalanx_scheduler::selectors::NodeSelectorTerm;
+use phalanx_scheduler::dra::{ClaimWrite, DeviceAllocation};
 use phalanx_scheduler::volumes::ClaimKey;
 use phalanx_store::Store;
 use serde_json::{Value, json};
-
-use crate::state::Driver;
 
 /// Upstream `resourceapi.Finalizer`: keeps an allocated claim until it is deallocated.
 const FINALIZER: &str = "resource.kubernetes.io/delete-protection";
@@ -78,82 +69,6 @@ impl ClaimJob {
             }),
         }
     }
-}
-
-impl Driver {
-    /// The catalog for the next cycle.
-    pub(crate) fn device_catalog(&mut self) -> Arc<DeviceCatalog> {
-        if let Some(c) = &self.device_catalog {
-            return c.clone();
-        }
-        self.device_revision += 1;
-        let mut cat = match self.store.dra() {
-            None => DeviceCatalog::default(),
-            Some(r) => {
-                let (classes, slices, claims) = (r.classes.state(), r.slices.state(), r.claims.state());
-                let store = &self.store;
-                let (cat, problems) = device_catalog(
-                    classes.iter().map(|c| &**c),
-                    slices.iter().map(|s| &**s),
-                    claims.iter().map(|c| &**c),
-                    |key: &PodKey, uid: &str| {
-                        let p = store.pod(key)?;
-                        (Some(p.uid()) == Some(uid))
-                            .then(|| p.node_name().map(Arc::from))
-                            .flatten()
-                    },
-                );
-                for p in &problems {
-                    if !self.device_problems.contains(p) {
-                        tracing::warn!(problem = %p, "DRA object not usable for scheduling");
-                    }
-                }
-                self.device_problems = problems;
-                cat
-            }
-        };
-        cat.revision = self.device_revision;
-        cat.unreadable = self.store.unreadable_devices();
-        for job in self.devices_in_flight.values() {
-            apply_in_flight(&mut cat, job);
-        }
-        let cat = Arc::new(cat);
-        self.device_catalog = Some(cat.clone());
-        cat
-    }
-}
-
-/// Applies a write PreBind is making: the claim is allocated and reserved for the job's pods.
-fn apply_in_flight(cat: &mut DeviceCatalog, job: &ClaimJob) {
-    let Some(info) = cat.claims.get_mut(&job.claim) else {
-        return;
-    };
-    let info = Arc::make_mut(info);
-    if info.allocation.is_none()
-        && let Some(a) = &job.allocation
-    {
-        for (_, d, admin) in &a.devices {
-            if !admin {
-                cat.allocated.insert(d.clone(), job.claim.clone());
-            }
-        }
-        info.allocation = Some(Allocated {
-            devices: a.devices.clone(),
-            node_selector: a.node.as_ref().map(|n| vec![NodeSelectorTerm::node_name(n)]),
-        });
-    }
-    for (name, uid) in &job.pods {
-        if !info.reserved_for_pod(uid) {
-            info.reserved_for.push(Consumer {
-                api_group: "".into(),
-                resource: "pods".into(),
-                name: name.clone(),
-                uid: uid.clone(),
-            });
-        }
-    }
-    // The holders are unknown until the store shows the pods bound: the devices stay held.
-    cat.holders.remove(&job.claim);
 }
 
 fn allocation_json(a: &DeviceAllocation) -> Value {

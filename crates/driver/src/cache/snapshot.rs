@@ -13,57 +13,45 @@
 //! of the entity's groups bound outside this instance's nodes) and its preemption inputs are added for the cycle
 //! and removed after it.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Instant;
 
 use phalanx_scheduler::{PodKey, Snapshot};
 
-use crate::{snapshot, state::Driver};
+use super::Cache;
+use crate::snapshot;
 
-/// The snapshot kept between cycles and what changed since it was last brought up to date.
-#[derive(Default)]
-pub(crate) struct SnapshotCache {
-    snap: Option<Snapshot>,
-    dirty_nodes: HashSet<String>,
-    dirty_pods: HashSet<PodKey>,
-}
-
-impl SnapshotCache {
-    /// The next cycle builds its snapshot from scratch.
-    pub(crate) fn invalidate(&mut self) {
-        self.snap = None;
-        self.dirty_nodes.clear();
-        self.dirty_pods.clear();
+impl Cache {
+    /// The next cycle builds its snapshot from scratch (a resync, a fresh read of the bound pods).
+    pub(crate) fn invalidate_snapshot(&mut self) {
+        self.snapshots.invalidate();
     }
 
-    /// A pod's state (bound, assumed, gone) may have changed.
-    pub(crate) fn pod_changed(&mut self, key: &PodKey) {
-        if self.snap.is_some() {
-            self.dirty_pods.insert(key.clone());
+    /// Keeps the snapshot a cycle ran on for the next one: `extras` (the cycle's own additions) leave it, and the
+    /// pods in `changed` (the decision's bindings) are refreshed from the store next time.
+    pub(crate) fn keep_snapshot<'a>(
+        &mut self,
+        mut snap: Snapshot,
+        extras: &[PodKey],
+        changed: impl Iterator<Item = &'a PodKey>,
+    ) {
+        snap.commit();
+        for k in extras {
+            snap.remove_pod(k);
+            self.snapshots.pod_changed(k);
+        }
+        self.snapshots.put(snap);
+        for k in changed {
+            self.snapshots.pod_changed(k);
         }
     }
 
-    /// A node may have changed, appeared or gone.
-    pub(crate) fn node_changed(&mut self, name: &str) {
-        if self.snap.is_some() {
-            self.dirty_nodes.insert(name.to_owned());
-        }
-    }
-
-    /// Keeps the snapshot a cycle ran on, for the next cycle.
-    pub(crate) fn put(&mut self, snap: Snapshot) {
-        self.snap = Some(snap);
-    }
-}
-
-impl Driver {
     /// The snapshot of the considered nodes, the pods bound to them and the assumed pods, without any cycle's
     /// extras or preemption inputs: the one kept from the last cycle brought up to date, or a new one. With
     /// `verify_snapshot` a fresh build is compared with it, and wins on a difference.
     pub(crate) fn base_snapshot(&mut self) -> Snapshot {
         let started = Instant::now();
-        let Some(mut snap) = self.snapshots.snap.take() else {
+        let Some(mut snap) = self.snapshots.take() else {
             self.snapshots.invalidate();
             let snap = self.full_snapshot();
             self.metrics.snapshot("full", started.elapsed().as_secs_f64());
@@ -72,7 +60,7 @@ impl Driver {
         self.update_snapshot(&mut snap);
         self.metrics
             .snapshot("incremental", started.elapsed().as_secs_f64());
-        if self.opts.verify_snapshot {
+        if self.verify_snapshot {
             let fresh = self.full_snapshot();
             if let Some(diff) = snap.cluster_state_diff(&fresh) {
                 // A watch event the loop has not handled yet shows in the fresh build only; a real bug shows again
@@ -107,7 +95,7 @@ impl Driver {
         }
         let mut snap = Snapshot::new(statics);
         for sp in snapshot::pods_for_snapshot(&self.store, &names) {
-            let info = self.cache.pod(&sp.pod, self.store.group_of_pod(&sp.pod));
+            let info = self.models.pod(&sp.pod, self.store.group_of_pod(&sp.pod));
             snap.set_pod_start_time(sp.pod.key(), sp.pod.start_millis());
             match sp.assumed_on {
                 None => {
@@ -125,7 +113,7 @@ impl Driver {
 
     /// Applies the marked nodes, then the marked pods.
     fn update_snapshot(&mut self, snap: &mut Snapshot) {
-        for name in std::mem::take(&mut self.snapshots.dirty_nodes) {
+        for name in self.snapshots.take_dirty_nodes() {
             let node = self
                 .store
                 .nodes()
@@ -138,21 +126,21 @@ impl Driver {
                     snap.upsert_node(st);
                     if added {
                         for p in self.store.pods_on_node(&name) {
-                            self.snapshots.dirty_pods.insert(p.key().clone());
+                            self.snapshots.mark_pod(p.key().clone());
                         }
                     }
                 }
                 None => {
                     if let Some(i) = snap.node_index(&name) {
                         for p in &snap.node(i).pods {
-                            self.snapshots.dirty_pods.insert(p.key.clone());
+                            self.snapshots.mark_pod(p.key.clone());
                         }
                         snap.remove_node(&name);
                     }
                 }
             }
         }
-        for key in std::mem::take(&mut self.snapshots.dirty_pods) {
+        for key in self.snapshots.take_dirty_pods() {
             self.refresh_pod(snap, &key);
         }
     }
@@ -166,9 +154,9 @@ impl Driver {
             .pod(key)
             .filter(|p| !p.is_terminal() && p.node_name().is_some_and(|n| snap.node_index(n).is_some()));
         let (info, start) = match (bound, assumed) {
-            (Some(p), _) => (self.cache.pod(&p, self.store.group_of_pod(&p)), p.start_millis()),
+            (Some(p), _) => (self.models.pod(&p, self.store.group_of_pod(&p)), p.start_millis()),
             (None, Some(a)) => {
-                let mut info = (*self.cache.pod(&a.pod, self.store.group_of_pod(&a.pod))).clone();
+                let mut info = (*self.models.pod(&a.pod, self.store.group_of_pod(&a.pod))).clone();
                 info.node_name = Some(a.node.as_str().into());
                 (Arc::new(info), a.pod.start_millis())
             }

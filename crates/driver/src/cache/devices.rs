@@ -1,0 +1,94 @@
+//! The DRA facts DynamicResources reads: the store's DeviceClass, ResourceSlice and ResourceClaim caches as one
+//! [`DeviceCatalog`], rebuilt only after a DRA event, the deletion of a pod with claims, or a change of the
+//! allocations in flight, with those allocations applied (upstream's assume cache holds allocated claims the same
+//! way until the informer catches up).
+
+use std::sync::Arc;
+
+use phalanx_scheduler::convert::device_catalog;
+use phalanx_scheduler::dra::{Allocated, Consumer, DeviceCatalog};
+use phalanx_scheduler::model::PodKey;
+use phalanx_scheduler::selectors::NodeSelectorTerm;
+
+use super::Cache;
+use crate::dispatcher::devices::ClaimJob;
+
+impl Cache {
+    /// The catalog for the next cycle, with the claims PreBind is writing (`in_flight`,
+    /// [`crate::dispatcher::ApiDispatcher::devices_in_flight`]) applied.
+    pub(crate) fn device_catalog<'a>(
+        &mut self,
+        in_flight: impl Iterator<Item = &'a ClaimJob>,
+    ) -> Arc<DeviceCatalog> {
+        if let Some(c) = &self.device_catalog {
+            return c.clone();
+        }
+        self.device_revision += 1;
+        let mut cat = match self.store.dra() {
+            None => DeviceCatalog::default(),
+            Some(r) => {
+                let (classes, slices, claims) = (r.classes.state(), r.slices.state(), r.claims.state());
+                let store = &self.store;
+                let (cat, problems) = device_catalog(
+                    classes.iter().map(|c| &**c),
+                    slices.iter().map(|s| &**s),
+                    claims.iter().map(|c| &**c),
+                    |key: &PodKey, uid: &str| {
+                        let p = store.pod(key)?;
+                        (Some(p.uid()) == Some(uid))
+                            .then(|| p.node_name().map(Arc::from))
+                            .flatten()
+                    },
+                );
+                for p in &problems {
+                    if !self.device_problems.contains(p) {
+                        tracing::warn!(problem = %p, "DRA object not usable for scheduling");
+                    }
+                }
+                self.device_problems = problems;
+                cat
+            }
+        };
+        cat.revision = self.device_revision;
+        cat.unreadable = self.store.unreadable_devices();
+        for job in in_flight {
+            apply_in_flight(&mut cat, job);
+        }
+        let cat = Arc::new(cat);
+        self.device_catalog = Some(cat.clone());
+        cat
+    }
+}
+
+/// Applies a write PreBind is making: the claim is allocated and reserved for the job's pods.
+fn apply_in_flight(cat: &mut DeviceCatalog, job: &ClaimJob) {
+    let Some(info) = cat.claims.get_mut(&job.claim) else {
+        return;
+    };
+    let info = Arc::make_mut(info);
+    if info.allocation.is_none()
+        && let Some(a) = &job.allocation
+    {
+        for (_, d, admin) in &a.devices {
+            if !admin {
+                cat.allocated.insert(d.clone(), job.claim.clone());
+            }
+        }
+        info.allocation = Some(Allocated {
+            devices: a.devices.clone(),
+            node_selector: a.node.as_ref().map(|n| vec![NodeSelectorTerm::node_name(n)]),
+        });
+    }
+    for (name, uid) in &job.pods {
+        if !info.reserved_for_pod(uid) {
+            info.reserved_for.push(Consumer {
+                api_group: "".into(),
+                resource: "pods".into(),
+                name: name.clone(),
+                uid: uid.clone(),
+            });
+        }
+    }
+    // The holders are unknown until the store shows the pods bound: the devices stay held.
+    cat.holders.remove(&job.claim);
+}
