@@ -127,36 +127,14 @@ pub const MAX_DEPTH_MESSAGE: &str = "maximum template hierarchy depth is 4";
 /// Placeholder for the recursive `compositePodGroupTemplates` field of a CompositePodGroupTemplate.
 ///
 /// A structural CRD schema cannot recurse, and schemars would emit a `$ref` for the cycle. The placeholder
-/// is replaced by [`composite_templates_list`] when the tree is unrolled from the Workload spec.
+/// is replaced by [`composite_templates_list`] when the tree is unrolled from the Workload spec
+/// ([`crate::v1beta1::WorkloadSpec`]'s schema).
 pub(crate) fn composite_templates_placeholder(_: &mut SchemaGenerator) -> Schema {
     json_schema!({"type": "array", "items": {"type": "object"}})
 }
 
-/// Schema of `Workload.spec.compositePodGroupTemplates`: the CompositePodGroupTemplate tree unrolled to
-/// [`MAX_TREE_DEPTH`]. Composite templates may appear at depths 1 to 3; at depth 3 the nested
-/// `compositePodGroupTemplates` list must be empty (message [`MAX_DEPTH_MESSAGE`]), so the schema itself
-/// enforces the depth limit. PodGroupTemplates may appear at every depth up to 4.
-pub(crate) fn workload_composite_templates(generator: &mut SchemaGenerator) -> Schema {
-    let template = generator
-        .subschema_for::<crate::v1beta1::CompositePodGroupTemplate>()
-        .to_value();
-    let mut list = composite_templates_list(&template, 1);
-    if let Some(obj) = list.as_object_mut() {
-        obj.insert(
-            "description".into(),
-            json!(
-                "compositePodGroupTemplates is the list of CompositePodGroup templates that make up the \
-                 Workload. The maximum number of templates is 8. Templates cannot be added or removed \
-                 after the workload is created. Exactly one of compositePodGroupTemplates and \
-                 podGroupTemplates must be set."
-            ),
-        );
-    }
-    Schema::try_from(list).unwrap_or_default()
-}
-
 /// A list of composite templates whose items sit at `depth` (1-based).
-fn composite_templates_list(template: &Value, depth: u32) -> Value {
+pub(crate) fn composite_templates_list(template: &Value, depth: u32) -> Value {
     let mut item = template.clone();
     if let Some(props) = item.get_mut("properties").and_then(Value::as_object_mut) {
         let nested = if depth + 1 < MAX_TREE_DEPTH {

@@ -19,8 +19,8 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use crate::cluster::{ChildProcess, Cluster, KubeScheduler, Phalanx};
-use crate::measure::{self, BindTracker, Summary, summarize};
-use crate::procfs::{self, ProcSample};
+use crate::measure::{self, BindTracker, Figures, Summary, summarize};
+use crate::procfs;
 use crate::workload::{self, Case};
 use anyhow::Context as _;
 use futures::{StreamExt as _, TryStreamExt as _};
@@ -72,29 +72,6 @@ pub enum Outcome {
     },
     /// Not everything was bound or gang-scheduled; no rate is reported.
     Failed(String),
-}
-
-/// What one successful run measured besides the bind times.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Figures {
-    /// Mutating requests of all clients in the run's window, per pod.
-    pub api_writes_per_pod: Option<f64>,
-    /// Requests of every verb by `system:kube-scheduler` in the run's window, per pod.
-    pub api_calls_per_pod: Option<f64>,
-    /// The scheduler process when the first pod was seen bound (start-up done); `None` for bind-rate.
-    pub at_first_bind: Option<ProcSample>,
-    /// The scheduler process at the end (after the last group was scheduled); `None` for bind-rate.
-    pub at_end: Option<ProcSample>,
-    /// `at_end` CPU seconds per 1,000 bound pods.
-    pub cpu_s_per_1000_pods: Option<f64>,
-    /// Gang latency from the scheduler's start to the group's last member bound, p50 and p99 (s).
-    pub gang_p50_s: Option<f64>,
-    /// See `gang_p50_s`.
-    pub gang_p99_s: Option<f64>,
-    /// Gang latency from the group's creation (its create call returned) to its last member bound, p50 (s).
-    pub gang_from_created_p50_s: Option<f64>,
-    /// See `gang_from_created_p50_s`.
-    pub gang_from_created_p99_s: Option<f64>,
 }
 
 /// What is running for a case, to stop after cleanup.

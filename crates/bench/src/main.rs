@@ -243,7 +243,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     };
 
     let mut rates: BTreeMap<Case, Vec<(f64, f64, f64)>> = BTreeMap::new();
-    let mut figures: BTreeMap<Case, Vec<cases::Figures>> = BTreeMap::new();
+    let mut figures: BTreeMap<Case, Vec<measure::Figures>> = BTreeMap::new();
     let mut failed = false;
     for round in 0..args.rounds.max(1) {
         let mut order = cases.clone();

@@ -1,4 +1,5 @@
-//! Timing: a pod watch that stamps the moment each pod is first seen bound, and the arithmetic on those stamps.
+//! Timing: a pod watch that stamps the moment each pod is first seen bound, the arithmetic on those stamps, and
+//! [`Figures`], what else one run measured.
 //!
 //! Every case is timed by the same observer (this process's watch on the case namespace), so the watch delay is the
 //! same for all of them. A pod counts once `spec.nodeName` is set, as in upstream scheduler_perf, where nodes have no
@@ -13,6 +14,32 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client};
 use tokio::sync::{oneshot, watch};
+
+use crate::procfs::ProcSample;
+
+/// What one successful run measured besides the bind times (cases fill it in, report prints it; it lives here, with
+/// the timing it complements, so that neither of them imports the other's types).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Figures {
+    /// Mutating requests of all clients in the run's window, per pod.
+    pub api_writes_per_pod: Option<f64>,
+    /// Requests of every verb by `system:kube-scheduler` in the run's window, per pod.
+    pub api_calls_per_pod: Option<f64>,
+    /// The scheduler process when the first pod was seen bound (start-up done); `None` for bind-rate.
+    pub at_first_bind: Option<ProcSample>,
+    /// The scheduler process at the end (after the last group was scheduled); `None` for bind-rate.
+    pub at_end: Option<ProcSample>,
+    /// `at_end` CPU seconds per 1,000 bound pods.
+    pub cpu_s_per_1000_pods: Option<f64>,
+    /// Gang latency from the scheduler's start to the group's last member bound, p50 and p99 (s).
+    pub gang_p50_s: Option<f64>,
+    /// See `gang_p50_s`.
+    pub gang_p99_s: Option<f64>,
+    /// Gang latency from the group's creation (its create call returned) to its last member bound, p50 (s).
+    pub gang_from_created_p50_s: Option<f64>,
+    /// See `gang_from_created_p50_s`.
+    pub gang_from_created_p99_s: Option<f64>,
+}
 
 /// First-bound instants per pod name, plus a counter the waiting side can await.
 #[derive(Clone)]

@@ -2,8 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::cases::Figures;
-use crate::measure::{Summary, median};
+use crate::measure::{Figures, Summary, median};
 use crate::workload::Case;
 
 /// `bench-e2e: <case> nodes=<n> pods=<p> pods_per_sec=<x> wall_s=<y> first_bind_s=.. steady_pods_per_sec=..

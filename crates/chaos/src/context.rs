@@ -10,7 +10,7 @@ use rand::rngs::StdRng;
 
 use crate::audit::AuditLog;
 use crate::checker::Checker;
-use crate::faults::Fault;
+use crate::fault_kind::Fault;
 use crate::harness::Cluster;
 use crate::lease::SharedLeases;
 use crate::processes::Supervisor;

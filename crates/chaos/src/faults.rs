@@ -12,7 +12,6 @@
 //! | `hostile` | pods with two `9E`-memory containers (standalone and as a gang), a chain of 1,000 CompositePodGroups with a PodGroup at the bottom, a PodGroup with a user-set `spec.priority` |
 //! | `preempt-kill` | a high-priority gang preempts held low-priority pods; SIGKILL of the holder as soon as the first victim is Terminating; the victims are released once the standby has taken over ([`crate::preempt_kill`]) |
 
-use std::fmt;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -26,121 +25,10 @@ use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams, WatchE
 use serde_json::json;
 
 use crate::context::{Ctx, millis};
+use crate::fault_kind::Fault;
 use crate::harness::Component;
+use crate::injection::{Outcome, SETUP_WAIT, lease_timeout, to_duration, wait_takeover};
 use crate::workload::{GangSpec, composite_resource, create_gang};
-
-/// Bound of a harness step that only waits for the cluster or the replicas to do their work (a leader elected, the
-/// setup's pods bound, a policy loaded, a write landed): generous, because a loaded 2-core machine is slow and such a
-/// timeout is a harness failure, not a verdict. Invariant limits (I3's recovery, I8's slack) are not setup waits.
-pub(crate) const SETUP_WAIT: Duration = Duration::from_secs(180);
-
-/// A fault kind.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Fault {
-    /// SIGKILL of the leader mid-gang.
-    LeaderKill,
-    /// SIGTERM of the leader mid-gang (graceful handover).
-    LeaderTerm,
-    /// SIGSTOP of the leader past its Lease, then SIGCONT.
-    LeaderPause,
-    /// SIGKILL and restart of kube-apiserver.
-    ApiServerKill,
-    /// SIGKILL and restart of etcd.
-    EtcdKill,
-    /// Watches resumed from a compacted resourceVersion (410 Gone).
-    WatchExpiry,
-    /// Every second bind denied by admission.
-    AdmissionDeny,
-    /// Hostile objects.
-    Hostile,
-    /// SIGKILL of the leader while the victims of its preemption terminate.
-    PreemptKill,
-    /// Members of a `RestartGroup` gang fail while their replacements cannot bind (the leader killed in the last
-    /// round).
-    MemberKill,
-}
-
-impl Fault {
-    /// Every fault, in suite order.
-    pub const ALL: [Fault; 10] = [
-        Fault::LeaderKill,
-        Fault::LeaderTerm,
-        Fault::LeaderPause,
-        Fault::ApiServerKill,
-        Fault::EtcdKill,
-        Fault::WatchExpiry,
-        Fault::AdmissionDeny,
-        Fault::Hostile,
-        Fault::PreemptKill,
-        Fault::MemberKill,
-    ];
-
-    /// The name used on the command line and in reports.
-    pub fn name(self) -> &'static str {
-        match self {
-            Fault::LeaderKill => "leader-kill",
-            Fault::LeaderTerm => "leader-term",
-            Fault::LeaderPause => "leader-pause",
-            Fault::ApiServerKill => "apiserver-kill",
-            Fault::EtcdKill => "etcd-kill",
-            Fault::WatchExpiry => "watch-expiry",
-            Fault::AdmissionDeny => "admission-deny",
-            Fault::Hostile => "hostile",
-            Fault::PreemptKill => "preempt-kill",
-            Fault::MemberKill => "member-kill",
-        }
-    }
-
-    /// Whether the run's random load (gangs arriving and finishing) runs during this fault. `preempt-kill` runs
-    /// on a quiet cluster: its verdict counts victims, and only its own pods may compete for the nodes.
-    pub fn uses_load(self) -> bool {
-        !matches!(self, Fault::PreemptKill | Fault::MemberKill)
-    }
-
-    /// Whether the fault measures a failover (the report expects one per run).
-    pub fn measures_failover(self) -> bool {
-        matches!(
-            self,
-            Fault::LeaderKill
-                | Fault::LeaderTerm
-                | Fault::LeaderPause
-                | Fault::ApiServerKill
-                | Fault::EtcdKill
-                | Fault::PreemptKill
-                | Fault::MemberKill
-        )
-    }
-
-    /// Parses [`Fault::name`].
-    ///
-    /// # Errors
-    /// Unknown name.
-    pub fn parse(s: &str) -> anyhow::Result<Self> {
-        Self::ALL.into_iter().find(|f| f.name() == s).with_context(|| {
-            format!(
-                "unknown fault {s:?}; known: {}",
-                Self::ALL.map(Fault::name).join(", ")
-            )
-        })
-    }
-}
-
-impl fmt::Display for Fault {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// What one injection measured.
-#[derive(Debug, Clone, Default)]
-pub struct Outcome {
-    /// Fault start -> first bind by the replica that took over (leader faults), or API back -> first bind.
-    pub failover: Option<Duration>,
-    /// Facts for the report (partial gangs at the kill, 410 confirmed, denied binds, ...).
-    pub notes: Vec<String>,
-    /// Violations only the fault can judge (`preempt-kill`: more victims than one plan needs, I7).
-    pub violations: Vec<crate::invariants::Violation>,
-}
 
 /// Injects `fault` into the run in namespace `ns`; returns when the fault is over.
 ///
@@ -159,27 +47,6 @@ pub async fn inject(ctx: &Ctx, fault: Fault, ns: &str) -> anyhow::Result<Outcome
         Fault::PreemptKill => crate::preempt_kill::inject(ctx, ns).await,
         Fault::MemberKill => crate::member_kill::inject(ctx, ns).await,
     }
-}
-
-pub(crate) fn to_duration(ms: i64) -> Duration {
-    Duration::from_millis(u64::try_from(ms).unwrap_or(0))
-}
-
-pub(crate) fn lease_timeout(ctx: &Ctx) -> Duration {
-    Duration::from_secs(3 * ctx.profile.lease_duration_secs + 10)
-}
-
-/// Waits (at most [`lease_timeout`]) until `other` holds a Lease version that started after `since`: a takeover.
-/// Returns when that version started.
-pub(crate) async fn wait_takeover(ctx: &Ctx, other: &str, since: Timestamp) -> Option<Timestamp> {
-    ctx.wait_audit(lease_timeout(ctx), |_| {
-        ctx.leases
-            .lock()
-            .ok()?
-            .first_held_by_after(other, since)
-            .map(|s| s.valid_from)
-    })
-    .await
 }
 
 /// Waits for the first bind by `identity` after `since`; the time from `since` to it.

@@ -17,8 +17,8 @@
 //! - I8 a gang with `recoveryPolicy` `RestartGroup` is not left partly running past its grace period
 //!   ([`member_kill`]).
 //!
-//! Modules: [`harness`] (control plane), [`processes`] (replicas), [`proxy`] (connection cuts), [`faults`] and
-//! [`preempt_kill`], [`member_kill`], [`workload`] (the load), [`checker`] (I1-I5), [`audit`] and [`lease`] (I6), [`evictions`]
+//! Modules: [`harness`] (control plane), [`processes`] (replicas), [`proxy`] (connection cuts), [`fault_kind`], [`faults`] and
+//! [`preempt_kill`], [`member_kill`] (with what they share, [`injection`]), [`workload`] (the load), [`checker`] (I1-I5), [`audit`] and [`lease`] (I6), [`evictions`]
 //! (I7), [`controls`] (planted violations
 //! that prove each check can fail), [`evidence`], [`suite`] and [`report`]. How to run it: `docs/testing.md`; what it guarantees:
 //! `docs/operations.md`.
@@ -32,8 +32,10 @@ pub mod context;
 pub mod controls;
 pub mod evictions;
 pub mod evidence;
+pub mod fault_kind;
 pub mod faults;
 pub mod harness;
+pub mod injection;
 pub mod invariants;
 pub mod lease;
 pub mod member_kill;
@@ -46,6 +48,6 @@ pub mod suite;
 pub mod workload;
 
 pub use context::Profile;
-pub use faults::Fault;
+pub use fault_kind::Fault;
 pub use report::SuiteReport;
 pub use suite::{SuiteOptions, run};

@@ -16,7 +16,7 @@
 //! controller resync; the controller requeues itself at the end of the grace period and a standby retries every
 //! 5 s, so the tighter bound holds.
 //!
-//! [`Fault::uses_load`]: crate::faults::Fault::uses_load
+//! [`Fault::uses_load`]: crate::fault_kind::Fault::uses_load
 
 use std::time::Duration;
 
@@ -28,7 +28,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 use crate::context::{Ctx, millis};
-use crate::faults::{Outcome, SETUP_WAIT, lease_timeout, to_duration, wait_takeover};
+use crate::injection::{Outcome, SETUP_WAIT, lease_timeout, to_duration, wait_takeover};
 use crate::invariants::{Invariant, Violation};
 
 /// Members of the gang (`minCount`).

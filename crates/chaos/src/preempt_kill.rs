@@ -21,7 +21,7 @@
 //! still Terminating victims again counts as much as one that deletes others). The failover measured is from the SIGKILL to the standby's Lease takeover (its first bind
 //! waits for the hold on purpose).
 //!
-//! [`Fault::uses_load`]: crate::faults::Fault::uses_load
+//! [`Fault::uses_load`]: crate::fault_kind::Fault::uses_load
 
 use std::time::Duration;
 
@@ -35,7 +35,7 @@ use kube::runtime::watcher::{self, Event};
 use serde_json::json;
 
 use crate::context::{Ctx, millis};
-use crate::faults::{Outcome, SETUP_WAIT, to_duration, wait_takeover};
+use crate::injection::{Outcome, SETUP_WAIT, to_duration, wait_takeover};
 use crate::invariants::{Invariant, Violation};
 use crate::processes::Supervisor;
 use crate::quantity::parse_milli;

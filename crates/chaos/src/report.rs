@@ -6,9 +6,11 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::faults::Fault;
+use crate::fault_kind::Fault;
+use crate::injection::Outcome;
 use crate::invariants::{Counts, Invariant, Violation, count};
-use crate::suite::RunResult;
+use crate::processes::ExitRecord;
+use crate::workload::FeedStats;
 
 /// Everything a suite produced.
 #[derive(Debug, Clone)]
@@ -29,6 +31,35 @@ pub struct SuiteReport {
     pub audit_bad_lines: usize,
     /// Where the logs are.
     pub work_dir: PathBuf,
+}
+
+/// The result of one run (the suite fills it in; it lives here, with the report made of it, so the report does
+/// not import the suite that calls it).
+#[derive(Debug, Clone)]
+pub struct RunResult {
+    /// The fault.
+    pub fault: Fault,
+    /// 1-based run number of this fault.
+    pub index: usize,
+    /// The run's namespace.
+    pub namespace: String,
+    /// What the feeder did.
+    pub feed: FeedStats,
+    /// Pods of the run that were bound.
+    pub bound: usize,
+    /// What the fault measured.
+    pub outcome: Outcome,
+    /// Fault over -> every gang whole or empty (`None`: not within the limit).
+    pub recovery: Option<Duration>,
+    /// Violations found in this run.
+    pub violations: Vec<Violation>,
+    /// Replica exits during the run.
+    pub exits: Vec<ExitRecord>,
+    /// Wall time of the run.
+    pub duration: Duration,
+    /// A harness failure (the fault could not be injected or undone, the cluster did not come back); the run's
+    /// invariants were then checked only as far as it got.
+    pub error: Option<String>,
 }
 
 fn secs(d: Duration) -> String {

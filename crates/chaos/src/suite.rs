@@ -21,13 +21,15 @@ use rand::{Rng as _, SeedableRng as _};
 use crate::audit::{AuditLog, check_writes};
 use crate::checker::Checker;
 use crate::context::{Ctx, Profile};
-use crate::faults::{self, Fault, Outcome};
+use crate::fault_kind::Fault;
+use crate::faults;
 use crate::harness::{self, Cluster, NODE_LABEL};
+use crate::injection::{Outcome, SETUP_WAIT};
 use crate::invariants::Violation;
 use crate::lease::{self, SharedLeases};
-use crate::processes::{ExitRecord, ReplicaSpec, Supervisor};
+use crate::processes::{ReplicaSpec, Supervisor};
 use crate::proxy::Proxy;
-use crate::report::SuiteReport;
+use crate::report::{RunResult, SuiteReport};
 use crate::workload::{FeedStats, Feeder, composite_resource, pod_group_resource, release_holds};
 
 /// How to run a suite.
@@ -41,34 +43,6 @@ pub struct SuiteOptions {
     pub keep: bool,
     /// Seed of the load's randomness.
     pub seed: u64,
-}
-
-/// The result of one run.
-#[derive(Debug, Clone)]
-pub struct RunResult {
-    /// The fault.
-    pub fault: Fault,
-    /// 1-based run number of this fault.
-    pub index: usize,
-    /// The run's namespace.
-    pub namespace: String,
-    /// What the feeder did.
-    pub feed: FeedStats,
-    /// Pods of the run that were bound.
-    pub bound: usize,
-    /// What the fault measured.
-    pub outcome: Outcome,
-    /// Fault over -> every gang whole or empty (`None`: not within the limit).
-    pub recovery: Option<Duration>,
-    /// Violations found in this run.
-    pub violations: Vec<Violation>,
-    /// Replica exits during the run.
-    pub exits: Vec<ExitRecord>,
-    /// Wall time of the run.
-    pub duration: Duration,
-    /// A harness failure (the fault could not be injected or undone, the cluster did not come back); the run's
-    /// invariants were then checked only as far as it got.
-    pub error: Option<String>,
 }
 
 /// Lease of the suite's replicas.
@@ -310,14 +284,14 @@ async fn cleanup(ctx: &Ctx, ns: &str) -> anyhow::Result<()> {
     Api::<Namespace>::all(ctx.client.clone())
         .delete(ns, &DeleteParams::default())
         .await?;
-    let deadline = tokio::time::Instant::now() + faults::SETUP_WAIT;
+    let deadline = tokio::time::Instant::now() + SETUP_WAIT;
     while ctx.checker.live_pods(ns) > 0 {
         // A release that lost a race (409) is retried.
         release_holds(&ctx.client, ns, false).await?;
         anyhow::ensure!(
             tokio::time::Instant::now() < deadline,
             "pods of {ns} still exist {:?} after deletion: {}",
-            faults::SETUP_WAIT,
+            SETUP_WAIT,
             ctx.checker.node_allocations()
         );
         tokio::time::sleep(Duration::from_millis(100)).await;

@@ -16,6 +16,7 @@ pub mod context;
 pub mod error;
 pub mod group;
 pub mod group_claims;
+pub mod group_status;
 pub mod integrations;
 pub mod members_wait;
 pub mod pod_group;

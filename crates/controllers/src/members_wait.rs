@@ -25,7 +25,7 @@ use phalanx_api::v1beta1::PodGroup;
 use phalanx_store::PodRecord;
 
 use crate::context::Ctx;
-use crate::pod_group::{CONTROLLER, Counts};
+use crate::group_status::Counts;
 
 /// Event reason of the warning.
 pub const WAITING_FOR_MEMBERS: &str = "WaitingForMembers";
@@ -143,10 +143,17 @@ pub fn go_duration(d: Duration) -> String {
     }
 }
 
-/// Publishes the warning of `verdict` once per wait (keyed by its start) on the PodGroup `reference`, and returns
-/// when to decide again (`Some` while the threshold is still ahead). Events are never worth failing a reconcile
-/// for; a failed publish is logged by [`crate::context::Context::publish`].
-pub async fn report(ctx: &Ctx, uid: &str, reference: &ObjectReference, verdict: Verdict) -> Option<Duration> {
+/// Publishes the warning of `verdict` once per wait (keyed by its start) on the PodGroup `reference`, as
+/// `controller` (the PodGroup controller's name, passed in so this module does not import that controller), and
+/// returns when to decide again (`Some` while the threshold is still ahead). Events are never worth failing a
+/// reconcile for; a failed publish is logged by [`crate::context::Context::publish`].
+pub async fn report(
+    ctx: &Ctx,
+    controller: &str,
+    uid: &str,
+    reference: &ObjectReference,
+    verdict: Verdict,
+) -> Option<Duration> {
     match verdict {
         Verdict::Quiet => None,
         Verdict::Later(left) => Some(left),
@@ -156,7 +163,7 @@ pub async fn report(ctx: &Ctx, uid: &str, reference: &ObjectReference, verdict: 
                 .is_some()
             {
                 ctx.publish(
-                    CONTROLLER,
+                    controller,
                     reference,
                     EventType::Warning,
                     WAITING_FOR_MEMBERS,

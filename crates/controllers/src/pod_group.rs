@@ -32,7 +32,7 @@ use phalanx_api::conditions::{
     DISRUPTION_TARGET, POD_GROUP_FAILED, POD_GROUP_INITIALLY_SCHEDULED, POD_GROUP_SATISFIED, TERMINATING,
 };
 use phalanx_api::finalizers::POD_GROUP_PROTECTION;
-use phalanx_api::v1beta1::{PodGroup, PodGroupResourceClaimStatus};
+use phalanx_api::v1beta1::PodGroup;
 use phalanx_store::PodRecord;
 use phalanx_store::{GroupKey, GroupKind};
 use serde_json::{Value, json};
@@ -42,6 +42,7 @@ use crate::context::Ctx;
 use crate::error::{Error, Result};
 use crate::group::{self, PrioritySpec};
 use crate::group_claims;
+use crate::group_status::{Counts, LiveStatus, count};
 use crate::members_wait;
 use crate::recovery;
 use crate::satisfied;
@@ -52,89 +53,6 @@ use crate::workload::report_validity;
 
 /// Controller name in metrics and logs.
 pub const CONTROLLER: &str = "podgroup";
-
-/// Member pod counts of one PodGroup.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Counts {
-    /// Non-terminal member pods (these also hold the finalizer).
-    pub pods: i32,
-    /// Non-terminal member pods bound to a node and not being deleted (no `deletionTimestamp`).
-    pub scheduled: i32,
-    /// Member pods in phase Running.
-    pub running: i32,
-    /// Non-terminal member pods whose `Ready` condition is True.
-    pub ready: i32,
-    /// Member pods in phase Succeeded (they count toward the quorum; not in `pods`).
-    pub succeeded: i32,
-    /// Member pods in phase Failed.
-    pub failed: i32,
-    /// Non-terminal member pods bound to a node, neither being deleted nor `DisruptionTarget=True`:
-    /// the ones that hold the quorum of `PodGroupSatisfied` (with `succeeded`). Not written itself.
-    pub healthy: i32,
-    /// Non-terminal member pods with `DisruptionTarget=True` (preemption, eviction, a taint), except
-    /// the ones a restart of this group marked ([`recovery::marked_by_restart`]): a restart is not a
-    /// disruption. Not written itself.
-    pub disrupted: i32,
-    /// Non-terminal member pods being deleted (`deletionTimestamp` set; a finalizer or the kubelet
-    /// may hold them for long). Not written itself.
-    pub terminating: i32,
-}
-
-/// Pure: counts member pods.
-pub fn count<'a>(pods: impl IntoIterator<Item = &'a PodRecord>) -> Counts {
-    let mut c = Counts::default();
-    for p in pods {
-        match p.phase {
-            Some("Succeeded") => c.succeeded += 1,
-            Some("Failed") => c.failed += 1,
-            _ => {}
-        }
-        if p.is_terminal() {
-            continue;
-        }
-        c.pods += 1;
-        let is = |type_: &str| p.condition(type_).is_some_and(|c| c.status == "True");
-        if is("Ready") {
-            c.ready += 1;
-        }
-        let disrupted = is(DISRUPTION_TARGET);
-        if disrupted && !recovery::marked_by_restart(p) {
-            c.disrupted += 1;
-        }
-        let deleting = p.deletion_timestamp.is_some();
-        if deleting {
-            c.terminating += 1;
-        } else if p.node_name().is_some() {
-            c.scheduled += 1;
-            if !disrupted {
-                c.healthy += 1;
-            }
-        }
-        if p.phase == Some("Running") {
-            c.running += 1;
-        }
-    }
-    c
-}
-
-/// The owned part of the status about a gang after its first schedule.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct LiveStatus {
-    /// `PodGroupSatisfied` ([`satisfied::condition`]) once armed.
-    pub satisfied: Option<Condition>,
-    /// `PodGroupFailed` ([`recovery::failed_condition`]) once set.
-    pub failed: Option<Condition>,
-    /// `status.restarts`.
-    pub restarts: Option<i32>,
-    /// `status.lastRestartTime`.
-    pub last_restart: Option<Time>,
-    /// `Terminating` ([`terminating_condition`]) while a deletion waits for member pods.
-    pub terminating: Option<Condition>,
-    /// `status.resourceClaimStatuses`: the claims generated for the group ([`group_claims::ensure`]).
-    pub resource_claims: Vec<PodGroupResourceClaimStatus>,
-    /// `PodGroupInitiallyScheduled` when the controller writes it ([`scheduled::condition`]).
-    pub initially_scheduled: Option<Condition>,
-}
 
 /// Most pod names a `Terminating` message lists.
 const TERMINATING_NAMES: usize = 10;
@@ -358,7 +276,8 @@ pub async fn reconcile(pg: Arc<PodGroup>, ctx: Ctx) -> Result<Action> {
         ctx.opts.members_wait_warning,
         now,
     );
-    let members_wait = members_wait::report(&ctx, &uid, &reference, members_wait::decide(&facts)).await;
+    let members_wait =
+        members_wait::report(&ctx, CONTROLLER, &uid, &reference, members_wait::decide(&facts)).await;
     let mut live = LiveStatus {
         failed: recovery::failed_condition(existing_failed.as_ref(), &step, pg.metadata.generation),
         satisfied,

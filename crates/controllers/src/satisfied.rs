@@ -19,7 +19,7 @@ use phalanx_api::conditions::{
 };
 use phalanx_api::v1beta1::PodGroup;
 
-use crate::pod_group::Counts;
+use crate::group_status::Counts;
 
 /// Whether the group's condition `type_` is True.
 fn is_true(pg: &PodGroup, type_: &str) -> bool {

@@ -23,7 +23,7 @@ use phalanx_api::v1beta1::PodGroup;
 use phalanx_store::PodRecord;
 
 use crate::checks::scheduler_matches;
-use crate::pod_group::{Counts, LiveStatus};
+use crate::group_status::{Counts, LiveStatus};
 
 /// Pure: the `PodGroupInitiallyScheduled` condition the controller writes for a standalone PodGroup, or `None`
 /// when it leaves the condition alone (not placed yet: the scheduler's `False` entries stay the scheduler's).

@@ -122,11 +122,15 @@ pub struct SocketFence {
     fence: WriteFence,
 }
 
-impl SocketFence {
-    pub(crate) fn new(fence: WriteFence) -> Self {
-        Self { fence }
+impl WriteFence {
+    /// The connection-level fence that shares this standing. Defined here, next to [`SocketFence`], so that the
+    /// request fence ([`crate::write_fence`]) does not import the connection layer built on it.
+    pub fn socket(&self) -> SocketFence {
+        SocketFence { fence: self.clone() }
     }
+}
 
+impl SocketFence {
     /// This replica's standing now.
     pub fn standing(&self) -> crate::write_fence::Standing {
         self.fence.standing()

@@ -63,11 +63,6 @@ impl WriteFence {
         let _ = self.leader.set(leader);
     }
 
-    /// The connection-level fence that shares this standing (see [`crate::fenced_client`]).
-    pub fn socket(&self) -> crate::fenced_client::SocketFence {
-        crate::fenced_client::SocketFence::new(self.clone())
-    }
-
     /// This replica's standing now.
     pub fn standing(&self) -> Standing {
         let Some(l) = self.leader.get() else {

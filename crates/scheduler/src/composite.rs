@@ -13,79 +13,12 @@
 //! Snapshot contract: on success the subtree's assignments are assumed; otherwise nothing of
 //! the subtree is assumed.
 
-use std::collections::HashMap;
-use std::sync::Arc;
-use std::time::Duration;
-
-use crate::algorithm::{GroupContext, GroupResult, PlacementResult, run_leaf_in, simulate_placements};
-use crate::framework::{Code, Placement, PlacementProgress, PodGroupAssignments, ProposedAssignment, Status};
-use crate::hierarchy::GroupTree;
-use crate::model::{CompositeGroupInfo, GroupKey, PodInfo};
+use crate::algorithm::{GroupContext, run_leaf_in, simulate_placements};
+use crate::framework::{Code, Placement, PlacementProgress, PodGroupAssignments, Status};
+use crate::model::{CompositeGroupInfo, GroupKey};
+use crate::placements::composite_placements;
 use crate::snapshot::Snapshot;
-
-/// What the recursive algorithm needs besides the plugins: the tree, the pending pods per leaf
-/// (in scheduling order) and the reorder-retry limits for leaves.
-#[derive(Debug)]
-pub struct TreeInput<'t> {
-    /// The hierarchy.
-    pub tree: &'t GroupTree,
-    /// Pending pods by leaf PodGroup key.
-    pub pods: HashMap<GroupKey, Vec<Arc<PodInfo>>>,
-    /// Reorder-retry time budget per leaf (see `reorderBudgetMs`).
-    pub budget: Duration,
-    /// Reorder-retry attempts per leaf.
-    pub max_attempts: u32,
-    /// Time budget of the sibling search, shared by every CompositePodGroup of the tree
-    /// (`siblingSearchBudgetMs`; zero disables the search).
-    pub search_budget: Duration,
-    /// When the tree's first sibling search started (set once; the budget counts from it).
-    pub search_started: std::sync::OnceLock<std::time::Instant>,
-}
-
-/// Result of a (sub)tree evaluation.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TreeResult {
-    /// Status of the evaluated subtree's root: Success, Unschedulable or Error.
-    pub status: Status,
-    /// Every assignment of the subtree's leaves whose ancestors (up to this subtree's root)
-    /// all succeeded; assumed in the snapshot on success, empty otherwise.
-    pub assignments: Vec<ProposedAssignment>,
-    /// Own status of every group evaluated in the reported attempt (leaves and composites).
-    pub statuses: HashMap<GroupKey, Status>,
-    /// Leaf results of the reported attempt (per-pod fit errors, tried counts).
-    pub leaves: HashMap<GroupKey, GroupResult>,
-    /// Chosen placement of the subtree's root, when it has a topology constraint.
-    pub placement: Option<String>,
-}
-
-impl PlacementResult for TreeResult {
-    fn status(&self) -> &Status {
-        &self.status
-    }
-    fn set_status(&mut self, status: Status) {
-        self.status = status;
-    }
-    fn unschedulable() -> Self {
-        TreeResult::new(Status::new(Code::Unschedulable, ""))
-    }
-}
-
-impl TreeResult {
-    pub(crate) fn new(status: Status) -> TreeResult {
-        TreeResult {
-            status,
-            assignments: Vec::new(),
-            statuses: HashMap::new(),
-            leaves: HashMap::new(),
-            placement: None,
-        }
-    }
-
-    pub(crate) fn merge(&mut self, child: TreeResult) {
-        self.statuses.extend(child.statuses);
-        self.leaves.extend(child.leaves);
-    }
-}
+use crate::tree_eval::{TreeInput, TreeResult};
 
 /// Runs the whole tree from its root (upstream `RunRootSchedulingAlgorithm` for a root CPG).
 /// A root that succeeds without placing any new pod becomes Unschedulable with
@@ -123,7 +56,7 @@ fn run_composite(
     let leaves = input.tree.leaves_under(key);
     let required = match &cpg.topology_key {
         None => None,
-        Some(topology) => match composite_placements(ctx, snapshot, &cpg, &leaves, parent) {
+        Some(topology) => match composite_placements(ctx.generators, snapshot, &cpg, &leaves, parent) {
             Err(st) => return own(key, Status::new(Code::Error, st.message)),
             Ok(p) if p.is_empty() => {
                 return own(
@@ -204,26 +137,6 @@ fn evaluate_composite(
     chosen
 }
 
-/// PlacementGenerate for a CompositePodGroup within `parent` (`None` = all nodes): every
-/// generator refines the previous placements.
-pub(crate) fn composite_placements(
-    ctx: &GroupContext<'_>,
-    snapshot: &Snapshot,
-    cpg: &CompositeGroupInfo,
-    leaves: &[GroupKey],
-    parent: Option<&[usize]>,
-) -> Result<Vec<Placement>, Status> {
-    let mut placements = vec![crate::placements::parent_placement(snapshot, parent)];
-    for g in ctx.generators {
-        let mut next = Vec::new();
-        for p in &placements {
-            next.extend(g.generate_composite(snapshot, cpg, leaves, p)?);
-        }
-        placements = next;
-    }
-    Ok(placements)
-}
-
 fn own(key: &GroupKey, status: Status) -> TreeResult {
     let mut r = TreeResult::new(status.clone());
     r.statuses.insert(key.clone(), status);
@@ -283,7 +196,7 @@ pub(crate) fn composite_default(
         snapshot.revert_to(mark);
         res.assignments.clear();
         if res.status.code == Code::Unschedulable
-            && let Some(found) = crate::sibling_search::search(ctx, snapshot, input, cpg, nodes)
+            && let Some(found) = crate::sibling_search::search(ctx, snapshot, input, cpg, nodes, run_child)
         {
             return found;
         }

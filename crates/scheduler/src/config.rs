@@ -10,6 +10,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+// NodeResourcesFit's own arguments live with the plugin, which reads them; the configuration names them here too.
+pub use crate::plugins::node_resources::{ResourceWeight, ScoringStrategy};
+
 /// Error from [`SchedulerConfig::validate`]; `key` is the camelCase path of the bad field.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid scheduler configuration: {key}: {message}")]
@@ -18,16 +21,6 @@ pub struct ConfigError {
     pub key: String,
     /// What is wrong.
     pub message: String,
-}
-
-/// Scoring strategy of NodeResourcesFit for per-pod scoring.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-pub enum ScoringStrategy {
-    /// Prefer emptier nodes (upstream default).
-    #[default]
-    LeastAllocated,
-    /// Prefer fuller nodes (bin packing).
-    MostAllocated,
 }
 
 /// Weights of the per-pod Score plugins. A weight of 0 disables the plugin's score.
@@ -115,17 +108,6 @@ impl Default for PlacementScoreWeights {
             topology_packing: 1,
         }
     }
-}
-
-/// Resource weight for NodeResourcesFit / BalancedAllocation scoring (upstream
-/// `NodeResourcesFitArgs.scoringStrategy.resources`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct ResourceWeight {
-    /// Resource name, e.g. `cpu`, `memory`, `nvidia.com/gpu`.
-    pub name: String,
-    /// Weight (1..=100).
-    pub weight: i64,
 }
 
 /// The whole configuration. Units: durations in milliseconds (`*Ms`) or seconds (`*Seconds`).

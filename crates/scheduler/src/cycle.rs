@@ -9,7 +9,7 @@ use std::time::Instant;
 use std::collections::HashMap;
 
 use crate::algorithm::{GroupContext, GroupResult, run_leaf};
-use crate::composite::{TreeInput, TreeResult, run_tree};
+use crate::composite::run_tree;
 use crate::config::SchedulerConfig;
 use crate::decision::{
     Binding, ConditionReason, ConditionType, CycleStats, Decision, FailureReason, GroupCondition, Outcome,
@@ -30,6 +30,7 @@ use crate::preemption::{self, ChainOutcome, DefaultPreemption};
 use crate::queue::QueuedEntity;
 use crate::schedule_one::{PodResult, PodScheduler};
 use crate::snapshot::Snapshot;
+use crate::tree_eval::{TreeInput, TreeResult};
 use crate::validation::{validate_group, validate_tree};
 
 /// The scheduler: configuration, plugins and the state kept across cycles (rotating node

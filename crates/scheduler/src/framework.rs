@@ -11,6 +11,7 @@
 //! - Per group: PlacementGenerate, PlacementFeasible, PlacementScore and PodGroupPostFilter,
 //!   open so that CompositePodGroups and workload-aware preemption slot in without redesign.
 
+use std::borrow::Cow;
 use std::fmt::Debug;
 use std::sync::Arc;
 
@@ -18,7 +19,6 @@ use crate::decision::{Nomination, Victim};
 use crate::model::{
     CompositeGroupInfo, EntityKey, GroupInfo, GroupKey, NodeInfo, PodInfo, PodKey, PreemptionPolicy,
 };
-use crate::plugins::Rejection;
 use crate::snapshot::Snapshot;
 
 /// Status code (upstream `fwk.Code`).
@@ -36,6 +36,29 @@ pub enum Code {
     Wait,
     /// Plugin not relevant.
     Skip,
+}
+
+/// Why a Filter plugin rejected a node ([`FilterPlugin::filter`]'s error; the plugins name it as
+/// `crate::plugins::Rejection`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejection {
+    /// Plugin name.
+    pub plugin: &'static str,
+    /// Unschedulable or UnschedulableAndUnresolvable.
+    pub code: Code,
+    /// Reasons (upstream `Status.Reasons()`); each counts once in the FitError histogram.
+    pub reasons: Vec<Cow<'static, str>>,
+}
+
+impl Rejection {
+    /// A rejection with one reason.
+    pub fn new(plugin: &'static str, code: Code, reason: impl Into<Cow<'static, str>>) -> Rejection {
+        Rejection {
+            plugin,
+            code,
+            reasons: vec![reason.into()],
+        }
+    }
 }
 
 /// Status with a message (upstream `fwk.Status`).

@@ -43,6 +43,7 @@ pub mod schedule_one;
 pub mod selectors;
 pub mod sibling_search;
 pub mod snapshot;
+pub mod tree_eval;
 pub mod validation;
 pub mod volumes;
 pub mod workload_forest;

@@ -8,9 +8,13 @@
 //! the levels narrowest first and keep the first level where a placement is feasible; when none
 //! is, they fall back to the required placements, so a preference never makes a group
 //! unschedulable.
+//!
+//! Also the required placements of a CompositePodGroup ([`composite_placements`]), which the
+//! hierarchical algorithm ([`crate::composite`]) and its sibling search ([`crate::sibling_search`])
+//! both generate.
 
-use crate::framework::Placement;
-use crate::model::GroupKey;
+use crate::framework::{Placement, PlacementGeneratePlugin, Status};
+use crate::model::{CompositeGroupInfo, GroupKey};
 use crate::plugins::topology_placement::domains_for;
 use crate::snapshot::Snapshot;
 
@@ -66,6 +70,27 @@ pub fn placements_to_find(percentage: u32, placements: &[Placement], scored: boo
         f64::from(percentage)
     };
     ((placements.len() as f64 * pct / 100.0).ceil() as usize).clamp(1, placements.len())
+}
+
+/// PlacementGenerate for a CompositePodGroup within `parent` (`None` = all nodes): every
+/// generator of `generators` (a cycle's [`GroupContext::generators`](crate::algorithm::GroupContext)) refines
+/// the previous placements.
+pub(crate) fn composite_placements(
+    generators: &[Box<dyn PlacementGeneratePlugin>],
+    snapshot: &Snapshot,
+    cpg: &CompositeGroupInfo,
+    leaves: &[GroupKey],
+    parent: Option<&[usize]>,
+) -> Result<Vec<Placement>, Status> {
+    let mut placements = vec![parent_placement(snapshot, parent)];
+    for g in generators {
+        let mut next = Vec::new();
+        for p in &placements {
+            next.extend(g.generate_composite(snapshot, cpg, leaves, p)?);
+        }
+        placements = next;
+    }
+    Ok(placements)
 }
 
 #[cfg(test)]

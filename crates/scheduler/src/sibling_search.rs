@@ -24,15 +24,21 @@ use std::collections::HashSet;
 use std::time::Instant;
 
 use crate::algorithm::{GroupContext, generate};
-use crate::composite::{TreeInput, TreeResult, composite_placements, run_child};
 use crate::framework::{Code, Placement, PlacementProgress, PodGroupAssignments};
 use crate::model::{CompositeGroupInfo, GroupKey};
-use crate::placements::preferred_level;
+use crate::placements::{composite_placements, preferred_level};
 use crate::plugins::topology_packing::free_after;
 use crate::snapshot::Snapshot;
+use crate::tree_eval::{TreeInput, TreeResult};
 
 /// Child evaluations one search may make (candidate simulations plus depth-first steps).
 pub const MAX_STEPS: u32 = 4096;
+
+/// How the search places one child within `nodes`: the hierarchical algorithm's own step
+/// (`run_child` of [`crate::composite`]), which may search again further down. The caller passes it in
+/// because that algorithm calls this search: the recursion stays, and the import goes one way.
+pub(crate) type RunChild =
+    fn(&mut GroupContext<'_>, &mut Snapshot, &TreeInput<'_>, &GroupKey, Option<&[usize]>) -> TreeResult;
 
 /// Why a search stopped without an answer.
 enum Stop {
@@ -45,6 +51,7 @@ enum Stop {
 struct Search<'s, 'c, 'i> {
     ctx: &'s mut GroupContext<'c>,
     input: &'s TreeInput<'i>,
+    run_child: RunChild,
     deadline: Instant,
     steps: u32,
 }
@@ -71,7 +78,7 @@ impl Search<'_, '_, '_> {
         for (i, c) in all.into_iter().enumerate() {
             self.step()?;
             let mark = snapshot.mark();
-            let r = run_child(self.ctx, snapshot, self.input, child, Some(&c.nodes));
+            let r = (self.run_child)(self.ctx, snapshot, self.input, child, Some(&c.nodes));
             snapshot.revert_to(mark);
             match r.status.code {
                 Code::Error => return Err(Stop::Error),
@@ -107,7 +114,7 @@ impl Search<'_, '_, '_> {
         for c in &cands[ci] {
             self.step()?;
             let mark = snapshot.mark();
-            let r = run_child(self.ctx, snapshot, self.input, &children[ci], Some(&c.nodes));
+            let r = (self.run_child)(self.ctx, snapshot, self.input, &children[ci], Some(&c.nodes));
             match r.status.code {
                 Code::Error => {
                     snapshot.revert_to(mark);
@@ -130,13 +137,15 @@ impl Search<'_, '_, '_> {
 
 /// Searches an assignment of `cpg`'s children within `nodes` after its greedy pass failed (see
 /// the module doc). On `Some` the result is Success and its assignments are assumed; on `None`
-/// nothing is assumed and the caller reports the greedy failure.
+/// nothing is assumed and the caller reports the greedy failure. `run_child` places one child
+/// ([`RunChild`]).
 pub(crate) fn search(
     ctx: &mut GroupContext<'_>,
     snapshot: &mut Snapshot,
     input: &TreeInput<'_>,
     cpg: &CompositeGroupInfo,
     nodes: Option<&[usize]>,
+    run_child: RunChild,
 ) -> Option<TreeResult> {
     let children = input.tree.children(&cpg.key);
     if input.search_budget.is_zero() || children.len() < 2 {
@@ -146,6 +155,7 @@ pub(crate) fn search(
     let mut s = Search {
         ctx,
         input,
+        run_child,
         deadline: started + input.search_budget,
         steps: 0,
     };
@@ -252,7 +262,7 @@ fn child_candidates(
     } else if let Some(c) = input.tree.composite(child) {
         let leaves = input.tree.leaves_under(child);
         let required = match c.topology_key {
-            Some(_) => composite_placements(ctx, snapshot, c, &leaves, nodes)?,
+            Some(_) => composite_placements(ctx.generators, snapshot, c, &leaves, nodes)?,
             None => vec![parent()],
         };
         (required, c.preferred_topology.clone(), leaves)

@@ -33,7 +33,7 @@ use tokio::{sync::watch, task::JoinSet};
 
 use crate::{
     Shared, StoreEvent,
-    reflectors::{Hook, Tolerate, watch_kind},
+    kind_watch::{Hook, Tolerate, reader, watch_kind},
     server::DRA_GROUP_VERSION,
 };
 
@@ -83,10 +83,10 @@ impl DraReaders {
     /// Readers holding exactly `objects`, as after a complete list ([`crate::Store::from_state`]).
     pub(crate) fn from_objects(objects: DraObjects) -> DraReaders {
         DraReaders {
-            classes: crate::fixed::reader(objects.classes),
-            slices: crate::fixed::reader(objects.slices),
-            claims: crate::fixed::reader(objects.claims),
-            templates: crate::fixed::reader(objects.templates),
+            classes: reader(objects.classes),
+            slices: reader(objects.slices),
+            claims: reader(objects.claims),
+            templates: reader(objects.templates),
         }
     }
 }

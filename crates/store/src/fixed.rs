@@ -24,13 +24,11 @@ use k8s_openapi::api::{
     policy::v1::PodDisruptionBudget,
     scheduling::v1::PriorityClass,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{
     Api, Client, Resource, ResourceExt,
     api::{DynamicObject, ListParams},
     core::{ApiResource, GroupVersionKind},
     discovery::Scope,
-    runtime::{reflector, watcher},
 };
 use phalanx_api::{
     v1alpha3::CompositePodGroup,
@@ -39,6 +37,8 @@ use phalanx_api::{
 use serde::de::DeserializeOwned;
 use tokio::sync::{broadcast, watch};
 
+use crate::kind_watch::reader;
+use crate::owners::{OwnerKind, OwnerObject};
 use crate::{AssumeCache, ClusterIndex, GroupKey, GroupKind, Inner, KINDS, Shared, Store};
 
 /// Every object the scheduler's store watches, as one list per kind (the kinds of [`Store::start`]).
@@ -72,30 +72,6 @@ pub struct ClusterState {
     /// The custom owner kinds listed in full. A custom kind not listed here is one the cluster does not serve or
     /// the reader may not list: as in the live store, its pods join only a PodGroup labelled with their owner's uid.
     pub owner_kinds: Vec<OwnerKind>,
-}
-
-/// The metadata of one pod owner (a metadata-only read, as the live store caches it).
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct OwnerObject {
-    /// `apiVersion`, e.g. `apps/v1`.
-    pub api_version: String,
-    /// `kind`, e.g. `Deployment`.
-    pub kind: String,
-    /// Its metadata (annotations, uid, controller reference).
-    pub metadata: ObjectMeta,
-}
-
-/// A custom owner kind, as discovery describes it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct OwnerKind {
-    /// `apiVersion`, e.g. `jobset.x-k8s.io/v1alpha2`.
-    pub api_version: String,
-    /// `kind`, e.g. `JobSet`.
-    pub kind: String,
-    /// Its resource (plural), e.g. `jobsets`.
-    pub plural: String,
-    /// False for a cluster-scoped kind.
-    pub namespaced: bool,
 }
 
 impl ClusterState {
@@ -294,20 +270,6 @@ where
             None => return Ok(out),
         }
     }
-}
-
-/// A reader holding exactly `objects`, as after a complete list.
-pub(crate) fn reader<K>(objects: Vec<K>) -> reflector::Store<K>
-where
-    K: reflector::Lookup<DynamicType = ()> + Clone + 'static,
-{
-    let mut w = reflector::store::Writer::<K>::default();
-    w.apply_watcher_event(&watcher::Event::Init);
-    for o in objects {
-        w.apply_watcher_event(&watcher::Event::InitApply(o));
-    }
-    w.apply_watcher_event(&watcher::Event::InitDone);
-    w.as_reader()
 }
 
 fn group_keys<K: Resource<DynamicType = ()>>(

@@ -18,6 +18,7 @@ pub mod events;
 pub mod fixed;
 pub mod index;
 pub mod intern;
+mod kind_watch;
 pub mod leader;
 #[cfg(test)]
 mod listed_tests;
@@ -45,9 +46,10 @@ use tokio::{sync::broadcast, time::Instant};
 
 pub use assumed::{AssumeCache, AssumedPod};
 pub use events::NoteRecorders;
-pub use fixed::{ClusterState, ListError, OwnerKind, OwnerObject};
+pub use fixed::{ClusterState, ListError};
 pub use index::{ClusterIndex, pod_group_key, pod_group_name, pod_node};
 pub use leader::{Leader, LeaderFence};
+pub use owners::{OwnerKind, OwnerObject};
 pub use record::{KeptCondition, NodeRecord, PodRecord};
 // Keys and hierarchy rules are defined once, in the pure core, and shared with the driver and the controllers.
 pub use phalanx_scheduler::hierarchy::{

@@ -59,7 +59,7 @@ fn a_listed_pod_the_watch_deleted_meanwhile_is_not_assumed() {
         &store.inner.pods,
         &shared,
     );
-    let after_relist = crate::fixed::reader(vec![(*record(&gone)).clone(), (*record(&kept)).clone()]);
+    let after_relist = crate::kind_watch::reader(vec![(*record(&gone)).clone(), (*record(&kept)).clone()]);
     pod_hook(&watcher::Event::InitDone, &after_relist, &shared);
     // Only then is the page handled.
     assert!(!listed.assume(record(&gone), "n1"), "deleted by the watch");

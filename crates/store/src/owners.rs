@@ -15,6 +15,31 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 
 use crate::record::PodRecord;
 
+/// The metadata of one pod owner (a metadata-only read, as the live store caches it; what a fixed state
+/// ([`crate::ClusterState::owners`]) and the custom-owner caches hold).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct OwnerObject {
+    /// `apiVersion`, e.g. `apps/v1`.
+    pub api_version: String,
+    /// `kind`, e.g. `Deployment`.
+    pub kind: String,
+    /// Its metadata (annotations, uid, controller reference).
+    pub metadata: ObjectMeta,
+}
+
+/// A custom owner kind, as discovery describes it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OwnerKind {
+    /// `apiVersion`, e.g. `jobset.x-k8s.io/v1alpha2`.
+    pub api_version: String,
+    /// `kind`, e.g. `JobSet`.
+    pub kind: String,
+    /// Its resource (plural), e.g. `jobsets`.
+    pub plural: String,
+    /// False for a cluster-scoped kind.
+    pub namespaced: bool,
+}
+
 /// How many controller references are followed at most (pod -> ReplicaSet -> Deployment -> custom parent needs 3).
 pub const MAX_OWNER_DEPTH: usize = 5;
 

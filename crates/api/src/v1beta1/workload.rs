@@ -4,11 +4,13 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 use kube::{CustomResource, KubeSchema};
+use schemars::{Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
+use serde_json::json;
 
 use super::policy::TypedLocalObjectReference;
 use super::templates::{CompositePodGroupTemplate, PodGroupTemplate};
-use crate::schema::MAX_TEMPLATES;
+use crate::schema::{MAX_TEMPLATES, composite_templates_list};
 
 /// The desired state of a Workload (upstream `WorkloadSpec`). Exactly one of `pod_group_templates` and
 /// `composite_pod_group_templates` is set; templates cannot be added or removed after creation, and
@@ -62,7 +64,7 @@ pub struct WorkloadSpec {
     /// most 8 per level, tree depth at most 4). Exactly one of podGroupTemplates and
     /// compositePodGroupTemplates must be set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "crate::schema::workload_composite_templates")]
+    #[schemars(schema_with = "workload_composite_templates")]
     pub composite_pod_group_templates: Option<Vec<CompositePodGroupTemplate>>,
 }
 
@@ -122,6 +124,29 @@ pub struct WorkloadTemplateGroups {
     /// names this template.
     #[schemars(range(min = 0))]
     pub groups: i32,
+}
+
+/// Schema of `Workload.spec.compositePodGroupTemplates`: the CompositePodGroupTemplate tree unrolled to
+/// [`MAX_TREE_DEPTH`](crate::schema::MAX_TREE_DEPTH). Composite templates may appear at depths 1 to 3; at depth 3
+/// the nested `compositePodGroupTemplates` list must be empty (message
+/// [`MAX_DEPTH_MESSAGE`](crate::schema::MAX_DEPTH_MESSAGE)), so the schema itself enforces the depth limit.
+/// PodGroupTemplates may appear at every depth up to 4. Here, with the field, rather than in [`crate::schema`]:
+/// it names the template type, and the templates module builds on `schema`'s rules.
+fn workload_composite_templates(generator: &mut SchemaGenerator) -> Schema {
+    let template = generator.subschema_for::<CompositePodGroupTemplate>().to_value();
+    let mut list = composite_templates_list(&template, 1);
+    if let Some(obj) = list.as_object_mut() {
+        obj.insert(
+            "description".into(),
+            json!(
+                "compositePodGroupTemplates is the list of CompositePodGroup templates that make up the \
+                 Workload. The maximum number of templates is 8. Templates cannot be added or removed \
+                 after the workload is created. Exactly one of compositePodGroupTemplates and \
+                 podGroupTemplates must be set."
+            ),
+        );
+    }
+    Schema::try_from(list).unwrap_or_default()
 }
 
 #[cfg(test)]

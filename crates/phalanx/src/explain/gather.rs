@@ -5,12 +5,12 @@ use std::sync::Arc;
 
 use anyhow::bail;
 use k8s_openapi::api::core::v1::Event;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{Api, api::ListParams};
 use phalanx_api::conditions::{self, reasons};
 use phalanx_scheduler::{EntityKey, GateReason, GroupKey, GroupKind, Outcome, PodKey};
 use phalanx_store::{ClusterState, MAX_TREE_DEPTH, PodRecord, Store};
 
+use super::condition::condition_facts;
 use super::{
     ConditionFacts, DeletionFacts, EventFacts, Explanation, MemberFacts, PreemptionFacts, Quorum, Standing,
     facts,
@@ -384,17 +384,6 @@ fn leaves_of(store: &Store, g: &GroupKey) -> Vec<GroupKey> {
 
 fn has_children(store: &Store, g: Option<&GroupKey>) -> bool {
     g.is_some_and(|g| !store.hierarchy().children(g).is_empty())
-}
-
-/// A condition as `explain` shows it.
-pub(super) fn condition_facts(c: &Condition) -> ConditionFacts {
-    ConditionFacts {
-        type_: c.type_.clone(),
-        status: c.status.clone(),
-        reason: c.reason.clone(),
-        message: c.message.clone(),
-        since: Some(c.last_transition_time.0.to_string()),
-    }
 }
 
 /// What a group being deleted waits for: its non-terminal member pods (a PodGroup) or its child groups (a

@@ -12,8 +12,7 @@ use phalanx_scheduler::{GroupKey, GroupKind};
 use phalanx_store::Store;
 use serde::Serialize;
 
-use super::ConditionFacts;
-use super::gather::condition_facts;
+use super::condition::{ConditionFacts, condition_facts};
 
 /// The life facts of a PodGroup (`life` in `-o json`); `None` for a group that was never placed and has no policy.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

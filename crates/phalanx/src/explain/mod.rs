@@ -8,6 +8,7 @@
 //! topology domain ([`facts`]), who holds the room and at what priority, what preemption would do, members that
 //! break the gang, and the last events. [`render`] prints it as text; the JSON form is [`Explanation`] itself.
 
+mod condition;
 pub mod facts;
 pub mod gather;
 pub mod life;
@@ -16,6 +17,7 @@ pub mod verdict;
 
 use serde::Serialize;
 
+pub use condition::ConditionFacts;
 pub use gather::explain;
 
 /// Where the target stands, in the words of its condition reasons (`phalanx_api::conditions::reasons`).
@@ -46,23 +48,6 @@ pub enum Standing {
     Restarting,
     /// `PodGroupFailed=True`: terminal, nothing restarts it.
     Failed,
-}
-
-/// A condition as read from the object.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ConditionFacts {
-    /// Type, e.g. `PodGroupInitiallyScheduled` or `PodScheduled`.
-    #[serde(rename = "type")]
-    pub type_: String,
-    /// `True` / `False`.
-    pub status: String,
-    /// Reason.
-    pub reason: String,
-    /// Message.
-    pub message: String,
-    /// `lastTransitionTime` (RFC 3339).
-    pub since: Option<String>,
 }
 
 /// Quorum of a gang.

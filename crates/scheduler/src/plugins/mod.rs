@@ -7,9 +7,8 @@
 //! that [`crate::schedule_one`] runs, with per-pod state in a [`registry::CycleState`]. Group
 //! plugins implement the group traits of [`crate::framework`].
 
-use std::borrow::Cow;
-
-use crate::framework::Code;
+// Every plugin names it from here; it is defined with the Filter extension point that returns it.
+pub use crate::framework::Rejection;
 
 mod cycle_state;
 pub mod dynamic_resources;
@@ -33,28 +32,6 @@ pub mod volume_zone;
 
 /// Highest normalised node score (upstream `framework.MaxNodeScore`).
 pub const MAX_NODE_SCORE: i64 = 100;
-
-/// Why a Filter plugin rejected a node.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Rejection {
-    /// Plugin name.
-    pub plugin: &'static str,
-    /// Unschedulable or UnschedulableAndUnresolvable.
-    pub code: Code,
-    /// Reasons (upstream `Status.Reasons()`); each counts once in the FitError histogram.
-    pub reasons: Vec<Cow<'static, str>>,
-}
-
-impl Rejection {
-    /// A rejection with one reason.
-    pub fn new(plugin: &'static str, code: Code, reason: impl Into<Cow<'static, str>>) -> Rejection {
-        Rejection {
-            plugin,
-            code,
-            reasons: vec![reason.into()],
-        }
-    }
-}
 
 /// Upstream `helper.DefaultNormalizeScore`: scales to 0..=max_priority by the maximum; with
 /// `reverse`, subtracts from max_priority.

@@ -5,7 +5,8 @@
 
 use std::borrow::Cow;
 
-use crate::config::{ResourceWeight, ScoringStrategy};
+use serde::{Deserialize, Serialize};
+
 use crate::framework::{Code, FilterPlugin, Plugin, PreFilterPlugin, ScorePlugin};
 use crate::model::{NodeInfo, PodInfo};
 use crate::plugins::{MAX_NODE_SCORE, Rejection};
@@ -16,6 +17,29 @@ use crate::snapshot::Snapshot;
 pub const NAME: &str = "NodeResourcesFit";
 /// Plugin name of NodeResourcesBalancedAllocation.
 pub const BALANCED_NAME: &str = "NodeResourcesBalancedAllocation";
+
+/// Scoring strategy of NodeResourcesFit for per-pod scoring (`scoringStrategy` of the configuration,
+/// [`crate::config::SchedulerConfig`]). Here, with the plugin that reads it, so that the configuration, which
+/// names the plugins, is the only one of the two that imports the other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub enum ScoringStrategy {
+    /// Prefer emptier nodes (upstream default).
+    #[default]
+    LeastAllocated,
+    /// Prefer fuller nodes (bin packing).
+    MostAllocated,
+}
+
+/// Resource weight for NodeResourcesFit / BalancedAllocation scoring (upstream
+/// `NodeResourcesFitArgs.scoringStrategy.resources`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ResourceWeight {
+    /// Resource name, e.g. `cpu`, `memory`, `nvidia.com/gpu`.
+    pub name: String,
+    /// Weight (1..=100).
+    pub weight: i64,
+}
 
 /// Filter (upstream `fitsRequest`): pod count first, then every resource; each insufficient
 /// resource is one reason. UnschedulableAndUnresolvable when a request exceeds the node's

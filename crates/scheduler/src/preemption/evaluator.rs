@@ -36,9 +36,10 @@ use crate::framework::{
     Code, PodGroupAssignments, PostFilterResult, PreemptionHandle, Preemptor, ProposedAssignment, Status,
 };
 use crate::model::{PodKey, PreemptionPolicy};
+use crate::preemption::cost::Cost;
 use crate::preemption::node_cost;
 use crate::preemption::pdb::split_by_violation;
-use crate::preemption::reprieve::{Cost, reprieve};
+use crate::preemption::reprieve::reprieve;
 use crate::preemption::units::{self, VictimUnit};
 use crate::snapshot::Snapshot;
 

@@ -12,13 +12,13 @@ use std::time::Duration;
 use crate::algorithm::{
     GroupContext, GroupResult, generate, placement_totals, run_leaf, run_leaf_in, simulate_placements,
 };
-use crate::composite::{
-    TreeInput, TreeResult, composite_default, composite_placements, composite_totals, run_tree,
-};
+use crate::composite::{composite_default, composite_totals, run_tree};
 use crate::framework::{Code, Placement, PodGroupAssignments, PreemptionHandle, ProposedAssignment, Status};
 use crate::model::{GroupInfo, PodInfo, PodSpecInfo};
+use crate::placements::composite_placements;
 use crate::plugins::registry::CycleState;
 use crate::snapshot::Snapshot;
+use crate::tree_eval::{TreeInput, TreeResult};
 
 /// What the handle re-schedules.
 #[derive(Debug, Clone, Copy)]
@@ -137,7 +137,7 @@ impl CoreHandle<'_, '_> {
             };
         }
         let leaves = input.tree.leaves_under(&root.key);
-        let placements = composite_placements(&self.ctx, snapshot, &root, &leaves, None)
+        let placements = composite_placements(self.ctx.generators, snapshot, &root, &leaves, None)
             .map_err(|st| Status::new(Code::Error, st.message))?;
         if placements.is_empty() {
             return self.tree(snapshot, input, 1);

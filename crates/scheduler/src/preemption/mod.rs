@@ -15,6 +15,7 @@
 //! - [`pdb`]: the PodDisruptionBudget data and the violating/non-violating split;
 //! - `nominated`: nominated pods reserve capacity in Filter.
 
+pub(crate) mod cost;
 pub mod evaluator;
 pub(crate) mod handle;
 pub(crate) mod node_cost;

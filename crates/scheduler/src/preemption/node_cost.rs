@@ -18,8 +18,8 @@
 //! estimate, one pass over the candidates per run: when the lowest level does not make enough
 //! room, the victims come from higher levels and the priority tiers correct the choice.
 
+use crate::preemption::cost::Cost;
 use crate::preemption::pdb::Budgets;
-use crate::preemption::reprieve::Cost;
 use crate::preemption::units::VictimUnit;
 use crate::snapshot::Snapshot;
 

@@ -14,8 +14,9 @@ use std::collections::BTreeMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 
 use crate::framework::{Code, PostFilterResult, PreemptionHandle, Preemptor, ProposedAssignment, Status};
+use crate::preemption::cost::Cost;
 use crate::preemption::evaluator::{Chosen, eligibility, result};
-use crate::preemption::reprieve::{Cost, reprieve};
+use crate::preemption::reprieve::reprieve;
 use crate::preemption::units::{self, VictimUnit};
 use crate::snapshot::Snapshot;
 

@@ -13,11 +13,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crate::dra::{DeviceCatalog, DeviceOverlay};
 use crate::model::{GroupKey, NodeInfo, NodeStatic, PodInfo, PodKey};
 use crate::preemption::PreemptionState;
-use crate::preemption::reprieve::Cost;
+use crate::preemption::cost::Cost;
 use crate::volumes::{VolumeCatalog, VolumeOverlay, binding};
 
 mod devices;
 mod diff;
+mod preemption_inputs;
 mod quorum;
 
 static SNAPSHOT_IDS: AtomicU64 = AtomicU64::new(1);

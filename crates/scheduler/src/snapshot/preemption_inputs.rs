@@ -1,0 +1,90 @@
+//! The preemption inputs the runtime sets on a snapshot (see
+//! [`PreemptionState`](crate::preemption::PreemptionState)): group objects, nominated pods, pods
+//! terminating by preemption, preemptions in flight, PodDisruptionBudgets and pod start times.
+//! The state and its setters live in `crate::preemption::state`; these methods are the snapshot's
+//! public face for them, here so that the preemption code does not import the snapshot it keeps
+//! them on.
+
+use std::sync::Arc;
+
+use super::Snapshot;
+use crate::model::{CompositeGroupInfo, EntityKey, GroupInfo, GroupKey, PodInfo, PodKey};
+use crate::preemption::{Pdb, PreemptionState};
+
+/// Preemption inputs (see [`PreemptionState`]). Every setter is idempotent; unknown keys are
+/// ignored by the removers.
+impl Snapshot {
+    /// Records (or replaces) a PodGroup object, so that its running pods get the group's
+    /// priority and `disruptionMode` as victims (upstream reads the PodGroup lister).
+    pub fn upsert_group_info(&mut self, group: Arc<GroupInfo>) {
+        self.preemption.upsert_group(group);
+    }
+
+    /// Forgets a PodGroup object (deleted).
+    pub fn remove_group_info(&mut self, key: &GroupKey) {
+        self.preemption.remove_group(key);
+    }
+
+    /// Records (or replaces) a CompositePodGroup object (its `disruptionMode: all` makes the
+    /// whole subtree one victim unit).
+    pub fn upsert_composite_info(&mut self, group: Arc<CompositeGroupInfo>) {
+        self.preemption.upsert_composite(group);
+    }
+
+    /// Forgets a CompositePodGroup object.
+    pub fn remove_composite_info(&mut self, key: &GroupKey) {
+        self.preemption.remove_composite(key);
+    }
+
+    /// Declares that pending `pod` is nominated to `node` (`status.nominatedNodeName`, set by a
+    /// previous preemption). Its requests are then reserved on that node against pods of equal
+    /// or lower priority (upstream `RunFilterPluginsWithNominatedPods`). Replaces an earlier
+    /// nomination of the same pod. Call [`Snapshot::clear_nominated`] once the pod is bound,
+    /// deleted or its nomination is cleared.
+    pub fn set_nominated(&mut self, pod: Arc<PodInfo>, node: &str) {
+        self.preemption.set_nominated(pod, node);
+    }
+
+    /// Removes a pod's nomination, if any.
+    pub fn clear_nominated(&mut self, pod: &PodKey) {
+        self.preemption.clear_nominated(pod);
+    }
+
+    /// The node a pending pod is nominated to, if any.
+    pub fn nominated_node(&self, pod: &PodKey) -> Option<&Arc<str>> {
+        self.preemption.nomination(pod).map(|n| &n.node)
+    }
+
+    /// Marks (or unmarks) a running pod as terminating because the scheduler preempted it
+    /// (`deletionTimestamp` set and condition `DisruptionTarget=True` with reason
+    /// `PreemptionByScheduler`; upstream `PodTerminatingByPreemption`). Preemptors nominated to
+    /// its node are not eligible to preempt again while it terminates.
+    pub fn set_terminating_by_preemption(&mut self, pod: &PodKey, terminating: bool) {
+        self.preemption.set_terminating(pod, terminating);
+    }
+
+    /// Marks (or unmarks) a preemption for this entity (a root group, or a standalone pod) as
+    /// in flight: its victims are still being evicted. While marked, preemption returns Success
+    /// with the entity's current nominations and evicts nothing new (k/k#140641; upstream keys
+    /// this by the root's UID in the async preemption executor).
+    pub fn set_preemption_in_flight(&mut self, entity: &EntityKey, in_flight: bool) {
+        self.preemption.set_in_flight(entity, in_flight);
+    }
+
+    /// Replaces the PodDisruptionBudgets (see [`Pdb`]).
+    pub fn set_pdbs(&mut self, pdbs: Vec<Pdb>) {
+        self.preemption.set_pdbs(pdbs);
+    }
+
+    /// Records a running pod's `status.startTime` in Unix milliseconds (`None` forgets it).
+    /// Among victims of equal priority, older pods are more important (upstream
+    /// `GetPodStartTime`); pods without a start time compare equal.
+    pub fn set_pod_start_time(&mut self, pod: &PodKey, start_unix_millis: Option<i64>) {
+        self.preemption.set_start_time(pod, start_unix_millis);
+    }
+
+    /// The preemption inputs (read-only).
+    pub fn preemption_state(&self) -> &PreemptionState {
+        &self.preemption
+    }
+}
