@@ -26,10 +26,6 @@ use std::path::{Path, PathBuf};
 
 use graph::{Graph, build_graph, circles, describe};
 
-/// Crates (package or directory names) whose circles are being removed elsewhere: reported, not failed. Empty it
-/// when the refactor lands.
-const KNOWN_CIRCLES_BEING_FIXED: &[&str] = &["phalanx-driver"];
-
 /// The `.rs` files under `dir` (relative names with `/`), skipping `skip` subdirectories of `dir` itself.
 fn rust_files(dir: &Path, skip: &[&str]) -> Vec<(String, String)> {
     fn walk(base: &Path, dir: &Path, skip: &[&str], out: &mut Vec<(String, String)>) {
@@ -122,13 +118,6 @@ fn no_import_circles_in_any_crate() {
     let mut checked = 0;
     for package in &packages {
         let name = package_name(&package.join("Cargo.toml"));
-        let dir = package
-            .file_name()
-            .expect("a directory name")
-            .to_string_lossy()
-            .to_string();
-        let known = KNOWN_CIRCLES_BEING_FIXED.iter().any(|k| *k == name || *k == dir);
-        let mut found = false;
         for (tree, graph) in package_graphs(&package.join("src")) {
             checked += graph.files.len();
             let label = if tree.is_empty() {
@@ -137,17 +126,8 @@ fn no_import_circles_in_any_crate() {
                 format!("{name} ({tree})")
             };
             for component in circles(&graph) {
-                found = true;
-                let line = format!("{label}: {}", describe(&graph, &component));
-                if known {
-                    eprintln!("skipped, in KNOWN_CIRCLES_BEING_FIXED (being fixed elsewhere): {line}");
-                } else {
-                    failures.push(line);
-                }
+                failures.push(format!("{label}: {}", describe(&graph, &component)));
             }
-        }
-        if known && !found {
-            eprintln!("{name} has no import circle left: remove it from KNOWN_CIRCLES_BEING_FIXED");
         }
     }
     assert!(
