@@ -5,7 +5,7 @@ SHELL := bash
 CARGO ?= cargo
 TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
 
-.PHONY: help bins kueue test-kueue cluster-up cluster-down cluster-status test lint fmt-check clippy crds bench bench-compare bench-e2e quickstart quickstart-down chaos chaos-smoke image test-image image-reproducible release test-release test-compat test-compat-all
+.PHONY: help bins kueue workloads test-kueue cluster-up cluster-down cluster-status test lint fmt-check clippy crds bench bench-compare bench-e2e quickstart quickstart-down chaos chaos-smoke image test-image image-reproducible release test-release test-compat test-compat-all
 
 help: ## Show this list
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -15,6 +15,9 @@ bins: ## Build/cache etcd, kube-apiserver, KCM, kube-scheduler, kubectl, kwok, h
 
 kueue: ## Build/cache Kueue's manager and copy its CRDs and webhooks from its Go module (hack/build-kueue.sh; ~10 min cold)
 	hack/build-kueue.sh
+
+workloads: ## Build/cache the workload controllers (JobSet, LeaderWorkerSet) with their CRDs and webhooks from their Go modules (hack/build-workloads.sh; 1-2 min each with k8s.io modules cached)
+	hack/build-workloads.sh
 
 cluster-up: bins ## Start the local control plane; prints `export KUBECONFIG=...` (UPSTREAM_WORKLOAD_API=1 for upstream's API)
 	@hack/cluster.sh up

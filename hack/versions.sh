@@ -24,3 +24,9 @@ CRANE_BIN_DIR=${CRANE_BIN_DIR:-$PHALANX_CACHE/bin/crane-$CRANE_VERSION}
 # (hack/release.sh; installed with `cargo install --locked` by hack/build-sbom-tool.sh).
 CYCLONEDX_VERSION=${CYCLONEDX_VERSION:-0.5.9}
 CYCLONEDX_BIN_DIR=${CYCLONEDX_BIN_DIR:-$PHALANX_CACHE/bin/cargo-cyclonedx-$CYCLONEDX_VERSION}
+# Workload controllers (issue 38; opt-in: `make workloads`, hack/build-workloads.sh): each built from its Go module in
+# its own wrapper module (hack/workloads-bin/<name>; their k8s.io versions differ, one shared go.mod would lift them
+# all to the highest), cached per version.
+JOBSET_VERSION=${JOBSET_VERSION:-v0.10.1}
+LWS_VERSION=${LWS_VERSION:-v0.7.0}
+WORKLOADS_BIN_DIR=${WORKLOADS_BIN_DIR:-$PHALANX_CACHE/bin/workloads}
