@@ -103,15 +103,22 @@ progress "helm chart charts/phalanx as release $RELEASE in $RELEASE_NS"
 # helm installs charts/phalanx/crds only on first install; apply them every time so a re-run picks up changes.
 k apply --server-side --force-conflicts -f crds/phalanx.yaml | sed 's/^/  /'
 k wait --for=condition=Established crd --all --timeout=60s >/dev/null
-# With the chart's admission policies (Kubernetes 1.36 and later) the API server answers 503 to the groups' creation
-# for a few seconds after their CRDs first appear, until its schema cache knows them: wait for a dry run to pass.
-for _ in $(seq 1 60); do
-  k -n "$RELEASE_NS" create --dry-run=server -f - >/dev/null 2>&1 <<'EOF' && break
-apiVersion: scheduling.phalanx.dev/v1beta1
-kind: PodGroup
-metadata: {name: quickstart-probe}
-spec: {schedulingPolicy: {basic: {}}}
-EOF
+# The API server answers 503 ("Resource kind ... not found") to objects of a CRD version for a few seconds after the
+# CRD is Established, until its handler and, on 1.36 and later, the chart's admission policies know that version;
+# each served version (v1alpha3, v1beta1) catches up on its own. So wait until a server-side dry run of every sample
+# passes: it uses each kind and version the samples do. Stop with the last answer if it never does.
+k get namespace "$NS" >/dev/null 2>&1 || k create namespace "$NS" >/dev/null
+samples_accepted() {
+  local f
+  for f in config/samples/*.yaml; do
+    [ "$f" = "$NODES_FILE" ] && continue
+    k -n "$NS" apply --dry-run=server -f "$f" >/dev/null 2>"$QS/samples-dry-run.err" || return 1
+  done
+}
+deadline=$((SECONDS + 60))
+until samples_accepted; do
+  [ $SECONDS -ge $deadline ] && phalanx::die "the API server still refuses the samples 60 s after the CRDs were \
+established: $(cat "$QS/samples-dry-run.err")"
   sleep 0.5
 done
 
@@ -163,7 +170,6 @@ echo "  ready, holding Lease $LEASE_NS/$LEASE; metrics at http://$METRICS_ADDR/m
 
 # 8. The samples.
 progress "applying config/samples to namespace $NS"
-k get namespace "$NS" >/dev/null 2>&1 || k create namespace "$NS" >/dev/null
 for f in config/samples/*.yaml; do
   [ "$f" = "$NODES_FILE" ] && continue
   k -n "$NS" apply -f "$f" | sed 's/^/  /'
