@@ -474,7 +474,8 @@ impl Store {
         self.inner.shared.assumed()
     }
 
-    /// Assumes `pod` on `node`: it counts there until confirmed, forgotten or expired.
+    /// Assumes `pod` on `node`: it counts there until the watch confirms it or it is forgotten (never by time,
+    /// `crate::assumed`).
     pub fn assume(&self, pod: Arc<PodRecord>, node: &str) {
         let key = pod.key().clone();
         self.assumed_cache().assume(key, pod, node.to_owned());
