@@ -108,10 +108,11 @@ k wait --for=condition=Established crd --all --timeout=60s >/dev/null
 # each served version (v1alpha3, v1beta1) catches up on its own. So wait until a server-side dry run of every sample
 # passes: it uses each kind and version the samples do. Stop with the last answer if it never does.
 k get namespace "$NS" >/dev/null 2>&1 || k create namespace "$NS" >/dev/null
+# The samples step 8 applies: every file of config/samples but the nodes (applied in step 4).
+samples() { local f; for f in config/samples/*.yaml; do [ "$f" = "$NODES_FILE" ] || echo "$f"; done; }
 samples_accepted() {
   local f
-  for f in config/samples/*.yaml; do
-    [ "$f" = "$NODES_FILE" ] && continue
+  for f in $(samples); do
     k -n "$NS" apply --dry-run=server -f "$f" >/dev/null 2>"$QS/samples-dry-run.err" || return 1
   done
 }
@@ -170,8 +171,7 @@ echo "  ready, holding Lease $LEASE_NS/$LEASE; metrics at http://$METRICS_ADDR/m
 
 # 8. The samples.
 progress "applying config/samples to namespace $NS"
-for f in config/samples/*.yaml; do
-  [ "$f" = "$NODES_FILE" ] && continue
+for f in $(samples); do
   k -n "$NS" apply -f "$f" | sed 's/^/  /'
 done
 
