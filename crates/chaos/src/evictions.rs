@@ -30,7 +30,11 @@
 //! Limits: a pod deleted and gone while the checker's watch was down (an API server outage) has no deleting
 //! version and is skipped; victims of a `disruptionMode: all` unit on nodes where no preemptor is nominated satisfy
 //! (b) through any waiting preemptor and are not attributed for (c); a repeated deletion by the same replica counts
-//! as a new plan only when the nomination change was observed before the request arrived (else it passes).
+//! as a new plan only when the nomination change was observed before the request arrived (else it passes). A
+//! deletion of unknown outcome (a 5xx or no response, as a SIGKILLed replica's last requests are audited) counts
+//! only if it arrived at most `UNKNOWN_OUTCOME_SLACK` before the pod's deletion took effect (its
+//! `deletionTimestamp` less its grace period): a request the server dropped leaves the pod running, and the
+//! next leader's first eviction of it is not a second one.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
@@ -56,6 +60,25 @@ struct Deleting {
     marked: bool,
     /// It carried `DisruptionTarget=True/RestartedByRecoveryPolicy`: a gang restart, not an eviction.
     restarted: bool,
+    /// When the API server took the deletion in: `deletionTimestamp - deletionGracePeriodSeconds` (whole seconds,
+    /// as `metav1.Time` serializes; upstream `BeforeDelete` in `staging/src/k8s.io/apiserver/pkg/registry/rest/delete.go`
+    /// sets the timestamp to the time of the request plus the grace period).
+    effect: Option<Timestamp>,
+}
+
+/// How long before the deletion took effect a request of unknown outcome (a 5xx or no response: its client was
+/// SIGKILLed, or the API server went down) may have arrived and still be the one that deleted the pod. An earlier
+/// one evicted nothing: the server dropped it (a disconnected client's request is cancelled) and a later request
+/// deleted the pod. Generous against a slow server: the processing between a request's arrival and `BeforeDelete`
+/// is milliseconds, and the repeat this rules out comes seconds later (a failover).
+const UNKNOWN_OUTCOME_SLACK: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// When the deletion of `pod` took effect, from its first deleting version (see [`Deleting::effect`]).
+fn deletion_effect(pod: &Pod) -> Option<Timestamp> {
+    let at = pod.metadata.deletion_timestamp.as_ref()?.0;
+    let grace = pod.metadata.deletion_grace_period_seconds.unwrap_or(0);
+    at.checked_sub(k8s_openapi::jiff::SignedDuration::from_secs(grace))
+        .ok()
 }
 
 /// What the ledger knows of one pod UID.
@@ -122,6 +145,14 @@ struct Victim<'a> {
     history: &'a History,
     deleting: Deleting,
     requests: Vec<Eviction>,
+}
+
+/// Whether a request that arrived at `received` came more than [`UNKNOWN_OUTCOME_SLACK`] before `effect`.
+fn arrived_long_before(received: Timestamp, effect: Timestamp) -> bool {
+    effect
+        .duration_since(received)
+        .try_into()
+        .is_ok_and(|d: std::time::Duration| d > UNKNOWN_OUTCOME_SLACK)
 }
 
 /// The pod history I7 is decided from; see the module documentation.
@@ -218,6 +249,7 @@ impl Ledger {
                 at: seq,
                 marked: marked(pod),
                 restarted: disrupted_for(pod, RESTARTED_BY_RECOVERY_POLICY),
+                effect: deletion_effect(pod),
             });
         }
     }
@@ -232,6 +264,7 @@ impl Ledger {
                 at: seq,
                 marked: marked(pod),
                 restarted: disrupted_for(pod, RESTARTED_BY_RECOVERY_POLICY),
+                effect: deletion_effect(pod),
             });
             h.gone.get_or_insert(seq);
         }
@@ -267,8 +300,8 @@ impl Ledger {
     }
 
     /// The pods deleted by users for which `is_replica` holds, from `events` (audit events; a request refused
-    /// with a 4xx, or one the watch never saw take effect, evicted nothing), in the order the watch saw them go
-    /// Terminating.
+    /// with a 4xx, one the watch never saw take effect, or one of unknown outcome that arrived long before the
+    /// deletion took effect evicted nothing), in the order the watch saw them go Terminating.
     fn victims<'a>(&'a self, events: &[AuditEvent], is_replica: impl Fn(&str) -> bool) -> Vec<Victim<'a>> {
         let mut by_uid: BTreeMap<&str, Victim<'a>> = BTreeMap::new();
         let mut deletes: Vec<&AuditEvent> = events
@@ -287,6 +320,14 @@ impl Ledger {
             let Some((uid, history, deleting)) = self.resolve(e) else {
                 continue;
             };
+            if !e.accepted()
+                && deleting
+                    .effect
+                    .is_some_and(|t| arrived_long_before(e.received, t))
+            {
+                // Of unknown outcome and long before the pod's deletion took effect: it deleted nothing.
+                continue;
+            }
             let v = by_uid.entry(uid).or_insert_with(|| Victim {
                 uid,
                 history,
@@ -593,6 +634,56 @@ mod tests {
 
     /// The sequence a `preempt-kill` run records when the new leader refuses to wait (it clears the nominations as
     /// not eligible) and preempts again on its next attempt while the first victims are still held.
+    /// Deleting at `effect` (as the API server sets it: `deletionTimestamp` = effect + grace period).
+    fn deleting_at(p: Pod, effect: Timestamp) -> Pod {
+        let mut p = deleting(p, true);
+        p.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            effect + k8s_openapi::jiff::SignedDuration::from_secs(30),
+        ));
+        p.metadata.deletion_grace_period_seconds = Some(30);
+        p
+    }
+
+    /// The CI run of a `preempt-kill` fault: the leader marked `low-6` and was SIGKILLed while its delete was in
+    /// flight (audited 504, dropped by the server: the pod stayed Running, so the fault never held it); the new
+    /// leader waited for `low-7`, then evicted `low-6` for the first time. One eviction of `low-6`, not two.
+    #[test]
+    fn a_dropped_delete_of_a_killed_leader_is_not_an_eviction() {
+        let mut l = recorded_fillers();
+        l.observe(&gang_pod("preemptor-0", Some("chaos-n0"), None));
+        l.observe(&gang_pod("preemptor-1", Some("chaos-n1"), None));
+        let t0 = Timestamp::now();
+        let mut dropped = delete("low-6", "replica-b-4", 504);
+        dropped.received = t0;
+        let mut first = delete("low-7", "replica-b-4", 200);
+        first.received = t0;
+        l.observe(&deleting_at(pod("low-7", LOW, None, Some("chaos-n1")), t0));
+        l.gone(&deleting_at(pod("low-7", LOW, None, Some("chaos-n1")), t0));
+        let later = t0 + k8s_openapi::jiff::SignedDuration::from_secs(10);
+        let mut evicted = delete("low-6", "replica-a-3", 200);
+        evicted.received = later;
+        l.observe(&deleting_at(pod("low-6", LOW, None, Some("chaos-n0")), later));
+        l.gone(&deleting_at(pod("low-6", LOW, None, Some("chaos-n0")), later));
+        l.observe(&gang_pod("preemptor-0", None, Some("chaos-n0")));
+        l.observe(&gang_pod("preemptor-1", None, Some("chaos-n1")));
+        let events = vec![dropped.clone(), first.clone(), evicted.clone()];
+        let v = l.check(&events, replica);
+        assert!(v.is_empty(), "{v:#?}");
+        assert_eq!(l.evictions(&events, replica).len(), 2);
+        // The same request with a 200 did delete the pod: then the new leader's request is a repeat.
+        let mut took_effect = dropped;
+        took_effect.code = 200;
+        let mut l2 = recorded_fillers();
+        l2.observe(&gang_pod("preemptor-0", Some("chaos-n0"), None));
+        l2.observe(&gang_pod("preemptor-1", Some("chaos-n1"), None));
+        l2.observe(&deleting_at(pod("low-6", LOW, None, Some("chaos-n0")), t0));
+        l2.observe(&deleting_at(pod("low-7", LOW, None, Some("chaos-n1")), t0));
+        l2.gone(&deleting_at(pod("low-7", LOW, None, Some("chaos-n1")), t0));
+        l2.gone(&deleting_at(pod("low-6", LOW, None, Some("chaos-n0")), t0));
+        let e2 = l2.evictions(&[took_effect, first, evicted], replica);
+        assert_eq!(e2.iter().filter(|e| e.repeat).count(), 1, "{e2:#?}");
+    }
+
     #[test]
     fn a_second_plan_while_the_first_victims_terminate_is_caught() {
         let mut l = filled();
