@@ -27,6 +27,7 @@
 //! while the Job is suspended (upstream deletes it; Phalanx keeps it so a resumed Job's pods never race it).
 
 pub mod build;
+pub mod kinds;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
