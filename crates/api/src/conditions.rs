@@ -69,6 +69,10 @@ pub mod reasons {
     pub const INVALID_GANG_ANNOTATION: &str = "InvalidGangAnnotation";
     /// Normal event on an owner: Phalanx created or updated its Workload and PodGroup. Phalanx's own reason.
     pub const GANG_GROUP_APPLIED: &str = "GangGroupApplied";
+    /// Warning event on an owner of a kind Phalanx groups per part (a JobSet, a LeaderWorkerSet): its spec cannot be
+    /// planned (a count out of range, a field missing; the note names the field), so its pods wait; or one of its
+    /// settings cannot work with a gang (the note names it and what to use instead). Phalanx's own reason.
+    pub const UNSUPPORTED_OWNER_SPEC: &str = "UnsupportedOwnerSpec";
     /// `PodGroupSatisfied` True: enough members are bound or have Succeeded.
     pub const SATISFIED: &str = "Satisfied";
     /// `PodGroupSatisfied` False: fewer than `minCount` members are bound or Succeeded because members failed,

@@ -26,6 +26,13 @@ pub const OWNER_GENERATION: &str = "scheduling.phalanx.dev/owner-generation";
 /// find the group of pods whose top owner is a custom resource it does not watch.
 pub const OWNER_UID_LABEL: &str = "scheduling.phalanx.dev/owner-uid";
 
+/// Annotation on a PodGroup Phalanx creates for one part of an owner (a JobSet's replicated job, an LWS replica
+/// group's workers): which of the owner's pods are its members, as label requirements `key=value` or `key!=value`
+/// joined by `,` (the equality subset of a kubectl label selector, [`MemberSelector`]). A `!=` requirement also
+/// needs the label present. Absent: every pod of the owner. The store links a pod of the owner to the first of the
+/// owner's groups (by name) whose selector it matches.
+pub const MEMBERS: &str = "scheduling.phalanx.dev/members";
+
 /// The largest accepted [`GANG_MIN_COUNT`]: a group's pods are counted in `int32` upstream.
 pub const MAX_MIN_COUNT: i64 = i32::MAX as i64;
 
@@ -97,12 +104,103 @@ pub fn wants_gang(annotations: Option<&BTreeMap<String, String>>) -> bool {
     }
 }
 
+/// How a pod label must match for a [`MemberSelector`].
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum LabelMatch {
+    /// The label is present with this value.
+    Equals(String),
+    /// The label is present with any other value.
+    NotEquals(String),
+}
+
+impl LabelMatch {
+    /// Whether a label value (`None`: absent) matches.
+    pub fn matches(&self, value: Option<&str>) -> bool {
+        match self {
+            LabelMatch::Equals(v) => value == Some(v.as_str()),
+            LabelMatch::NotEquals(v) => value.is_some_and(|x| x != v),
+        }
+    }
+}
+
+/// The members of a PodGroup among its owner's pods ([`MEMBERS`]): every requirement must match.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct MemberSelector(pub BTreeMap<String, LabelMatch>);
+
+/// A [`MEMBERS`] value that does not parse; the message names the annotation and the bad requirement.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("annotation {MEMBERS}: requirement {0:?} is not key=value or key!=value")]
+pub struct MemberSelectorError(pub String);
+
+impl MemberSelector {
+    /// Whether a pod with `labels` is a member.
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.0
+            .iter()
+            .all(|(k, m)| m.matches(labels.get(k).map(String::as_str)))
+    }
+
+    /// Parses `k=v,k2!=v2` (spaces around items ignored; an empty value is an empty selector, matching all).
+    ///
+    /// # Errors
+    /// An item without `=`, or with an empty key.
+    pub fn parse(s: &str) -> Result<Self, MemberSelectorError> {
+        let mut out = BTreeMap::new();
+        for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            let (k, m) = match item.split_once("!=") {
+                Some((k, v)) => (k, LabelMatch::NotEquals(v.trim().to_owned())),
+                None => match item.split_once('=') {
+                    Some((k, v)) => (k, LabelMatch::Equals(v.trim_start_matches('=').trim().to_owned())),
+                    None => return Err(MemberSelectorError(item.to_owned())),
+                },
+            };
+            let k = k.trim();
+            if k.is_empty() {
+                return Err(MemberSelectorError(item.to_owned()));
+            }
+            out.insert(k.to_owned(), m);
+        }
+        Ok(Self(out))
+    }
+}
+
+impl std::fmt::Display for MemberSelector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, (k, m)) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            match m {
+                LabelMatch::Equals(v) => write!(f, "{k}={v}")?,
+                LabelMatch::NotEquals(v) => write!(f, "{k}!={v}")?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Name of a group Phalanx creates for one part of an owner: `<name>-<kind>-<part>-...` in lower case (e.g.
+/// `train-jobset-workers`, `infer-leaderworkerset-1-leader`); with no parts, [`owner_group_name`]. Cut and hashed
+/// past 253 characters as that is.
+pub fn unit_group_name(kind: &str, name: &str, parts: &[&str]) -> String {
+    let mut full = format!("{name}-{}", kind.to_ascii_lowercase());
+    for p in parts.iter().filter(|p| !p.is_empty()) {
+        full.push('-');
+        full.push_str(&p.to_ascii_lowercase());
+    }
+    shorten(full)
+}
+
 /// Name of the PodGroup (and of its Workload) Phalanx creates for the owner `kind`/`name`: `<name>-<kind>` in
 /// lower case, e.g. `train-job` for Job `train`, so owners of different kinds with one name do not collide.
 /// Names longer than 253 characters (a DNS subdomain) are cut and end in a 10-hex-digit FNV-1a hash of the full
 /// name, so they stay unique and valid.
 pub fn owner_group_name(kind: &str, name: &str) -> String {
-    let full = format!("{name}-{}", kind.to_ascii_lowercase());
+    unit_group_name(kind, name, &[])
+}
+
+/// `full` if it is a DNS subdomain's length, else cut and suffixed with a hash of `full`.
+fn shorten(full: String) -> String {
     const MAX: usize = 253;
     if full.len() <= MAX {
         return full;
@@ -127,6 +225,33 @@ mod tests {
             .iter()
             .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
             .collect()
+    }
+
+    #[test]
+    fn member_selectors_round_trip() {
+        let s = MemberSelector::parse("a=1, b!=0,c=").unwrap();
+        assert_eq!(s.to_string(), "a=1,b!=0,c=");
+        assert_eq!(MemberSelector::parse(&s.to_string()), Ok(s.clone()));
+        let labels = |pairs: &[(&str, &str)]| ann(pairs);
+        assert!(s.matches(&labels(&[("a", "1"), ("b", "2"), ("c", "")])));
+        assert!(!s.matches(&labels(&[("a", "1"), ("b", "0"), ("c", "")])));
+        assert!(
+            !s.matches(&labels(&[("a", "1"), ("c", "")])),
+            "!= needs the label"
+        );
+        assert!(MemberSelector::parse("").unwrap().matches(&labels(&[])));
+        assert!(MemberSelector::parse("nokey").is_err());
+        assert!(MemberSelector::parse("=v").is_err());
+        assert_eq!(
+            unit_group_name("JobSet", "train", &["workers"]),
+            "train-jobset-workers"
+        );
+        assert_eq!(
+            unit_group_name("LeaderWorkerSet", "infer", &["1", "", "leader"]),
+            "infer-leaderworkerset-1-leader"
+        );
+        assert_eq!(unit_group_name("Job", "x", &[]), owner_group_name("Job", "x"));
+        assert!(unit_group_name("JobSet", &"n".repeat(300), &["w"]).len() <= 253);
     }
 
     #[test]

@@ -145,7 +145,10 @@ async fn list_owners(client: &Client, pods: &[Pod]) -> Result<(Vec<OwnerObject>,
             .map(|p| &p.metadata)
             .chain(owners.iter().map(|o| &o.metadata))
             .filter_map(crate::owners::controller_of)
-            .filter(|c| !crate::owners::is_watched(&c.api_version, &c.kind))
+            .filter(|c| {
+                !crate::owners::is_watched(&c.api_version, &c.kind)
+                    && !crate::owners::is_pod(&c.api_version, &c.kind)
+            })
             .map(|c| (c.api_version.clone(), c.kind.clone()))
             .filter(|k| !tried.contains(k))
             .collect();
@@ -301,6 +304,7 @@ impl Store {
             Some((
                 GroupKey::pod_group(&g.namespace().unwrap_or_default(), &g.name_any()),
                 uid,
+                g.annotations().get(phalanx_api::owners::MEMBERS).cloned(),
             ))
         }));
         index.reset_groups(

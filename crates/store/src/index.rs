@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 
+use phalanx_api::owners::MemberSelector;
 use phalanx_scheduler::model::{GroupKey, GroupKind, PodKey};
 
 use crate::record::PodRecord;
@@ -60,6 +61,9 @@ pub struct ClusterIndex {
     owned_groups: HashMap<Arc<str>, HashMap<String, BTreeSet<Arc<str>>>>,
     /// The owner uid each labelled PodGroup carries (the way back, to unlink it on a change or a delete).
     group_owner: HashMap<GroupKey, String>,
+    /// The members of owned groups that take only some of the owner's pods
+    /// ([`phalanx_api::owners::MEMBERS`]); `None`: the annotation did not parse, so the group takes no pod.
+    members: HashMap<GroupKey, Option<MemberSelector>>,
 }
 
 impl ClusterIndex {
@@ -103,7 +107,11 @@ impl ClusterIndex {
     /// group's namespace only: a group labelled with the uid of an owner in another namespace links no pod (owner
     /// references, and so the owners a pod's walk reaches, are namespace-local, as in upstream's garbage collector,
     /// `pkg/controller/garbagecollector/graph_builder.go`). An empty uid is no label.
-    pub fn set_group_owner(&mut self, key: &GroupKey, owner: Option<&str>) {
+    ///
+    /// `members`: the group's [`phalanx_api::owners::MEMBERS`] annotation, if any (a group without one takes every
+    /// pod of the owner).
+    pub fn set_group_owner(&mut self, key: &GroupKey, owner: Option<&str>, members: Option<&str>) {
+        self.members.remove(key);
         if let Some(old) = self.group_owner.remove(key)
             && let Some(in_ns) = self.owned_groups.get_mut(&key.namespace)
         {
@@ -120,25 +128,45 @@ impl ClusterIndex {
                 .or_default()
                 .insert(key.name.clone());
             self.group_owner.insert(key.clone(), uid.to_owned());
+            if let Some(m) = members {
+                self.members.insert(key.clone(), MemberSelector::parse(m).ok());
+            }
         }
     }
 
-    /// Replaces every owner label of PodGroups (after a relist). Items are `(group, owner uid)`.
-    pub fn reset_group_owners(&mut self, owned: impl IntoIterator<Item = (GroupKey, String)>) {
+    /// Replaces every owner label of PodGroups (after a relist). Items are `(group, owner uid, members annotation)`.
+    pub fn reset_group_owners(
+        &mut self,
+        owned: impl IntoIterator<Item = (GroupKey, String, Option<String>)>,
+    ) {
         self.owned_groups.clear();
         self.group_owner.clear();
-        for (k, uid) in owned {
-            self.set_group_owner(&k, Some(&uid));
+        self.members.clear();
+        for (k, uid, members) in owned {
+            self.set_group_owner(&k, Some(&uid), members.as_deref());
         }
     }
 
-    /// The name of the PodGroup in `namespace` labelled with the owner `uid`, if any. With several, the first by
-    /// name, so the answer does not depend on the order the watch delivered them in.
-    pub fn group_of_owner(&self, namespace: &str, uid: &str) -> Option<String> {
-        self.owned_groups
-            .get(namespace)
-            .and_then(|in_ns| in_ns.get(uid))
-            .and_then(|names| names.first())
+    /// The name of the PodGroup in `namespace` labelled with the owner `uid` that takes a pod with `labels`: the
+    /// first by name (so the answer does not depend on the order the watch delivered them in) whose members
+    /// annotation the labels match, or that has none. `labels: None` asks for any group of the owner.
+    pub fn group_of_owner(
+        &self,
+        namespace: &str,
+        uid: &str,
+        labels: Option<&std::collections::BTreeMap<String, String>>,
+    ) -> Option<String> {
+        let names = self.owned_groups.get(namespace)?.get(uid)?;
+        names
+            .iter()
+            .find(|n| {
+                let key = GroupKey::pod_group(namespace, n);
+                match (self.members.get(&key), labels) {
+                    (None, _) | (Some(_), None) => true,
+                    (Some(Some(m)), Some(l)) => m.matches(l),
+                    (Some(None), Some(_)) => false,
+                }
+            })
             .map(|n| n.to_string())
     }
 
@@ -359,12 +387,12 @@ mod tests {
             ix.pods_of_owner("d1").is_empty(),
             "a re-resolved pod leaves its old chain"
         );
-        ix.set_group_owner(&g, Some("j1"));
-        assert_eq!(ix.group_of_owner("ns", "j1").as_deref(), Some("train-job"));
-        ix.set_group_owner(&g, Some("j2"));
-        assert_eq!(ix.group_of_owner("ns", "j1"), None);
+        ix.set_group_owner(&g, Some("j1"), None);
+        assert_eq!(ix.group_of_owner("ns", "j1", None).as_deref(), Some("train-job"));
+        ix.set_group_owner(&g, Some("j2"), None);
+        assert_eq!(ix.group_of_owner("ns", "j1", None), None);
         ix.reset_group_owners([]);
-        assert_eq!(ix.group_of_owner("ns", "j2"), None);
+        assert_eq!(ix.group_of_owner("ns", "j2", None), None);
         ix.reset_pods([&pod("c", None, None, None)]);
         assert!(ix.pods_of_owner("j1").is_empty());
     }
@@ -376,32 +404,84 @@ mod tests {
     fn owner_labels_are_namespaced() {
         let mut ix = ClusterIndex::default();
         let own = GroupKey::pod_group("b", "own");
-        ix.set_group_owner(&own, Some("uB"));
-        ix.set_group_owner(&GroupKey::pod_group("a", "evil"), Some("uB"));
-        assert_eq!(ix.group_of_owner("b", "uB").as_deref(), Some("own"));
+        ix.set_group_owner(&own, Some("uB"), None);
+        ix.set_group_owner(&GroupKey::pod_group("a", "evil"), Some("uB"), None);
+        assert_eq!(ix.group_of_owner("b", "uB", None).as_deref(), Some("own"));
         assert_eq!(
-            ix.group_of_owner("a", "uB").as_deref(),
+            ix.group_of_owner("a", "uB", None).as_deref(),
             Some("evil"),
             "only pods of a reach a's group"
         );
         let same_name = GroupKey::pod_group("c", "own");
-        ix.set_group_owner(&same_name, Some("uB"));
-        ix.set_group_owner(&same_name, None);
-        assert_eq!(ix.group_of_owner("b", "uB").as_deref(), Some("own"));
-        assert_eq!(ix.group_of_owner("c", "uB"), None);
+        ix.set_group_owner(&same_name, Some("uB"), None);
+        ix.set_group_owner(&same_name, None, None);
+        assert_eq!(ix.group_of_owner("b", "uB", None).as_deref(), Some("own"));
+        assert_eq!(ix.group_of_owner("c", "uB", None), None);
         // Two groups of one namespace with one owner: the first by name, whatever the order, until it goes.
         let other = GroupKey::pod_group("b", "alt");
-        ix.set_group_owner(&other, Some("uB"));
-        assert_eq!(ix.group_of_owner("b", "uB").as_deref(), Some("alt"));
-        ix.set_group_owner(&other, None);
-        assert_eq!(ix.group_of_owner("b", "uB").as_deref(), Some("own"));
-        ix.set_group_owner(&own, Some(""));
-        assert_eq!(ix.group_of_owner("b", "uB"), None, "an empty label is no label");
-        ix.reset_group_owners([(GroupKey::pod_group("a", "evil"), "uB".to_string())]);
-        assert_eq!(ix.group_of_owner("b", "uB"), None);
+        ix.set_group_owner(&other, Some("uB"), None);
+        assert_eq!(ix.group_of_owner("b", "uB", None).as_deref(), Some("alt"));
+        ix.set_group_owner(&other, None, None);
+        assert_eq!(ix.group_of_owner("b", "uB", None).as_deref(), Some("own"));
+        ix.set_group_owner(&own, Some(""), None);
+        assert_eq!(
+            ix.group_of_owner("b", "uB", None),
+            None,
+            "an empty label is no label"
+        );
+        ix.reset_group_owners([(GroupKey::pod_group("a", "evil"), "uB".to_string(), None)]);
+        assert_eq!(ix.group_of_owner("b", "uB", None), None);
         assert!(
             !ix.owned_groups.contains_key("b"),
             "an emptied namespace leaves no entry"
+        );
+    }
+
+    /// Issue 38: an owner with several groups (a JobSet's replicated jobs) gives each pod the first group whose
+    /// members annotation its labels match; a group whose annotation does not parse takes no pod.
+    #[test]
+    fn owned_groups_take_their_members_only() {
+        let mut ix = ClusterIndex::default();
+        let (driver, workers) = (
+            GroupKey::pod_group("ns", "a-driver"),
+            GroupKey::pod_group("ns", "b-workers"),
+        );
+        ix.set_group_owner(&driver, Some("js"), Some("rj=driver,attempt=0"));
+        ix.set_group_owner(&workers, Some("js"), Some("rj=workers,attempt=0"));
+        let labels = |rj: &str, attempt: &str| {
+            std::collections::BTreeMap::from([
+                ("rj".to_string(), rj.to_string()),
+                ("attempt".to_string(), attempt.to_string()),
+            ])
+        };
+        assert_eq!(
+            ix.group_of_owner("ns", "js", Some(&labels("workers", "0")))
+                .as_deref(),
+            Some("b-workers")
+        );
+        assert_eq!(
+            ix.group_of_owner("ns", "js", Some(&labels("driver", "0")))
+                .as_deref(),
+            Some("a-driver")
+        );
+        assert_eq!(
+            ix.group_of_owner("ns", "js", Some(&labels("workers", "1"))),
+            None,
+            "another attempt"
+        );
+        assert_eq!(
+            ix.group_of_owner("ns", "js", None).as_deref(),
+            Some("a-driver"),
+            "any group"
+        );
+        ix.set_group_owner(&driver, Some("js"), Some("no requirement here"));
+        assert_eq!(ix.group_of_owner("ns", "js", Some(&labels("driver", "0"))), None);
+        ix.set_group_owner(&driver, Some("js"), None);
+        assert_eq!(
+            ix.group_of_owner("ns", "js", Some(&labels("workers", "9")))
+                .as_deref(),
+            Some("a-driver"),
+            "no annotation: every pod"
         );
     }
 

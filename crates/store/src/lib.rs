@@ -22,6 +22,8 @@ mod kind_watch;
 pub mod leader;
 #[cfg(test)]
 mod listed_tests;
+#[cfg(test)]
+mod owner_tests;
 pub mod owners;
 pub mod priority;
 pub mod record;
@@ -150,6 +152,20 @@ pub(crate) struct Shared {
 impl Shared {
     /// What the caches know of one owner: the built-in metadata caches, else the on-demand cache of its custom kind.
     fn lookup_owner(&self, o: &owners::OwnerRef) -> owners::Lookup {
+        if owners::is_pod(&o.api_version, &o.kind) {
+            return match self.pods.get(&ObjectRef::new(&o.name).within(&o.namespace)) {
+                Some(p) if p.uid() == o.uid => owners::Lookup::Found(Box::new(
+                    k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                        name: Some(p.name().to_owned()),
+                        namespace: Some(p.namespace().to_owned()),
+                        uid: Some(p.uid().to_owned()),
+                        owner_references: Some(p.owner_references.clone()),
+                        ..Default::default()
+                    },
+                )),
+                _ => owners::Lookup::Missing,
+            };
+        }
         match self.owners.lookup(o) {
             owners::Lookup::NotWatched => self.custom.lookup(o),
             found_or_missing => found_or_missing,
@@ -170,7 +186,7 @@ impl Shared {
             owners::resolve(
                 pod,
                 |o| self.lookup_owner(o),
-                |o| ix.group_of_owner(&o.namespace, &o.uid),
+                |o| ix.group_of_owner(&o.namespace, &o.uid, Some(pod.labels())),
             )
         };
         (r.group.map(|n| GroupKey::pod_group(ns, &n)), r.chain)
@@ -423,8 +439,15 @@ impl Store {
         owners::resolve(
             pod,
             |o| self.inner.shared.lookup_owner(o),
-            |o| ix.group_of_owner(&o.namespace, &o.uid),
+            |o| ix.group_of_owner(&o.namespace, &o.uid, Some(pod.labels())),
         )
+    }
+
+    /// Pods whose resolved owner chain goes through the owner with `uid` (an owner integration reads an owner's
+    /// pods this way: an LWS's replica groups are the values of a label among them).
+    pub fn pods_of_owner(&self, uid: &str) -> Vec<Arc<PodRecord>> {
+        let keys = self.hierarchy().pods_of_owner(uid);
+        keys.iter().filter_map(|k| self.pod(k)).collect()
     }
 
     /// The cached metadata of a built-in owner, [`owners::Lookup::NotWatched`] for other kinds.
@@ -448,7 +471,7 @@ impl Store {
         owners::is_group_owner(
             owner,
             |o| self.inner.shared.lookup_owner(o),
-            |o| ix.group_of_owner(&o.namespace, &o.uid),
+            |o| ix.group_of_owner(&o.namespace, &o.uid, None),
         )
     }
 

@@ -143,7 +143,8 @@ pub fn resolve(
 /// Walks a controller chain from `first` (a pod's controller, or any owner), `first` included.
 ///
 /// `lookup` answers for one reference what the caches know; `group_of_owner` names the PodGroup in the owner's
-/// `namespace` (the pod's) labelled with the owner's uid ([`crate::index::ClusterIndex::group_of_owner`]; a label
+/// `namespace` (the pod's) labelled with the owner's uid whose members the pod is (its `scheduling.phalanx.dev/members`
+/// annotation, if any) ([`crate::index::ClusterIndex::group_of_owner`]; a label
 /// in another namespace never counts). The group is the **topmost** owner that asks for a gang ([`asks_for_gang`],
 /// valid value or not, named by [`phalanx_api::owners::owner_group_name`]): a Deployment's pods form the
 /// Deployment's one gang, never one per ReplicaSet. Rules at each owner:
@@ -195,10 +196,11 @@ pub fn resolve_from(
             }
             Lookup::Found(meta) => {
                 if asks_for_gang(&cur, &meta) {
-                    best = Some((
-                        phalanx_api::owners::owner_group_name(&cur.kind, &cur.name),
-                        cur.clone(),
-                    ));
+                    // The group labelled with its uid that takes this pod (an owner with groups per part, a
+                    // JobSet's replicated jobs), else the one named after it (until that exists, the pod waits).
+                    let group = group_of_owner(&cur)
+                        .unwrap_or_else(|| phalanx_api::owners::owner_group_name(&cur.kind, &cur.name));
+                    best = Some((group, cur.clone()));
                 }
                 // Owner references are namespace-local or name a cluster-scoped owner: the namespace that matters
                 // for the group is always the pod's.
@@ -231,6 +233,13 @@ pub fn is_group_owner(
     resolve_from(owner.clone(), lookup, group_of_owner)
         .top
         .is_none_or(|t| t.uid == owner.uid)
+}
+
+/// Whether `(api_version, kind)` is a Pod: an owner the store answers from its own pod cache (an LWS worker's chain
+/// is Pod → StatefulSet → leader Pod → StatefulSet → LeaderWorkerSet, `pkg/controllers/pod_controller.go` of
+/// `sigs.k8s.io/lws`), never through a watch of its own.
+pub fn is_pod(api_version: &str, kind: &str) -> bool {
+    api_version == "v1" && kind == "Pod"
 }
 
 /// Whether `(api_version, kind)` is one of [`WATCHED_OWNERS`].

@@ -513,6 +513,8 @@ pub(crate) fn pod_hook(ev: &watcher::Event<PodRecord>, reader: &Reader<PodRecord
             let (new_group, chain) = s.resolve(p);
             s.index_mut().apply_pod_resolved(p, new_group.clone(), chain);
             s.assumed().observe(&key, p);
+            // A pod can own pods (an LWS leader owns its workers' StatefulSet): theirs may resolve now.
+            s.reresolve_owner(p.uid());
             let group = new_group.or(old_group);
             s.publish(StoreEvent::Pod {
                 key,
@@ -526,6 +528,7 @@ pub(crate) fn pod_hook(ev: &watcher::Event<PodRecord>, reader: &Reader<PodRecord
             let old_group = s.index_mut().group_of(&key);
             s.index_mut().remove_pod(&key);
             s.assumed().observe_delete(&key, p.uid());
+            s.reresolve_owner(p.uid());
             s.publish(StoreEvent::Pod {
                 key,
                 group: old_group.or_else(|| p.group_key()),
@@ -594,12 +597,14 @@ fn group_hook<K>(
             .then(|| o.labels().get(phalanx_api::owners::OWNER_UID_LABEL).cloned())
             .flatten()
     };
+    let members_of = |o: &K| o.annotations().get(phalanx_api::owners::MEMBERS).cloned();
     match ev {
         watcher::Event::Apply(o) => {
             let key = key_of(o);
             s.index_mut().apply_group(key.clone(), parent(o).as_deref());
             if let Some(uid) = owner_of(o) {
-                s.index_mut().set_group_owner(&key, Some(&uid));
+                s.index_mut()
+                    .set_group_owner(&key, Some(&uid), members_of(o).as_deref());
                 s.reresolve_owner(&uid);
             }
             s.publish(StoreEvent::Group(key));
@@ -608,7 +613,7 @@ fn group_hook<K>(
             let key = key_of(o);
             s.index_mut().remove_group(&key);
             if let Some(uid) = owner_of(o) {
-                s.index_mut().set_group_owner(&key, None);
+                s.index_mut().set_group_owner(&key, None, None);
                 s.reresolve_owner(&uid);
             }
             s.publish(StoreEvent::Group(key));
@@ -618,10 +623,10 @@ fn group_hook<K>(
                 reader.state().iter().map(|o| (key_of(o), parent(o))).collect();
             s.index_mut().reset_groups(kind, all);
             if kind == GroupKind::PodGroup {
-                let owned: Vec<(GroupKey, String)> = reader
+                let owned: Vec<(GroupKey, String, Option<String>)> = reader
                     .state()
                     .iter()
-                    .filter_map(|o| owner_of(o).map(|u| (key_of(o), u)))
+                    .filter_map(|o| owner_of(o).map(|u| (key_of(o), u, members_of(o))))
                     .collect();
                 s.index_mut().reset_group_owners(owned);
                 s.reresolve_all();

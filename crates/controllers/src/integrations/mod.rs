@@ -28,6 +28,7 @@
 
 pub mod build;
 pub mod kinds;
+mod per_kind;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -77,11 +78,14 @@ pub async fn run(ctx: Ctx, shutdown: CancellationToken) {
     };
     let mut events = ctx.store.subscribe();
     let resources: Resources = Mutex::default();
+    let memo = per_kind::Memo::default();
     let mut failures: HashMap<String, u32> = HashMap::new();
     let mut resync = tokio::time::interval(ctx.opts.resync.min(Duration::from_secs(60)));
     let (retry_tx, mut retry_rx) = mpsc::unbounded_channel::<OwnerRef>();
     // Per (namespace, owner uid): a cluster-scoped owner's pods in two namespaces are two groups.
     let mut recent: HashMap<(String, String), tokio::time::Instant> = HashMap::new();
+    // The owners of `recent` with a reconcile due at the end of their interval.
+    let mut deferred: HashSet<(String, String)> = HashSet::new();
     // Per owner uid: the signature of the last successful reconcile, so status-only updates and resyncs cost nothing
     // (the periodic resync trims it to the live built-in owners; custom ones are re-read after a trim).
     let mut applied: HashMap<String, Signature> = HashMap::new();
@@ -103,14 +107,29 @@ pub async fn run(ctx: Ctx, shutdown: CancellationToken) {
                 }
                 Ok(StoreEvent::Pod { key, deleted: false, .. }) => {
                     // Every pod event of a custom owner's pods would cost a GET of the owner: one per owner per
-                    // POD_TRIGGER_INTERVAL is enough (the periodic resync catches later annotation changes).
+                    // POD_TRIGGER_INTERVAL is enough, plus one at the end of the interval when more events came
+                    // in it (the pods of an LWS replica group or of a JobSet restart arrive over seconds, and the
+                    // groups they need must not wait for the periodic resync).
                     if let Some(o) = ctx.store.pod(&key).and_then(|p| custom_top_owner(&ctx, &p)) {
                         let now = tokio::time::Instant::now();
                         recent.retain(|_, t| now.duration_since(*t) < POD_TRIGGER_INTERVAL);
+                        deferred.retain(|k| recent.contains_key(k));
                         let key = (o.namespace.clone(), o.uid.clone());
-                        if let std::collections::hash_map::Entry::Vacant(e) = recent.entry(key) {
-                            e.insert(now);
-                            enqueue(o);
+                        match recent.entry(key.clone()) {
+                            std::collections::hash_map::Entry::Vacant(e) => {
+                                e.insert(now);
+                                enqueue(o);
+                            }
+                            std::collections::hash_map::Entry::Occupied(e) => {
+                                if deferred.insert(key) {
+                                    let wait = POD_TRIGGER_INTERVAL.saturating_sub(now.duration_since(*e.get()));
+                                    let retry = retry_tx.clone();
+                                    tokio::spawn(async move {
+                                        tokio::time::sleep(wait).await;
+                                        let _ = retry.send(o);
+                                    });
+                                }
+                            }
                         }
                     }
                 }
@@ -129,7 +148,7 @@ pub async fn run(ctx: Ctx, shutdown: CancellationToken) {
                     Lookup::Found(m) => Some(signature(&m)),
                     _ => None,
                 };
-                match reconcile(&ctx, &resources, &o).await {
+                match reconcile(&ctx, &resources, &memo, &o).await {
                     Ok(()) => {
                         failures.remove(&o.uid);
                         match sig {
@@ -329,7 +348,12 @@ fn ignore_gone(r: Result<(), kube::Error>) -> Result<bool, ReconcileError> {
     }
 }
 
-async fn reconcile(ctx: &Ctx, resources: &Resources, o: &OwnerRef) -> Result<(), ReconcileError> {
+async fn reconcile(
+    ctx: &Ctx,
+    resources: &Resources,
+    memo: &per_kind::Memo,
+    o: &OwnerRef,
+) -> Result<(), ReconcileError> {
     ctx.count_reconcile(CONTROLLER);
     tracing::debug!(owner = %o.name, kind = %o.kind, namespace = %o.namespace, "reconciling owner");
     let (ar, namespaced) = api_resource(ctx, resources, o).await?;
@@ -338,12 +362,16 @@ async fn reconcile(ctx: &Ctx, resources: &Resources, o: &OwnerRef) -> Result<(),
     } else {
         Api::all_with(ctx.client.clone(), &ar)
     };
-    let Some(obj) = api.get_opt(&o.name).await? else {
+    let obj = api.get_opt(&o.name).await?;
+    let Some(obj) = obj.filter(|obj| {
+        obj.metadata.uid.as_deref() == Some(o.uid.as_str()) && obj.metadata.deletion_timestamp.is_none()
+    }) else {
+        // Gone or going: the garbage collector deletes its groups.
+        memo.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&o.uid);
         return Ok(());
     };
-    if obj.metadata.uid.as_deref() != Some(o.uid.as_str()) || obj.metadata.deletion_timestamp.is_some() {
-        return Ok(());
-    }
     let json = serde_json::to_value(&obj).unwrap_or_default();
     let mut facts = build::OwnerFacts::from_json(&json);
     // DynamicObject carries its types only when the server sent them; the reference is authoritative.
@@ -366,7 +394,16 @@ async fn reconcile(ctx: &Ctx, resources: &Resources, o: &OwnerRef) -> Result<(),
         tracing::debug!(owner = %o.name, kind = %o.kind, "its pods join an owner above it; no group of its own");
         return delete_stale(ctx, o, &reference).await;
     }
-    let min = match build::min_count(obj.metadata.annotations.as_ref(), &facts) {
+    // A kind with its own rule decides its groups' sizes; the annotation only has to ask for a gang.
+    let plan = kinds::plan_for(&o.api_version, &o.kind, &json);
+    let asked = if plan.is_some() {
+        phalanx_api::owners::gang_request(obj.metadata.annotations.as_ref())
+            .map(|r| r.map(|_| 0))
+            .map_err(build::IntentError::from)
+    } else {
+        build::min_count(obj.metadata.annotations.as_ref(), &facts)
+    };
+    let min = match asked {
         Ok(None) => {
             tracing::debug!(owner = %o.name, kind = %o.kind, "no gang annotation");
             return Ok(());
@@ -389,6 +426,9 @@ async fn reconcile(ctx: &Ctx, resources: &Resources, o: &OwnerRef) -> Result<(),
             return Ok(());
         }
     };
+    if let Some(plan) = plan {
+        return per_kind::apply(ctx, memo, o, &facts, &reference, plan).await;
+    }
     let name = phalanx_api::owners::owner_group_name(&o.kind, &o.name);
     let exists = ctx.store.pod_group(&o.namespace, &name).is_some();
     if facts.suspended && !exists {

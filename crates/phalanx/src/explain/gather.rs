@@ -347,6 +347,10 @@ pub async fn explain(
             Target::Pod => group.as_ref().map(|g| g.name.to_string()),
             _ => None,
         },
+        owner: match &entity {
+            EntityKey::Group(root) => super::owner::describe(&store, root),
+            EntityKey::Pod(_) => None,
+        },
         state: standing,
         summary,
         cause,

@@ -12,6 +12,7 @@ mod condition;
 pub mod facts;
 pub mod gather;
 pub mod life;
+mod owner;
 pub mod render;
 pub mod verdict;
 
@@ -147,6 +148,10 @@ pub struct Explanation {
     pub name: String,
     /// For a pod: the PodGroup it names.
     pub pod_group: Option<String>,
+    /// The workload object the group was made for and how it was grouped (`LeaderWorkerSet infer, replica group 1:
+    /// leader infer-1 + 3 workers, all or nothing`); `None` for a group written by hand.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
     /// Where it stands.
     pub state: Standing,
     /// One sentence saying so.

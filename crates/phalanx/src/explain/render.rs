@@ -13,6 +13,9 @@ pub fn text(e: &Explanation) -> String {
     }
     let _ = writeln!(s, ": {:?}", e.state);
     let _ = writeln!(s, "  {}", e.summary);
+    if let Some(o) = &e.owner {
+        let _ = writeln!(s, "  Owner: {o}");
+    }
     if let Some(c) = &e.condition {
         let since = c
             .since

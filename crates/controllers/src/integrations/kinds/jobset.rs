@@ -20,7 +20,9 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::{KindError, LabelMatch, Plan, PlannedGroup, Unit, count, product};
+use phalanx_api::owners::{LabelMatch, MemberSelector};
+
+use super::{KindError, Plan, PlannedGroup, Unit, count, product};
 
 /// The API group.
 pub const GROUP: &str = "jobset.x-k8s.io";
@@ -97,7 +99,7 @@ pub fn plan(js: &Value) -> Result<Plan, KindError> {
         groups.push(PlannedGroup {
             part: name.to_owned(),
             min_count: Some(min),
-            members: BTreeMap::from([
+            members: MemberSelector(BTreeMap::from([
                 (
                     REPLICATED_JOB_LABEL.to_owned(),
                     LabelMatch::Equals(name.to_owned()),
@@ -106,7 +108,7 @@ pub fn plan(js: &Value) -> Result<Plan, KindError> {
                     RESTART_ATTEMPT_LABEL.to_owned(),
                     LabelMatch::Equals(restarts.to_string()),
                 ),
-            ]),
+            ])),
         });
     }
     let units = if groups.is_empty() {
@@ -253,9 +255,12 @@ mod tests {
                 (RESTART_ATTEMPT_LABEL.to_owned(), attempt.to_owned()),
             ])
         };
-        assert!(g.selects(&pod("workers", "2")));
-        assert!(!g.selects(&pod("workers", "1")), "an earlier attempt's pod");
-        assert!(!g.selects(&pod("driver", "2")));
+        assert!(g.members.matches(&pod("workers", "2")));
+        assert!(
+            !g.members.matches(&pod("workers", "1")),
+            "an earlier attempt's pod"
+        );
+        assert!(!g.members.matches(&pod("driver", "2")));
     }
 
     #[test]

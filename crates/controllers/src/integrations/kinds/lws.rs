@@ -19,7 +19,9 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::{KindError, LabelMatch, Plan, PlannedGroup, Unit, count};
+use phalanx_api::owners::{LabelMatch, MemberSelector};
+
+use super::{KindError, Plan, PlannedGroup, Unit, count};
 
 /// The API group.
 pub const GROUP: &str = "leaderworkerset.x-k8s.io";
@@ -53,7 +55,7 @@ pub fn plan(lws: &Value) -> Result<Plan, KindError> {
             .pointer("/metadata/annotations")
             .and_then(|a| a.get(EXCLUSIVE_TOPOLOGY))
             .is_some();
-    let role = |m: LabelMatch| BTreeMap::from([(WORKER_INDEX_LABEL.to_owned(), m)]);
+    let role = |m: LabelMatch| MemberSelector(BTreeMap::from([(WORKER_INDEX_LABEL.to_owned(), m)]));
     let leader = PlannedGroup {
         part: "leader".into(),
         min_count: Some(1),
@@ -130,8 +132,8 @@ mod tests {
                 .collect::<Vec<_>>(),
             vec![("leader", Some(1)), ("workers", Some(3))]
         );
-        assert!(u.groups[0].selects(&pod("0")) && !u.groups[0].selects(&pod("2")));
-        assert!(u.groups[1].selects(&pod("2")) && !u.groups[1].selects(&pod("0")));
+        assert!(u.groups[0].members.matches(&pod("0")) && !u.groups[0].members.matches(&pod("2")));
+        assert!(u.groups[1].members.matches(&pod("2")) && !u.groups[1].members.matches(&pod("0")));
     }
 
     #[test]

@@ -11,29 +11,10 @@
 
 pub mod jobset;
 pub mod lws;
+pub mod objects;
 
-use std::collections::BTreeMap;
-
+use phalanx_api::owners::MemberSelector;
 use serde_json::Value;
-
-/// How a pod label must match for the pod to be a member of a [`PlannedGroup`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum LabelMatch {
-    /// The label is present with this value.
-    Equals(String),
-    /// The label is present with any other value.
-    NotEquals(String),
-}
-
-impl LabelMatch {
-    /// Whether a label value (`None`: absent) matches.
-    pub fn matches(&self, value: Option<&str>) -> bool {
-        match self {
-            LabelMatch::Equals(v) => value == Some(v.as_str()),
-            LabelMatch::NotEquals(v) => value.is_some_and(|x| x != v),
-        }
-    }
-}
 
 /// One PodGroup a rule asks for.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -44,16 +25,7 @@ pub struct PlannedGroup {
     /// leader that must run before its workers exist.
     pub min_count: Option<i32>,
     /// The pod labels that select its members (all must match), among the owner's pods.
-    pub members: BTreeMap<String, LabelMatch>,
-}
-
-impl PlannedGroup {
-    /// Whether a pod with `labels` is a member.
-    pub fn selects(&self, labels: &BTreeMap<String, String>) -> bool {
-        self.members
-            .iter()
-            .all(|(k, m)| m.matches(labels.get(k).map(String::as_str)))
-    }
+    pub members: MemberSelector,
 }
 
 /// The groups of one scheduling unit of an owner: the whole owner (a JobSet) or one replica group (an LWS).
@@ -147,14 +119,6 @@ fn product(a: i64, b: i64, field: impl Fn() -> String) -> Result<i64, KindError>
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn label_matches() {
-        let eq = LabelMatch::Equals("0".into());
-        let ne = LabelMatch::NotEquals("0".into());
-        assert!(eq.matches(Some("0")) && !eq.matches(Some("1")) && !eq.matches(None));
-        assert!(ne.matches(Some("1")) && !ne.matches(Some("0")) && !ne.matches(None));
-    }
 
     #[test]
     fn unknown_kinds_keep_the_default_rule() {
