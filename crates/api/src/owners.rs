@@ -111,6 +111,8 @@ pub enum LabelMatch {
     Equals(String),
     /// The label is present with any other value.
     NotEquals(String),
+    /// The label is absent (written `!key`).
+    Absent,
 }
 
 impl LabelMatch {
@@ -119,6 +121,7 @@ impl LabelMatch {
         match self {
             LabelMatch::Equals(v) => value == Some(v.as_str()),
             LabelMatch::NotEquals(v) => value.is_some_and(|x| x != v),
+            LabelMatch::Absent => value.is_none(),
         }
     }
 }
@@ -140,7 +143,7 @@ impl MemberSelector {
             .all(|(k, m)| m.matches(labels.get(k).map(String::as_str)))
     }
 
-    /// Parses `k=v,k2!=v2` (spaces around items ignored; an empty value is an empty selector, matching all).
+    /// Parses `k=v,k2!=v2,!k3` (spaces around items ignored; an empty value is an empty selector, matching all).
     ///
     /// # Errors
     /// An item without `=`, or with an empty key.
@@ -148,6 +151,7 @@ impl MemberSelector {
         let mut out = BTreeMap::new();
         for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
             let (k, m) = match item.split_once("!=") {
+                None if item.starts_with('!') => (&item[1..], LabelMatch::Absent),
                 Some((k, v)) => (k, LabelMatch::NotEquals(v.trim().to_owned())),
                 None => match item.split_once('=') {
                     Some((k, v)) => (k, LabelMatch::Equals(v.trim_start_matches('=').trim().to_owned())),
@@ -155,7 +159,7 @@ impl MemberSelector {
                 },
             };
             let k = k.trim();
-            if k.is_empty() {
+            if k.is_empty() || k.contains(['=', '!']) {
                 return Err(MemberSelectorError(item.to_owned()));
             }
             out.insert(k.to_owned(), m);
@@ -173,6 +177,7 @@ impl std::fmt::Display for MemberSelector {
             match m {
                 LabelMatch::Equals(v) => write!(f, "{k}={v}")?,
                 LabelMatch::NotEquals(v) => write!(f, "{k}!={v}")?,
+                LabelMatch::Absent => write!(f, "!{k}")?,
             }
         }
         Ok(())
@@ -229,8 +234,12 @@ mod tests {
 
     #[test]
     fn member_selectors_round_trip() {
-        let s = MemberSelector::parse("a=1, b!=0,c=").unwrap();
-        assert_eq!(s.to_string(), "a=1,b!=0,c=");
+        let s = MemberSelector::parse("a=1, b!=0,c=,!d").unwrap();
+        assert_eq!(s.to_string(), "a=1,b!=0,c=,!d");
+        assert!(
+            !s.matches(&ann(&[("a", "1"), ("b", "2"), ("c", ""), ("d", "x")])),
+            "d must be absent"
+        );
         assert_eq!(MemberSelector::parse(&s.to_string()), Ok(s.clone()));
         let labels = |pairs: &[(&str, &str)]| ann(pairs);
         assert!(s.matches(&labels(&[("a", "1"), ("b", "2"), ("c", "")])));
@@ -242,6 +251,7 @@ mod tests {
         assert!(MemberSelector::parse("").unwrap().matches(&labels(&[])));
         assert!(MemberSelector::parse("nokey").is_err());
         assert!(MemberSelector::parse("=v").is_err());
+        assert!(MemberSelector::parse("!").is_err());
         assert_eq!(
             unit_group_name("JobSet", "train", &["workers"]),
             "train-jobset-workers"

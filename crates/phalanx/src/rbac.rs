@@ -120,8 +120,10 @@ pub const CLUSTER_PERMISSIONS: &[Permission] = &[
     Permission {
         api_group: "scheduling.phalanx.dev",
         resources: &["compositepodgroups"],
-        verbs: &["get", "list", "watch", "patch", "update"],
-        used_by: "store; controllers (finalizers)",
+        verbs: &["get", "list", "watch", "create", "patch", "update", "delete"],
+        used_by: "store; controllers (finalizers); controllers::integrations (server-side apply of the composite \
+                  of a JobSet, an LWS replica group, a RayCluster or an MPIJob, and its deletion once the owner's \
+                  plan drops it)",
     },
     Permission {
         api_group: "scheduling.phalanx.dev",

@@ -295,6 +295,32 @@ async fn api_resource(
     Ok(found)
 }
 
+/// The object named like `o` of `kind` in its namespace that `o` controls (a TrainJob's JobSet), as JSON; `None`
+/// when there is none, or its kind is not served.
+async fn read_child(
+    ctx: &Ctx,
+    resources: &Resources,
+    o: &OwnerRef,
+    (api_version, kind): (&str, &str),
+) -> Result<Option<serde_json::Value>, ReconcileError> {
+    let child = OwnerRef {
+        api_version: api_version.into(),
+        kind: kind.into(),
+        ..o.clone()
+    };
+    let (ar, _) = match api_resource(ctx, resources, &child).await {
+        Ok(found) => found,
+        Err(ReconcileError::Discovery(..)) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &o.namespace, &ar);
+    let obj = api
+        .get_opt(&o.name)
+        .await?
+        .filter(|c| phalanx_store::owners::controller_of(&c.metadata).is_some_and(|r| r.uid == o.uid));
+    Ok(obj.map(|c| serde_json::to_value(&c).unwrap_or_default()))
+}
+
 /// Deletes the Workload and PodGroup the integration made for `o` (named for it and labelled with its uid), now that
 /// `o` is not the owner its pods join; the pods are not touched (they already resolve elsewhere).
 async fn delete_stale(ctx: &Ctx, o: &OwnerRef, reference: &ObjectReference) -> Result<(), ReconcileError> {
@@ -395,7 +421,11 @@ async fn reconcile(
         return delete_stale(ctx, o, &reference).await;
     }
     // A kind with its own rule decides its groups' sizes; the annotation only has to ask for a gang.
-    let plan = kinds::plan_for(&o.api_version, &o.kind, &json);
+    let child = match kinds::child_of(&o.api_version, &o.kind) {
+        Some(kind) => read_child(ctx, resources, o, kind).await?,
+        None => None,
+    };
+    let plan = kinds::plan_for(&o.api_version, &o.kind, &json, child.as_ref());
     let asked = if plan.is_some() {
         phalanx_api::owners::gang_request(obj.metadata.annotations.as_ref())
             .map(|r| r.map(|_| 0))

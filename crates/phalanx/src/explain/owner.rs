@@ -48,9 +48,10 @@ pub(super) fn describe(store: &Store, root: &GroupKey) -> Option<String> {
         }
         let gang = pg.spec.scheduling_policy.gang.as_ref().map(|g| g.min_count);
         let role = wanted(jobset::REPLICATED_JOB_LABEL).or_else(|| {
-            selector.0.get(lws::WORKER_INDEX_LABEL).map(|m| match m {
-                LabelMatch::Equals(_) => "leader".to_owned(),
-                LabelMatch::NotEquals(_) => "workers".to_owned(),
+            selector.0.get(lws::WORKER_INDEX_LABEL).and_then(|m| match m {
+                LabelMatch::Equals(_) => Some("leader".to_owned()),
+                LabelMatch::NotEquals(_) => Some("workers".to_owned()),
+                LabelMatch::Absent => None,
             })
         });
         parts.push(match (role.as_deref(), gang) {

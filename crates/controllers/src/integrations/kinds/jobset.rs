@@ -164,26 +164,11 @@ mod tests {
                 "template": { "spec": { "parallelism": parallelism, "completions": parallelism } } })
     }
 
-    /// Per unit: whether it is a composite, and its groups' parts and minCounts.
-    type Shape = Vec<(bool, Vec<(String, Option<i32>)>)>;
-
-    fn mins(p: &Plan) -> Shape {
-        p.units
-            .iter()
-            .map(|u| {
-                (
-                    u.composite,
-                    u.groups.iter().map(|g| (g.part.clone(), g.min_count)).collect(),
-                )
-            })
-            .collect()
-    }
-
     #[test]
     fn any_order_is_one_composite_of_one_group_per_replicated_job() {
         let p = plan(&js(None, json!([rj("driver", 1, 1), rj("workers", 2, 4)]))).unwrap();
         assert_eq!(
-            mins(&p),
+            super::super::shape(&p),
             vec![(
                 true,
                 vec![("driver".into(), Some(1)), ("workers".into(), Some(8))]
@@ -200,7 +185,7 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(
-            mins(&p),
+            super::super::shape(&p),
             vec![
                 (false, vec![("driver".into(), Some(1))]),
                 (false, vec![("workers".into(), Some(8))])
@@ -218,7 +203,7 @@ mod tests {
         j["template"]["spec"]["completions"] = json!(2);
         let p = plan(&js(None, json!([j]))).unwrap();
         assert_eq!(
-            mins(&p),
+            super::super::shape(&p),
             vec![(false, vec![("w".into(), Some(6))])],
             "min(4, 2) × 3"
         );

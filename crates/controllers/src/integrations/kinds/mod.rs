@@ -4,14 +4,21 @@
 //!
 //! Rules, one module per kind, each documented with its upstream sources:
 //! - [`jobset`]: `jobset.x-k8s.io` JobSet (one group per replicated job; a composite only when they start together);
-//! - [`lws`]: `leaderworkerset.x-k8s.io` LeaderWorkerSet (a leader group and a workers group per replica group).
+//! - [`lws`]: `leaderworkerset.x-k8s.io` LeaderWorkerSet (a leader group and a workers group per replica group);
+//! - [`ray`]: `ray.io` RayCluster and RayJob (the head and one group per worker group, at their minimum);
+//! - [`mpi`]: `kubeflow.org` MPIJob (launcher and workers);
+//! - [`trainjob`]: `trainer.kubeflow.org` TrainJob (the JobSet rule over the JobSet it creates, the trainer step
+//!   only).
 //!
 //! Any other kind keeps the one-gang-per-owner rule of [`super::build`]. Groups are keyed by the owner's uid (the
 //! integration labels them with it), never by name: a JobSet restart recreates its Jobs under the same names.
 
 pub mod jobset;
 pub mod lws;
+pub mod mpi;
 pub mod objects;
+pub mod ray;
+pub mod trainjob;
 
 use phalanx_api::owners::MemberSelector;
 use serde_json::Value;
@@ -76,12 +83,29 @@ pub enum KindError {
     },
 }
 
-/// The rules Phalanx knows, by `(api group, kind)`; `None` for the default rule.
-pub fn plan_for(api_version: &str, kind: &str, owner: &Value) -> Option<Result<Plan, KindError>> {
+/// The object a kind's rule reads besides the owner: a TrainJob's plan comes from the JobSet it creates (same name,
+/// same namespace). `(apiVersion, kind)` of that child, or `None`.
+pub fn child_of(api_version: &str, kind: &str) -> Option<(&'static str, &'static str)> {
+    let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+    (group == trainjob::GROUP && kind == "TrainJob").then_some(("jobset.x-k8s.io/v1alpha2", "JobSet"))
+}
+
+/// The rules Phalanx knows, by `(api group, kind)`; `None` for the default rule. `child` is the object
+/// [`child_of`] names, read by the caller (`None` when it has none or it does not exist).
+pub fn plan_for(
+    api_version: &str,
+    kind: &str,
+    owner: &Value,
+    child: Option<&Value>,
+) -> Option<Result<Plan, KindError>> {
     let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
     match (group, kind) {
         (jobset::GROUP, "JobSet") => Some(jobset::plan(owner)),
         (lws::GROUP, "LeaderWorkerSet") => Some(lws::plan(owner)),
+        (ray::GROUP, "RayCluster") => Some(ray::plan_cluster(owner)),
+        (ray::GROUP, "RayJob") => Some(ray::plan_job(owner)),
+        (mpi::GROUP, "MPIJob") => Some(mpi::plan(owner)),
+        (trainjob::GROUP, "TrainJob") => Some(trainjob::plan(child)),
         _ => None,
     }
 }
@@ -116,13 +140,33 @@ fn product(a: i64, b: i64, field: impl Fn() -> String) -> Result<i64, KindError>
     Ok(i64::try_from(p).unwrap_or(i64::MAX))
 }
 
+/// Per unit of a plan: whether it is a composite, and its groups' parts and minCounts (tests of the rules).
+#[cfg(test)]
+pub(crate) type Shape = Vec<(bool, Vec<(String, Option<i32>)>)>;
+
+/// The [`Shape`] of `p`.
+#[cfg(test)]
+pub(crate) fn shape(p: &Plan) -> Shape {
+    p.units
+        .iter()
+        .map(|u| {
+            (
+                u.composite,
+                u.groups.iter().map(|g| (g.part.clone(), g.min_count)).collect(),
+            )
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn unknown_kinds_keep_the_default_rule() {
-        assert!(plan_for("batch/v1", "Job", &serde_json::json!({})).is_none());
-        assert!(plan_for("example.com/v1", "JobSet", &serde_json::json!({})).is_none());
+        assert!(plan_for("batch/v1", "Job", &serde_json::json!({}), None).is_none());
+        assert!(plan_for("example.com/v1", "JobSet", &serde_json::json!({}), None).is_none());
+        assert!(child_of("trainer.kubeflow.org/v1alpha1", "TrainJob").is_some());
+        assert!(child_of("jobset.x-k8s.io/v1alpha2", "JobSet").is_none());
     }
 }
