@@ -19,6 +19,7 @@ pub mod crds;
 pub mod field_managers;
 pub mod finalizers;
 pub mod labels;
+pub mod owner_policy;
 pub mod owners;
 mod pod;
 pub mod schema;

@@ -457,7 +457,15 @@ async fn reconcile(
         }
     };
     if let Some(plan) = plan {
-        return per_kind::apply(ctx, memo, o, &facts, &reference, plan).await;
+        return per_kind::apply(
+            ctx,
+            memo,
+            o,
+            (&facts, obj.metadata.annotations.as_ref()),
+            &reference,
+            plan,
+        )
+        .await;
     }
     let name = phalanx_api::owners::owner_group_name(&o.kind, &o.name);
     let exists = ctx.store.pod_group(&o.namespace, &name).is_some();

@@ -15,6 +15,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::events::EventType;
 use phalanx_api::conditions::reasons;
 use phalanx_api::field_managers::INTEGRATION;
+use phalanx_api::owner_policy::owner_policy;
 use phalanx_api::v1alpha3::CompositePodGroup;
 use phalanx_api::v1beta1::{PodGroup, Workload};
 use phalanx_store::owners::OwnerRef;
@@ -39,30 +40,68 @@ fn fingerprint(d: &objects::Desired) -> u64 {
     h.finish()
 }
 
-/// Applies `plan` (or reports `Err`) for the owner `o` read as `facts`; `reference` addresses its events.
+/// Applies `plan` (or reports `Err`) for the owner `o` read as `facts` with `annotations`; `reference` addresses its
+/// events. A bad policy annotation ([`phalanx_api::owner_policy`]) is reported like a bad plan: nothing is applied
+/// and the pods wait.
 pub(super) async fn apply(
     ctx: &Ctx,
     memo: &Memo,
     o: &OwnerRef,
-    facts: &OwnerFacts,
+    (facts, annotations): (&OwnerFacts, Option<&BTreeMap<String, String>>),
     reference: &ObjectReference,
     plan: Result<Plan, KindError>,
 ) -> Result<(), ReconcileError> {
-    let plan = match plan {
+    let planned = plan.map_err(|e| e.to_string()).and_then(|p| {
+        owner_policy(annotations)
+            .map(|policy| (p, policy))
+            .map_err(|e| e.to_string())
+    });
+    let (plan, policy) = match planned {
         Ok(p) => p,
         Err(e) => {
-            warn(ctx, o, reference, e.to_string()).await;
+            warn(ctx, o, reference, e).await;
             return Ok(());
         }
     };
-    warn(ctx, o, reference, plan.warnings.join("; ")).await;
+    let mut notes = plan.warnings.clone();
     let pods = ctx.store.pods_of_owner(&o.uid);
     let labels: Vec<&BTreeMap<String, String>> = pods
         .iter()
         .filter(|p| !p.is_terminal() && p.deletion_timestamp.is_none())
         .map(|p| p.labels())
         .collect();
-    let want = objects::desired(facts, &plan, &labels);
+    let mut want = objects::desired(facts, &plan, &policy, &labels);
+    // Topology and disruption mode are immutable once a group exists: an existing group keeps its own (a changed
+    // annotation applies to the groups created after it, and says so).
+    let mut kept = Vec::new();
+    for (name, body) in &mut want.composites {
+        if let Some(c) = ctx.store.composite_pod_group(&o.namespace, name) {
+            keep_immutable(
+                body,
+                &serde_json::to_value(&c.spec).unwrap_or_default(),
+                name,
+                &mut kept,
+            );
+        }
+    }
+    for (name, body) in &mut want.groups {
+        if let Some(g) = ctx.store.pod_group(&o.namespace, name) {
+            keep_immutable(
+                body,
+                &serde_json::to_value(&g.spec).unwrap_or_default(),
+                name,
+                &mut kept,
+            );
+        }
+    }
+    if !kept.is_empty() {
+        notes.push(format!(
+            "the topology or disruption annotations changed after {} existed; they keep theirs (immutable), new \
+             groups take the annotations",
+            kept.join(", ")
+        ));
+    }
+    warn(ctx, o, reference, notes.join("; ")).await;
     let pp = PatchParams::apply(INTEGRATION).force();
     let ns = &o.namespace;
     let workloads: Api<Workload> = Api::namespaced(ctx.client.clone(), ns);
@@ -135,6 +174,38 @@ pub(super) async fn apply(
         .await;
     }
     Ok(())
+}
+
+/// Puts the existing object's `schedulingConstraints` and `disruptionMode` (`current`, its spec) into `body`; names
+/// the object in `kept` when that differs from what `body` asked for.
+fn keep_immutable(
+    body: &mut serde_json::Value,
+    current: &serde_json::Value,
+    name: &str,
+    kept: &mut Vec<String>,
+) {
+    let mut differs = false;
+    for field in ["schedulingConstraints", "disruptionMode"] {
+        let now = current.get(field).filter(|v| !v.is_null()).cloned();
+        let asked = body["spec"].get(field).cloned();
+        // The API server defaults disruptionMode to single: an absent request matches that default.
+        let same = match (&asked, &now) {
+            (None, Some(v)) if field == "disruptionMode" => *v == serde_json::json!({ "single": {} }),
+            _ => asked == now,
+        };
+        differs |= !same;
+        match now {
+            Some(v) => body["spec"][field] = v,
+            None => {
+                if let Some(spec) = body["spec"].as_object_mut() {
+                    spec.remove(field);
+                }
+            }
+        }
+    }
+    if differs {
+        kept.push(name.to_owned());
+    }
 }
 
 /// A Warning event with `note` on the owner, once per distinct note (an empty note only resets it).

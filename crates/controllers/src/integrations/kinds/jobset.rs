@@ -140,8 +140,9 @@ pub fn plan(js: &Value) -> Result<Plan, KindError> {
 fn exclusive_warning(at: &str) -> String {
     format!(
         "{at}: {EXCLUSIVE_TOPOLOGY} cannot work with a gang (JobSet's pod webhook refuses a follower pod until its \
-         leader has a node, so the gang never gathers): give the groups a topology constraint \
-         (spec.schedulingConstraints.topology) instead"
+         leader has a node, so the gang never gathers): annotate the JobSet with {} (the node label key) \
+         instead",
+        phalanx_api::owner_policy::TOPOLOGY_REQUIRED
     )
 }
 

@@ -9,6 +9,7 @@
 
 use std::collections::BTreeSet;
 
+use phalanx_api::owner_policy::OwnerPolicy;
 use phalanx_api::owners::{self, LabelMatch, MemberSelector, unit_group_name};
 use serde_json::{Value, json};
 
@@ -28,13 +29,36 @@ pub struct Desired {
     pub summary: Vec<String>,
 }
 
+/// `schedulingConstraints` and `disruptionMode` from the owner's policy, merged into `spec` (of a template or an
+/// object): the unit's composite takes them when there is one, else each of its groups.
+fn constrain(spec: &mut Value, policy: &OwnerPolicy) {
+    let mut c = serde_json::Map::new();
+    if let Some(k) = &policy.required {
+        c.insert("topology".into(), json!([{ "key": k }]));
+    }
+    if !policy.preferred.is_empty() {
+        let levels: Vec<Value> = policy.preferred.iter().map(|k| json!({ "key": k })).collect();
+        c.insert("preferredTopology".into(), Value::Array(levels));
+    }
+    if !c.is_empty() {
+        spec["schedulingConstraints"] = Value::Object(c);
+    }
+    if let Some(all) = policy.disrupt_all {
+        spec["disruptionMode"] = if all {
+            json!({ "all": {} })
+        } else {
+            json!({ "single": {} })
+        };
+    }
+}
+
 /// The template name of composite unit `k` of a plan.
 fn unit_template(k: usize) -> String {
     format!("unit-{k}")
 }
 
 /// The policy of a planned group: a gang of `min_count`, or basic (independent pods).
-fn policy(g: &PlannedGroup) -> Value {
+fn group_policy(g: &PlannedGroup) -> Value {
     match g.min_count {
         Some(n) => json!({ "gang": { "minCount": n } }),
         None => json!({ "basic": {} }),
@@ -85,10 +109,11 @@ pub fn instances(
     out
 }
 
-/// Builds the objects for `plan` over the owner `f` whose live pods carry `pod_labels`.
+/// Builds the objects for `plan` over the owner `f` whose live pods carry `pod_labels`, with the owner's `policy`.
 pub fn desired(
     f: &OwnerFacts,
     plan: &Plan,
+    policy: &OwnerPolicy,
     pod_labels: &[&std::collections::BTreeMap<String, String>],
 ) -> Desired {
     let base = owners::owner_group_name(&f.kind, &f.name);
@@ -111,14 +136,22 @@ pub fn desired(
         let templates: Vec<Value> = u
             .groups
             .iter()
-            .map(|g| json!({ "name": g.part, "schedulingPolicy": policy(g) }))
+            .map(|g| {
+                let mut t = json!({ "name": g.part, "schedulingPolicy": group_policy(g) });
+                if !u.composite {
+                    constrain(&mut t, policy);
+                }
+                t
+            })
             .collect();
         if u.composite {
-            composite_templates.push(json!({
+            let mut t = json!({
                 "name": unit_template(k),
                 "schedulingPolicy": { "gang": { "minGroupCount": u.groups.len() } },
                 "podGroupTemplates": templates,
-            }));
+            });
+            constrain(&mut t, policy);
+            composite_templates.push(t);
         } else {
             top_groups.extend(templates);
         }
@@ -149,16 +182,18 @@ pub fn desired(
             .collect();
         let parent = u.composite.then(|| unit_group_name(&f.kind, &f.name, &prefix));
         if let Some(p) = &parent {
+            let mut spec = json!({
+                "workloadRef": { "workloadName": base, "templateName": unit_template(k) },
+                "schedulingPolicy": { "gang": { "minGroupCount": u.groups.len() } },
+            });
+            constrain(&mut spec, policy);
             out.composites.push((
                 p.clone(),
                 json!({
                     "apiVersion": format!("{}/v1alpha3", phalanx_api::GROUP),
                     "kind": "CompositePodGroup",
                     "metadata": meta(p),
-                    "spec": {
-                        "workloadRef": { "workloadName": base, "templateName": unit_template(k) },
-                        "schedulingPolicy": { "gang": { "minGroupCount": u.groups.len() } },
-                    },
+                    "spec": spec,
                 }),
             ));
         }
@@ -171,10 +206,11 @@ pub fn desired(
             m["annotations"][owners::MEMBERS] = json!(g.members.to_string());
             let mut spec = json!({
                 "workloadRef": { "workloadName": base, "templateName": g.part },
-                "schedulingPolicy": policy(g),
+                "schedulingPolicy": group_policy(g),
             });
-            if let Some(p) = &parent {
-                spec["parentCompositePodGroupName"] = json!(p);
+            match &parent {
+                Some(p) => spec["parentCompositePodGroupName"] = json!(p),
+                None => constrain(&mut spec, policy),
             }
             out.groups.push((
                 name.clone(),
@@ -218,6 +254,59 @@ mod tests {
     use super::*;
     use crate::integrations::kinds::{jobset, lws};
 
+    fn desired_default(f: &OwnerFacts, plan: &Plan, labels: &[&BTreeMap<String, String>]) -> Desired {
+        desired(f, plan, &OwnerPolicy::default(), labels)
+    }
+
+    #[test]
+    fn the_owners_topology_goes_on_the_composite_of_a_replica_group_else_on_each_group() {
+        let v = json!({ "metadata": { "name": "infer" },
+                        "spec": { "replicas": 1, "leaderWorkerTemplate": { "size": 4 } } });
+        let labels = [BTreeMap::from([(
+            lws::GROUP_INDEX_LABEL.to_string(),
+            "0".to_string(),
+        )])];
+        let policy = OwnerPolicy {
+            required: Some("example.com/rack".into()),
+            preferred: vec!["example.com/block".into()],
+            disrupt_all: Some(true),
+        };
+        let f = facts("LeaderWorkerSet", "leaderworkerset.x-k8s.io/v1", "infer");
+        let d = desired(&f, &lws::plan(&v).unwrap(), &policy, &[&labels[0]]);
+        let cpg = &d.composites[0].1["spec"];
+        assert_eq!(
+            cpg["schedulingConstraints"]["topology"],
+            json!([{ "key": "example.com/rack" }])
+        );
+        assert_eq!(
+            cpg["schedulingConstraints"]["preferredTopology"],
+            json!([{ "key": "example.com/block" }])
+        );
+        assert_eq!(cpg["disruptionMode"], json!({ "all": {} }));
+        assert!(
+            d.groups
+                .iter()
+                .all(|(_, g)| g["spec"].get("schedulingConstraints").is_none())
+        );
+        assert_eq!(
+            d.workload["spec"]["compositePodGroupTemplates"][0]["schedulingConstraints"]["topology"][0]["key"],
+            "example.com/rack"
+        );
+        let js = json!({ "spec": { "startupPolicy": { "startupPolicyOrder": "InOrder" }, "replicatedJobs": [
+            { "name": "a", "replicas": 1, "template": { "spec": { "parallelism": 2 } } } ] } });
+        let d = desired(
+            &facts("JobSet", "jobset.x-k8s.io/v1alpha2", "t"),
+            &jobset::plan(&js).unwrap(),
+            &policy,
+            &[],
+        );
+        assert!(d.composites.is_empty());
+        assert_eq!(
+            d.groups[0].1["spec"]["schedulingConstraints"]["topology"][0]["key"],
+            "example.com/rack"
+        );
+    }
+
     fn facts(kind: &str, api_version: &str, name: &str) -> OwnerFacts {
         OwnerFacts::from_json(&json!({
             "apiVersion": api_version, "kind": kind,
@@ -232,7 +321,7 @@ mod tests {
             { "name": "workers", "replicas": 2, "template": { "spec": { "parallelism": 4, "completions": 4 } } },
         ] } });
         let plan = jobset::plan(&js).unwrap();
-        let d = desired(&facts("JobSet", "jobset.x-k8s.io/v1alpha2", "train"), &plan, &[]);
+        let d = desired_default(&facts("JobSet", "jobset.x-k8s.io/v1alpha2", "train"), &plan, &[]);
         let names: Vec<&str> = d.groups.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(names, ["train-jobset-driver", "train-jobset-workers"]);
         assert_eq!(d.composites.len(), 1);
@@ -273,7 +362,7 @@ mod tests {
             .map(|i| BTreeMap::from([(lws::GROUP_INDEX_LABEL.to_string(), (*i).to_string())]))
             .collect();
         let refs: Vec<&BTreeMap<String, String>> = labels.iter().collect();
-        let d = desired(
+        let d = desired_default(
             &facts("LeaderWorkerSet", "leaderworkerset.x-k8s.io/v1", "infer"),
             &plan,
             &refs,
@@ -304,7 +393,7 @@ mod tests {
         assert!(!sel.matches(&worker("0", "3")), "another replica group");
         assert!(!sel.matches(&worker("2", "0")), "the leader");
         assert!(
-            desired(
+            desired_default(
                 &facts("LeaderWorkerSet", "leaderworkerset.x-k8s.io/v1", "infer"),
                 &plan,
                 &[]
@@ -323,7 +412,7 @@ mod tests {
             lws::GROUP_INDEX_LABEL.to_string(),
             "0".to_string(),
         )])];
-        let d = desired(
+        let d = desired_default(
             &facts("LeaderWorkerSet", "leaderworkerset.x-k8s.io/v1", "infer"),
             &plan,
             &[&labels[0]],
