@@ -194,7 +194,9 @@ fn custom_top_owner(ctx: &Ctx, p: &phalanx_store::PodRecord) -> Option<OwnerRef>
         return None;
     }
     let top = ctx.store.resolve_owners(p).top?;
-    (!is_watched(&top.api_version, &top.kind)).then_some(top)
+    // A Pod at the top (a pod controlled by a bare pod) is no workload: nothing to group.
+    (!is_watched(&top.api_version, &top.kind) && !phalanx_store::owners::is_pod(&top.api_version, &top.kind))
+        .then_some(top)
 }
 
 /// Whether a cached owner needs a reconcile: it is a group owner ([`phalanx_store::Store::is_group_owner`]) whose
