@@ -5,7 +5,7 @@ SHELL := bash
 CARGO ?= cargo
 TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
 
-.PHONY: help bins kueue workloads test-kueue cluster-up cluster-down cluster-status test lint fmt-check clippy crds bench bench-compare bench-e2e quickstart quickstart-down chaos chaos-smoke image test-image image-reproducible release test-release test-compat test-compat-all
+.PHONY: help bins kueue workloads test-kueue test-workloads cluster-up cluster-down cluster-status test lint fmt-check clippy crds bench bench-compare bench-e2e quickstart quickstart-down chaos chaos-smoke image test-image image-reproducible release test-release test-compat test-compat-all
 
 help: ## Show this list
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -47,6 +47,9 @@ test-compat-all: ## Compatibility suite on v1.34.4, v1.35.4, v1.36.3 and v1.37.2
 
 test-kueue: bins kueue ## Phalanx under Kueue: Kueue admits by quota, Phalanx gang-schedules (not in `make test`: cold Kueue build)
 	$(CARGO) test -p phalanx-controllers --features kueue-test --test kueue
+
+test-workloads: bins workloads ## Phalanx beside JobSet and LeaderWorkerSet: per-kind groups bound whole (not in `make test`: cold controller builds)
+	$(CARGO) test -p phalanx-controllers --features workloads-test --test workloads
 
 crds: ## Regenerate crds/phalanx.yaml and the chart's CRDs from the Rust types (hack/gen-crds.sh)
 	hack/gen-crds.sh
