@@ -5,7 +5,7 @@ SHELL := bash
 CARGO ?= cargo
 TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
 
-.PHONY: help bins kueue workloads test-kueue test-workloads cluster-up cluster-down cluster-status test lint fmt-check clippy crds bench bench-compare bench-e2e quickstart quickstart-down chaos chaos-smoke image test-image image-reproducible release test-release test-compat test-compat-all
+.PHONY: help bins kueue workloads test-kueue test-workloads workloads-up workloads-down cluster-up cluster-down cluster-status test lint fmt-check clippy crds bench bench-compare bench-e2e quickstart quickstart-down chaos chaos-smoke image test-image image-reproducible release test-release test-compat test-compat-all
 
 help: ## Show this list
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -16,7 +16,7 @@ bins: ## Build/cache etcd, kube-apiserver, KCM, kube-scheduler, kubectl, kwok, h
 kueue: ## Build/cache Kueue's manager and copy its CRDs and webhooks from its Go module (hack/build-kueue.sh; ~10 min cold)
 	hack/build-kueue.sh
 
-workloads: ## Build/cache the workload controllers (JobSet, LeaderWorkerSet) with their CRDs and webhooks from their Go modules (hack/build-workloads.sh; 1-2 min each with k8s.io modules cached)
+workloads: ## Build/cache the workload controllers (JobSet, LeaderWorkerSet, KubeRay, Kubeflow Trainer, MPI Operator) with their CRDs and webhooks from their Go modules (hack/build-workloads.sh; 1-2 min each with k8s.io modules cached)
 	hack/build-workloads.sh
 
 cluster-up: bins ## Start the local control plane; prints `export KUBECONFIG=...` (UPSTREAM_WORKLOAD_API=1 for upstream's API)
@@ -47,6 +47,12 @@ test-compat-all: ## Compatibility suite on v1.34.4, v1.35.4, v1.36.3 and v1.37.2
 
 test-kueue: bins kueue ## Phalanx under Kueue: Kueue admits by quota, Phalanx gang-schedules (not in `make test`: cold Kueue build)
 	$(CARGO) test -p phalanx-controllers --features kueue-test --test kueue
+
+workloads-up: ## Start JobSet and LeaderWorkerSet beside the quick start's cluster (hack/workloads-up.sh; NAMES='kuberay mpi-operator' for more)
+	hack/workloads-up.sh $(NAMES)
+
+workloads-down: ## Stop what workloads-up started
+	hack/workloads-up.sh down
 
 test-workloads: bins workloads ## Phalanx beside JobSet and LeaderWorkerSet: per-kind groups bound whole (not in `make test`: cold controller builds)
 	$(CARGO) test -p phalanx-controllers --features workloads-test --test workloads

@@ -4,7 +4,7 @@
 //! label, controller reference and `scheduling.phalanx.dev/members` selector.
 
 use phalanx_api::owners::{LabelMatch, MEMBERS, MemberSelector, OWNER_UID_LABEL};
-use phalanx_controllers::integrations::kinds::{jobset, lws};
+use phalanx_controllers::integrations::kinds::lws;
 use phalanx_scheduler::model::{GroupKey, GroupKind};
 use phalanx_store::Store;
 
@@ -47,20 +47,16 @@ pub(super) fn describe(store: &Store, root: &GroupKey) -> Option<String> {
             replica_group = Some(i);
         }
         let gang = pg.spec.scheduling_policy.gang.as_ref().map(|g| g.min_count);
-        let role = wanted(jobset::REPLICATED_JOB_LABEL).or_else(|| {
-            selector.0.get(lws::WORKER_INDEX_LABEL).and_then(|m| match m {
-                LabelMatch::Equals(_) => Some("leader".to_owned()),
-                LabelMatch::NotEquals(_) => Some("workers".to_owned()),
-                LabelMatch::Absent => None,
-            })
-        });
-        parts.push(match (role.as_deref(), gang) {
+        // The part's name is its template's (a replicated job, `leader`, `workers`, a worker group, `launcher`).
+        let part = pg.spec.workload_ref.as_ref().map(|r| r.template_name.as_str());
+        let plural = |n: i32| if n == 1 { "" } else { "s" };
+        parts.push(match (part, gang) {
             (Some("leader"), _) => match members.first() {
                 Some(p) => format!("leader {}", p.name()),
                 None => "leader (not created yet)".to_owned(),
             },
-            (Some("workers"), Some(n)) => format!("{n} workers"),
-            (Some(r), Some(n)) => format!("{r} {n} pod{}", if n == 1 { "" } else { "s" }),
+            (Some("workers"), Some(n)) => format!("{n} worker{}", plural(n)),
+            (Some(r), Some(n)) => format!("{r} ({n} pod{})", plural(n)),
             (Some(r), None) => format!("{r} (pods one by one)"),
             (None, Some(n)) => format!("one gang of {n}"),
             (None, None) => "pods one by one".to_owned(),
@@ -76,8 +72,20 @@ pub(super) fn describe(store: &Store, root: &GroupKey) -> Option<String> {
     let at = replica_group
         .map(|i| format!(", replica group {i}"))
         .unwrap_or_default();
+    // The unit's required topology: its composite's, else its (single) group's.
+    let required = match root.kind {
+        GroupKind::CompositePodGroup => store
+            .composite_pod_group(&root.namespace, &root.name)
+            .and_then(|c| c.spec.scheduling_constraints.clone())
+            .and_then(|s| s.topology.first().map(|t| t.key.clone())),
+        GroupKind::PodGroup => store
+            .pod_group(&root.namespace, &root.name)
+            .and_then(|g| g.spec.scheduling_constraints.clone())
+            .and_then(|s| s.topology.first().map(|t| t.key.clone())),
+    };
+    let within = required.map(|k| format!(", in one {k}")).unwrap_or_default();
     Some(format!(
-        "{} {}{at}: {}{whole}",
+        "{} {}{at}: {}{whole}{within}",
         owner.kind,
         owner.name,
         parts.join(" + ")
