@@ -54,7 +54,7 @@ workloads-up: ## Start JobSet and LeaderWorkerSet beside the quick start's clust
 workloads-down: ## Stop what workloads-up started
 	hack/workloads-up.sh down
 
-test-workloads: bins workloads ## Phalanx beside JobSet and LeaderWorkerSet: per-kind groups bound whole (not in `make test`: cold controller builds)
+test-workloads: bins workloads ## Phalanx beside JobSet, LeaderWorkerSet, KubeRay, Kubeflow Trainer and MPI Operator: per-kind groups bound whole (not in `make test`: cold controller builds)
 	$(CARGO) test -p phalanx-controllers --features workloads-test --test workloads
 
 crds: ## Regenerate crds/phalanx.yaml and the chart's CRDs from the Rust types (hack/gen-crds.sh)

@@ -2,13 +2,14 @@
 
 use std::fmt::Write as _;
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, anyhow, ensure};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Event, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Client, ResourceExt};
 use phalanx_api::conditions::{
@@ -16,7 +17,7 @@ use phalanx_api::conditions::{
 };
 use phalanx_api::owners::OWNER_UID_LABEL;
 use phalanx_api::v1alpha3::CompositePodGroup;
-use phalanx_api::v1beta1::PodGroup;
+use phalanx_api::v1beta1::{PodGroup, PodGroupSchedulingPolicy};
 use phalanx_testenv::{FakeNode, TEST_NS_LABEL, TestEnv, create_namespace, wait_for};
 use serde_json::{Value, json};
 
@@ -29,25 +30,53 @@ pub const WAIT: Duration = Duration::from_secs(120);
 pub struct Kind {
     gvk: (&'static str, &'static str, &'static str),
     plural: &'static str,
+    /// False for a cluster-scoped kind.
+    namespaced: bool,
 }
 
 /// `jobset.x-k8s.io/v1alpha2` JobSet.
 pub const JOBSET: Kind = Kind {
     gvk: ("jobset.x-k8s.io", "v1alpha2", "JobSet"),
     plural: "jobsets",
+    namespaced: true,
 };
 /// `leaderworkerset.x-k8s.io/v1` LeaderWorkerSet.
 pub const LWS: Kind = Kind {
     gvk: ("leaderworkerset.x-k8s.io", "v1", "LeaderWorkerSet"),
     plural: "leaderworkersets",
+    namespaced: true,
+};
+/// `ray.io/v1` RayCluster.
+pub const RAYCLUSTER: Kind = Kind {
+    gvk: ("ray.io", "v1", "RayCluster"),
+    plural: "rayclusters",
+    namespaced: true,
+};
+/// `trainer.kubeflow.org/v1alpha1` TrainJob.
+pub const TRAINJOB: Kind = Kind {
+    gvk: ("trainer.kubeflow.org", "v1alpha1", "TrainJob"),
+    plural: "trainjobs",
+    namespaced: true,
+};
+/// `trainer.kubeflow.org/v1alpha1` ClusterTrainingRuntime (cluster-scoped).
+pub const CLUSTER_TRAINING_RUNTIME: Kind = Kind {
+    gvk: ("trainer.kubeflow.org", "v1alpha1", "ClusterTrainingRuntime"),
+    plural: "clustertrainingruntimes",
+    namespaced: false,
+};
+/// `kubeflow.org/v2beta1` MPIJob.
+pub const MPIJOB: Kind = Kind {
+    gvk: ("kubeflow.org", "v2beta1", "MPIJob"),
+    plural: "mpijobs",
+    namespaced: true,
 };
 
 /// The groups Phalanx should make for one scheduling unit of an owner.
 pub struct Unit {
     /// The CompositePodGroup tying the groups together, if any.
     pub composite: Option<String>,
-    /// `(PodGroup name, gang minCount)`.
-    pub groups: Vec<(String, i32)>,
+    /// `(PodGroup name, gang minCount)`; `None`: a group of independent pods (the Basic policy, no gang).
+    pub groups: Vec<(String, Option<i32>)>,
 }
 
 /// One case: its client and namespace, with nodes labelled for it.
@@ -55,6 +84,8 @@ pub struct Case {
     pub client: Client,
     pub ns: String,
     harness: Harness,
+    /// Nodes made so far (the next one's index).
+    nodes: AtomicUsize,
 }
 
 /// Starts the shared harness (once per binary), makes a namespace `<prefix>-<hex>` and `nodes` fake nodes of
@@ -65,16 +96,14 @@ pub async fn case(prefix: &str, nodes: usize, cpu: &str) -> Result<Case> {
         .map_err(|e| anyhow!("harness: {e}"))?;
     let client = TestEnv::shared().client().await?;
     let ns = create_namespace(&client, prefix).await?;
-    for i in 0..nodes {
-        FakeNode::new(format!("{ns}-n{i}"))
-            .cpu(cpu)
-            .memory("32Gi")
-            .pods(110)
-            .test_namespace(&ns)
-            .create(&client)
-            .await?;
-    }
-    Ok(Case { client, ns, harness })
+    let c = Case {
+        client,
+        ns,
+        harness,
+        nodes: AtomicUsize::new(0),
+    };
+    c.add_nodes(nodes, cpu).await?;
+    Ok(c)
 }
 
 fn bound(p: &Pod) -> bool {
@@ -94,11 +123,34 @@ fn show(c: Option<&Condition>) -> String {
     })
 }
 
+fn show_policy(p: &PodGroupSchedulingPolicy) -> String {
+    match (&p.basic, &p.gang) {
+        (Some(_), None) => "basic".into(),
+        (None, Some(g)) => format!("gang minCount {}", g.min_count),
+        _ => format!("{p:?}"),
+    }
+}
+
 fn unschedulable(c: Option<&Condition>) -> bool {
     c.is_some_and(|c| c.status == "False" && c.reason == reasons::UNSCHEDULABLE)
 }
 
 impl Case {
+    /// Adds `n` fake nodes of `cpu` each (110 pods, 32Gi) labelled for this case: `<ns>-n<i>`.
+    pub async fn add_nodes(&self, n: usize, cpu: &str) -> Result<()> {
+        for _ in 0..n {
+            let i = self.nodes.fetch_add(1, Ordering::Relaxed);
+            FakeNode::new(format!("{}-n{i}", self.ns))
+                .cpu(cpu)
+                .memory("32Gi")
+                .pods(110)
+                .test_namespace(&self.ns)
+                .create(&self.client)
+                .await?;
+        }
+        Ok(())
+    }
+
     /// A pod template for Phalanx: `schedulerName: phalanx-scheduler`, one container requesting `cpu`, pinned to
     /// this case's nodes (the shared scheduler sees every case's pods).
     pub fn pod_template(&self, cpu: &str, restart: &str) -> Value {
@@ -115,11 +167,12 @@ impl Case {
 
     pub fn api(&self, kind: &Kind) -> Api<DynamicObject> {
         let (g, v, k) = kind.gvk;
-        Api::namespaced_with(
-            self.client.clone(),
-            &self.ns,
-            &ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(g, v, k), kind.plural),
-        )
+        let ar = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(g, v, k), kind.plural);
+        if kind.namespaced {
+            Api::namespaced_with(self.client.clone(), &self.ns, &ar)
+        } else {
+            Api::all_with(self.client.clone(), &ar)
+        }
     }
 
     /// Creates an object of `kind`; returns it with its uid.
@@ -130,6 +183,60 @@ impl Case {
             .create(&PostParams::default(), &obj)
             .await
             .with_context(|| format!("creating {} {name}", kind.gvk.2))
+    }
+
+    /// Merge-patches the object `name` of `kind` with `patch`.
+    pub async fn patch(&self, kind: &Kind, name: &str, patch: Value) -> Result<()> {
+        self.api(kind)
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .with_context(|| format!("patching {} {name}", kind.gvk.2))?;
+        Ok(())
+    }
+
+    /// Marks pod `name` Succeeded as its kubelet would (phase, conditions, every container terminated with exit
+    /// code 0), once kwok has made it Running: kwok's `pod-ready` stage selects Pending pods, and a pod marked
+    /// Succeeded while kwok's write for it was under way could go back to Running.
+    pub async fn mark_succeeded(&self, name: &str) -> Result<()> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.ns);
+        let pod = self
+            .until(&format!("pod {name} Running (kwok)"), || async {
+                let p = pods.get(name).await?;
+                let running = p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+                Ok(running.then_some(p))
+            })
+            .await?;
+        let now = k8s_openapi::jiff::Timestamp::now()
+            .round(k8s_openapi::jiff::Unit::Second)?
+            .to_string();
+        let containers: Vec<Value> = pod
+            .spec
+            .iter()
+            .flat_map(|s| &s.containers)
+            .map(|c| {
+                json!({ "name": c.name, "image": c.image, "imageID": "", "ready": false, "restartCount": 0,
+                        "started": false,
+                        "state": { "terminated": { "exitCode": 0, "reason": "Completed",
+                                                   "startedAt": now, "finishedAt": now } } })
+            })
+            .collect();
+        let cond = |t: &str, status: &str| {
+            let mut c = json!({ "type": t, "status": status, "lastTransitionTime": now });
+            if status == "False" {
+                c["reason"] = json!("PodCompleted");
+            }
+            c
+        };
+        let status = json!({ "status": {
+            "phase": "Succeeded",
+            "conditions": [cond("PodScheduled", "True"), cond("Initialized", "True"),
+                           cond("Ready", "False"), cond("ContainersReady", "False")],
+            "containerStatuses": containers,
+        } });
+        pods.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+            .await
+            .with_context(|| format!("marking pod {name} Succeeded"))?;
+        Ok(())
     }
 
     pub async fn delete(&self, kind: &Kind, name: &str) -> Result<()> {
@@ -257,10 +364,11 @@ impl Case {
                     let conds = g.status.as_ref().map_or(&[][..], |s| &s.conditions[..]);
                     let _ = writeln!(
                         out,
-                        "PodGroup {} min={:?} parent={:?} {}={}",
+                        "PodGroup {} {} parent={:?} owner-uid={:?} {}={}",
                         g.name_any(),
-                        g.spec.scheduling_policy.gang.as_ref().map(|x| x.min_count),
+                        show_policy(&g.spec.scheduling_policy),
                         g.spec.parent_composite_pod_group_name,
+                        g.labels().get(OWNER_UID_LABEL),
                         POD_GROUP_INITIALLY_SCHEDULED,
                         show(condition(conds, POD_GROUP_INITIALLY_SCHEDULED))
                     );
@@ -289,12 +397,21 @@ impl Case {
                 let _ = writeln!(out, "(CompositePodGroups: {e:#})");
             }
         }
+        // The last 20 of the Warnings and the events on owners (GangGroupApplied, UnsupportedOwnerSpec, the
+        // controllers' own).
         let events: Api<Event> = Api::namespaced(self.client.clone(), &self.ns);
-        if let Ok(l) = events.list(&ListParams::default().fields("type=Warning")).await {
-            for e in l.items.iter().rev().take(10) {
+        if let Ok(mut l) = events.list(&ListParams::default()).await {
+            l.items.retain(|e| {
+                e.type_.as_deref() == Some("Warning")
+                    || !matches!(e.involved_object.kind.as_deref(), Some("Pod" | "Job"))
+            });
+            l.items.sort_by_key(|e| e.metadata.creation_timestamp.clone());
+            let skip = l.items.len().saturating_sub(20);
+            for e in &l.items[skip..] {
                 let _ = writeln!(
                     out,
-                    "Warning {} {}/{}: {}",
+                    "{} {} {}/{}: {}",
+                    e.type_.clone().unwrap_or_default(),
                     e.reason.clone().unwrap_or_default(),
                     e.involved_object.kind.clone().unwrap_or_default(),
                     e.involved_object.name.clone().unwrap_or_default(),
@@ -356,10 +473,13 @@ impl Case {
                 "PodGroup {name} is labelled {OWNER_UID_LABEL}={:?}, want {owner_uid}",
                 uid_of(g.labels())
             );
-            let got = g.spec.scheduling_policy.gang.as_ref().map(|x| x.min_count);
+            let policy = &g.spec.scheduling_policy;
+            let got = policy.gang.as_ref().map(|x| x.min_count);
             ensure!(
-                got == Some(*min),
-                "PodGroup {name}: gang minCount {got:?}, want {min}"
+                got == *min && policy.basic.is_some() == min.is_none(),
+                "PodGroup {name}: policy {}, want {}",
+                show_policy(policy),
+                min.map_or("basic".into(), |m| format!("gang minCount {m}"))
             );
             ensure!(
                 g.spec.parent_composite_pod_group_name == unit.composite,

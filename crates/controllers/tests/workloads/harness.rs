@@ -1,5 +1,6 @@
-//! The harness of `tests/workloads.rs`: the JobSet and LeaderWorkerSet controllers as child processes with their
-//! CRDs and webhooks, and Phalanx's controllers and scheduler in process; once per test binary.
+//! The harness of `tests/workloads.rs`: the workload controllers (JobSet, LeaderWorkerSet, KubeRay, Kubeflow
+//! Trainer, MPI Operator) as child processes with their CRDs and webhooks (`controllers.rs`, `webhooks.rs`), and
+//! Phalanx's controllers and scheduler in process; once per test binary.
 //!
 //! Everything runs on a background runtime of its own (as `owner_integration`'s controllers do): the workload
 //! controllers and Phalanx are namespace-agnostic, one of each serves every case, and the cases run in parallel,
@@ -11,96 +12,36 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, ensure};
-use k8s_openapi::ByteString;
-use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
-};
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
-use kube::core::{ApiResource, GroupVersionKind};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::wait::{await_condition, conditions};
 use kube::{Client, ResourceExt};
 use phalanx_controllers::{ControllerOptions, run_controllers};
 use phalanx_driver::SchedulerOptions;
 use phalanx_store::{Store, StoreConfig};
 use phalanx_testenv::{TestEnv, wait_for};
 use prometheus_client::registry::Registry;
-use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use crate::controllers::{JOBSET, LWS, start, start_kuberay, start_mpi_operator, start_trainer};
+
 /// Bound of every setup wait (a controller's `/readyz`, its webhooks answering, the store).
-const SETUP_WAIT: Duration = Duration::from_secs(120);
-/// Field manager of the webhook configurations.
-const FIELD_MANAGER: &str = "phalanx-workloads-test";
-
-/// One workload controller: where its build lives and how it is configured.
-pub struct Spec {
-    /// The binary's name and the prefix of its objects (`jobset`, `lws`).
-    pub name: &'static str,
-    /// Its version variable in `hack/versions.sh`.
-    version_var: &'static str,
-    /// `apiVersion` of its configuration file.
-    config_api: &'static str,
-    /// Flags beyond `--config`.
-    extra_args: &'static [&'static str],
-    /// The label every pod of its objects carries: its pod webhooks get an objectSelector `<label> Exists`.
-    pod_label: &'static str,
-    /// An object of its kind for the dry-run create that proves the webhooks answer.
-    probe: fn() -> Value,
-    /// `(group, version, kind, plural)` of [`Spec::probe`].
-    gvk: (&'static str, &'static str, &'static str, &'static str),
-}
-
-/// JobSet v0.10.1 (`sigs.k8s.io/jobset`).
-pub const JOBSET: Spec = Spec {
-    name: "jobset",
-    version_var: "JOBSET_VERSION",
-    config_api: "config.jobset.x-k8s.io/v1alpha1",
-    // Its `--leader-elect` defaults to false and the config file says false too.
-    extra_args: &[],
-    pod_label: "jobset.sigs.k8s.io/jobset-name",
-    probe: || {
-        json!({
-            "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
-            "metadata": { "name": "webhook-probe", "namespace": "default" },
-            "spec": { "replicatedJobs": [{ "name": "w", "replicas": 1, "template": { "spec": { "template": {
-                "spec": { "restartPolicy": "Never", "containers": [{ "name": "c", "image": "busybox" }] } } } } }] }
-        })
-    },
-    gvk: ("jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets"),
-};
-
-/// LeaderWorkerSet v0.7.0 (`sigs.k8s.io/lws`).
-pub const LWS: Spec = Spec {
-    name: "lws",
-    version_var: "LWS_VERSION",
-    config_api: "config.lws.x-k8s.io/v1alpha1",
-    // Its `--leader-elect` (default true) is only read when given, and then wins over the config file's `false`.
-    extra_args: &["--leader-elect=false"],
-    pod_label: "leaderworkerset.sigs.k8s.io/name",
-    probe: || {
-        json!({
-            "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
-            "metadata": { "name": "webhook-probe", "namespace": "default" },
-            "spec": { "replicas": 1, "leaderWorkerTemplate": { "size": 2, "workerTemplate": {
-                "spec": { "containers": [{ "name": "c", "image": "busybox" }] } } } }
-        })
-    },
-    gvk: (
-        "leaderworkerset.x-k8s.io",
-        "v1",
-        "LeaderWorkerSet",
-        "leaderworkersets",
-    ),
-};
+pub const SETUP_WAIT: Duration = Duration::from_secs(120);
+/// Field manager of the objects the harness applies (webhook configurations, namespaces, Secret).
+pub const FIELD_MANAGER: &str = "phalanx-workloads-test";
+/// The controllers `hack/build-workloads.sh` builds for this test (it builds every controller it knows when given
+/// no name).
+const CONTROLLERS: [&str; 5] = ["jobset", "lws", "kuberay", "trainer", "mpi-operator"];
 
 /// A workload controller started through a small `sh` guard whose stdin is a pipe from this process: when the
 /// pipe closes (the value is dropped, or the test binary exits in any way, also by SIGKILL) the guard SIGKILLs the
 /// controller. The guard exits when the controller does, so an early crash is seen.
 pub struct ControllerProcess {
-    name: &'static str,
+    pub name: &'static str,
     guard: Child,
     stdin: Option<ChildStdin>,
-    log: PathBuf,
+    pub log: PathBuf,
 }
 
 /// The guard: fd 3 keeps the pipe; the controller gets neither it nor stdin.
@@ -112,7 +53,9 @@ exec 3<&-
 wait "$c""#;
 
 impl ControllerProcess {
-    fn spawn(name: &'static str, bin: &Path, args: &[String], log: PathBuf) -> Result<Self> {
+    /// Starts `bin` with `args` and `KUBECONFIG` of the test cluster; its output goes to `dir/<name>.log`.
+    pub fn spawn(name: &'static str, bin: &Path, args: &[String], dir: &Path) -> Result<Self> {
+        let log = dir.join(format!("{name}.log"));
         let out = std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
         let mut guard = Command::new("sh")
             .arg("-c")
@@ -136,7 +79,7 @@ impl ControllerProcess {
     }
 
     /// An error naming the log when the controller has exited.
-    fn check_alive(&mut self) -> Result<()> {
+    pub fn check_alive(&mut self) -> Result<()> {
         if let Some(status) = self.guard.try_wait()? {
             anyhow::bail!("{} exited ({status}); its log: {}", self.name, self.log.display());
         }
@@ -152,7 +95,8 @@ impl Drop for ControllerProcess {
     }
 }
 
-fn run(cmd: &mut Command) -> Result<String> {
+/// Runs `cmd`; its trimmed stdout, or an error with its output.
+pub fn run(cmd: &mut Command) -> Result<String> {
     let out = cmd.output().with_context(|| format!("running {cmd:?}"))?;
     ensure!(
         out.status.success(),
@@ -163,146 +107,75 @@ fn run(cmd: &mut Command) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
-/// Builds (or finds cached) the controllers with the project's script; returns `$WORKLOADS_BIN_DIR/<name>-<version>`
-/// of `spec`.
-fn build_dir(spec: &Spec) -> Result<PathBuf> {
-    let root = TestEnv::repo_root();
+/// `$WORKLOADS_BIN_DIR/<name>-<version>` of the controller `name` whose version is `$<version_var>`, as
+/// `hack/versions.sh` says (built by [`setup`]).
+pub fn build_dir(name: &str, version_var: &str) -> Result<PathBuf> {
     let dir = run(Command::new("bash")
         .arg("-c")
         .arg(format!(
-            "source hack/versions.sh && echo \"$WORKLOADS_BIN_DIR/{}-${}\"",
-            spec.name, spec.version_var
+            "source hack/versions.sh && echo \"$WORKLOADS_BIN_DIR/{name}-${version_var}\""
         ))
-        .current_dir(&root))?;
+        .current_dir(TestEnv::repo_root()))?;
     Ok(PathBuf::from(dir))
 }
 
-fn free_port() -> Result<u16> {
+/// The directory of the controller's log, configuration and certificates: `<test env logs>/workloads/<name>`.
+pub fn log_dir(name: &str) -> Result<PathBuf> {
+    let dir = TestEnv::shared().log_dir().join("workloads").join(name);
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    Ok(dir)
+}
+
+pub fn free_port() -> Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-/// A CA and a serving certificate for IP 127.0.0.1 (`tls.crt`/`tls.key` in `dir/certs`); returns the CA's PEM.
-fn make_certs(dir: &Path, name: &str) -> Result<String> {
-    let certs = dir.join("certs");
-    std::fs::create_dir_all(&certs)?;
-    let p = |f: &str| dir.join(f).to_string_lossy().into_owned();
-    let c = |f: &str| certs.join(f).to_string_lossy().into_owned();
-    run(Command::new("openssl")
-        .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2"])
-        .args(["-subj", &format!("/CN=phalanx-{name}-test-ca")])
-        .args(["-keyout", &p("ca.key"), "-out", &p("ca.crt")]))?;
-    run(Command::new("openssl")
-        .args(["req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1"])
-        .args(["-keyout", &c("tls.key"), "-out", &p("tls.csr")]))?;
-    std::fs::write(dir.join("ext.cnf"), "subjectAltName=IP:127.0.0.1\n")?;
-    run(Command::new("openssl")
-        .args(["x509", "-req", "-days", "2", "-CAcreateserial"])
-        .args(["-in", &p("tls.csr"), "-CA", &p("ca.crt"), "-CAkey", &p("ca.key")])
-        .args(["-extfile", &p("ext.cnf"), "-out", &c("tls.crt")]))?;
-    Ok(std::fs::read_to_string(dir.join("ca.crt"))?)
-}
-
-/// The controller's webhook configurations from its `webhook.yaml`, renamed `phalanx-test-<name>-<kind>` (both
-/// modules call theirs `mutating-webhook-configuration` / `validating-webhook-configuration`; fixed names, so a
-/// later run on a reused cluster replaces a stale registration instead of adding one), every webhook pointed at
-/// `https://127.0.0.1:<port><service.path>` with `ca` as caBundle, and the pod webhooks narrowed to the pods of
-/// the controller's own objects (an objectSelector on [`Spec::pod_label`]).
-fn webhooks(
-    spec: &Spec,
-    manifest: &str,
-    port: u16,
-    ca: &str,
-) -> Result<(MutatingWebhookConfiguration, ValidatingWebhookConfiguration)> {
-    let docs: Vec<Value> = serde_saphyr::from_multiple(manifest)
-        .with_context(|| format!("parsing {}'s webhook manifests", spec.name))?;
-    let mut mutating = None;
-    let mut validating = None;
-    for mut d in docs {
-        let kind = d["kind"].as_str().unwrap_or_default().to_string();
-        let short = if kind.starts_with("Mutating") {
-            "mutating"
-        } else {
-            "validating"
-        };
-        let mut hooks = d["webhooks"].as_array().cloned().unwrap_or_default();
-        for w in &mut hooks {
-            let path = w["clientConfig"]["service"]["path"]
-                .as_str()
-                .with_context(|| format!("{} webhook {} has no service.path", spec.name, w["name"]))?
-                .to_string();
-            w["clientConfig"] = json!({ "url": format!("https://127.0.0.1:{port}{path}") });
-            let on_pods = w["rules"].as_array().into_iter().flatten().any(|r| {
-                r["resources"]
-                    .as_array()
-                    .is_some_and(|rs| rs.iter().any(|x| x == "pods"))
-            });
-            if on_pods {
-                w["objectSelector"] =
-                    json!({ "matchExpressions": [{ "key": spec.pod_label, "operator": "Exists" }] });
-            }
-        }
-        d["webhooks"] = Value::Array(hooks);
-        d["metadata"] = json!({ "name": format!("phalanx-test-{}-{short}", spec.name) });
-        let bundle = || Some(ByteString(ca.as_bytes().to_vec()));
-        match kind.as_str() {
-            "MutatingWebhookConfiguration" => {
-                let mut m: MutatingWebhookConfiguration = serde_json::from_value(d)?;
-                for w in m.webhooks.iter_mut().flatten() {
-                    w.client_config.ca_bundle = bundle();
-                }
-                mutating = Some(m);
-            }
-            "ValidatingWebhookConfiguration" => {
-                let mut v: ValidatingWebhookConfiguration = serde_json::from_value(d)?;
-                for w in v.webhooks.iter_mut().flatten() {
-                    w.client_config.ca_bundle = bundle();
-                }
-                validating = Some(v);
-            }
-            _ => {}
-        }
-    }
-    Ok((
-        mutating.with_context(|| format!("{}: no MutatingWebhookConfiguration", spec.name))?,
-        validating.with_context(|| format!("{}: no ValidatingWebhookConfiguration", spec.name))?,
-    ))
-}
-
-/// Starts one workload controller against the test cluster: its CRDs applied and Established, its serving
-/// certificate, the process, `/readyz`, its webhooks registered, and a dry-run create of its kind accepted (so its
-/// webhooks answer).
-async fn start(client: &Client, spec: &Spec) -> Result<ControllerProcess> {
-    let bin = build_dir(spec)?;
-    let mut crds = String::new();
-    for e in std::fs::read_dir(bin.join("crds"))? {
+/// Creates every CRD in `dir` (`*.yaml`), or server-side applies it when it exists (a reused cluster), and waits
+/// until they are Established. A create rather than `phalanx_testenv::apply_crds`'s apply: these CRDs are large
+/// (KubeRay's three 3 MB, Trainer's 2 MB), and on 2 cores the API server's apply of them (managed fields over the
+/// whole schema) took twice as long as a create.
+pub async fn apply_crd_dir(client: &Client, controller: &str, dir: &Path) -> Result<()> {
+    let mut crds = Vec::new();
+    for e in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
         let path = e?.path();
         if path.extension().is_some_and(|x| x == "yaml" || x == "yml") {
-            crds.push_str("\n---\n");
-            crds.push_str(&std::fs::read_to_string(&path)?);
+            let text = std::fs::read_to_string(&path)?;
+            let docs: Vec<CustomResourceDefinition> =
+                serde_saphyr::from_multiple(&text).with_context(|| format!("parsing {}", path.display()))?;
+            crds.extend(docs);
         }
     }
-    phalanx_testenv::apply_crds(client, &crds)
+    ensure!(!crds.is_empty(), "{controller}: no CRD in {}", dir.display());
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let pp = PatchParams::apply(FIELD_MANAGER).force();
+    for crd in &crds {
+        let name = crd.name_any();
+        match api.create(&PostParams::default(), crd).await {
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                api.patch(&name, &pp, &Patch::Apply(crd)).await.map(drop)
+            }
+            r => r.map(drop),
+        }
+        .with_context(|| format!("applying {controller}'s CRD {name}"))?;
+    }
+    for crd in &crds {
+        let name = crd.name_any();
+        tokio::time::timeout(
+            SETUP_WAIT,
+            await_condition(api.clone(), &name, conditions::is_crd_established()),
+        )
         .await
-        .with_context(|| format!("applying {}'s CRDs", spec.name))?;
-    let dir = TestEnv::shared().log_dir().join("workloads").join(spec.name);
-    std::fs::create_dir_all(&dir)?;
-    let ca = make_certs(&dir, spec.name)?;
-    let (webhook_port, health_port) = (free_port()?, free_port()?);
-    let config = format!(
-        "apiVersion: {}\nkind: Configuration\nleaderElection:\n  leaderElect: false\n\
-         internalCertManagement:\n  enable: false\nmetrics:\n  bindAddress: \"0\"\n\
-         health:\n  healthProbeBindAddress: 127.0.0.1:{health_port}\n\
-         webhook:\n  host: 127.0.0.1\n  port: {webhook_port}\n  certDir: {}\n",
-        spec.config_api,
-        dir.join("certs").display()
-    );
-    std::fs::write(dir.join("config.yaml"), config)?;
-    let mut args = vec![format!("--config={}", dir.join("config.yaml").display())];
-    args.extend(spec.extra_args.iter().map(|a| (*a).to_string()));
-    let log = dir.join(format!("{}.log", spec.name));
-    let mut proc = ControllerProcess::spawn(spec.name, &bin.join(spec.name), &args, log.clone())?;
-    let ready = format!("http://127.0.0.1:{health_port}/readyz");
-    wait_for(&format!("{} /readyz", spec.name), SETUP_WAIT, || {
+        .with_context(|| format!("{controller}'s CRD {name} not Established after {SETUP_WAIT:?}"))?
+        .with_context(|| format!("watching {controller}'s CRD {name}"))?;
+    }
+    Ok(())
+}
+
+/// Waits until the controller answers `http://127.0.0.1:<port>/readyz`.
+pub async fn wait_readyz(proc: &mut ControllerProcess, port: u16) -> Result<()> {
+    let ready = format!("http://127.0.0.1:{port}/readyz");
+    let (name, log) = (proc.name, proc.log.clone());
+    wait_for(&format!("{name} /readyz"), SETUP_WAIT, || {
         let alive = proc.check_alive();
         let ready = ready.clone();
         async move {
@@ -315,49 +188,7 @@ async fn start(client: &Client, spec: &Spec) -> Result<ControllerProcess> {
         }
     })
     .await
-    .with_context(|| format!("{} not ready; its log: {}", spec.name, log.display()))?;
-    let manifest = std::fs::read_to_string(bin.join("webhook.yaml"))?;
-    let (m, v) = webhooks(spec, &manifest, webhook_port, &ca)?;
-    let pp = PatchParams::apply(FIELD_MANAGER).force();
-    Api::<MutatingWebhookConfiguration>::all(client.clone())
-        .patch(&m.name_any(), &pp, &Patch::Apply(&m))
-        .await?;
-    Api::<ValidatingWebhookConfiguration>::all(client.clone())
-        .patch(&v.name_any(), &pp, &Patch::Apply(&v))
-        .await?;
-    let (group, version, kind, plural) = spec.gvk;
-    let api: Api<DynamicObject> = Api::namespaced_with(
-        client.clone(),
-        "default",
-        &ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural),
-    );
-    let probe: DynamicObject = serde_json::from_value((spec.probe)())?;
-    let dry = PostParams {
-        dry_run: true,
-        ..PostParams::default()
-    };
-    wait_for(
-        &format!("a dry-run create of a {kind} through {}'s webhooks", spec.name),
-        SETUP_WAIT,
-        || {
-            let alive = proc.check_alive();
-            let (api, probe, dry) = (&api, &probe, &dry);
-            async move {
-                alive?;
-                api.create(dry, probe).await?;
-                Ok(Some(()))
-            }
-        },
-    )
-    .await
-    .with_context(|| {
-        format!(
-            "{}'s webhooks do not answer; its log: {}",
-            spec.name,
-            log.display()
-        )
-    })?;
-    Ok(proc)
+    .with_context(|| format!("{name} not ready; its log: {}", log.display()))
 }
 
 /// What the cases need to know of the shared harness.
@@ -369,9 +200,9 @@ pub struct Harness {
 
 static HARNESS: OnceLock<std::result::Result<Harness, String>> = OnceLock::new();
 
-/// Starts, once per test binary and on a runtime of its own: `hack/build-workloads.sh jobset lws` (a no-op when
-/// cached), the Phalanx CRDs, the JobSet and LWS controllers with their CRDs and webhooks, Phalanx's controllers
-/// and one scheduler named `phalanx-scheduler` (every node; each case pins its pods to its own nodes by
+/// Starts, once per test binary and on a runtime of its own: `hack/build-workloads.sh` for [`CONTROLLERS`] (a no-op
+/// when cached), the Phalanx CRDs, the five controllers with their CRDs and webhooks, Phalanx's controllers and one
+/// scheduler named `phalanx-scheduler` (every node; each case pins its pods to its own nodes by
 /// `nodeSelector`). Blocking: call it through `spawn_blocking`.
 pub fn harness() -> std::result::Result<Harness, String> {
     HARNESS
@@ -384,32 +215,40 @@ pub fn harness() -> std::result::Result<Harness, String> {
                 .with_test_writer()
                 .try_init();
             let (tx, rx) = std::sync::mpsc::channel::<std::result::Result<Harness, String>>();
-            std::thread::spawn(move || {
-                let rt = match tokio::runtime::Builder::new_multi_thread()
-                    .worker_threads(2)
-                    .enable_all()
-                    .build()
-                {
-                    Ok(rt) => rt,
-                    Err(e) => {
-                        let _ = tx.send(Err(format!("runtime: {e}")));
-                        return;
-                    }
-                };
-                rt.block_on(async move {
-                    match setup().await {
-                        Ok((harness, procs)) => {
-                            let _ = tx.send(Ok(harness));
-                            // The processes live as long as the binary; their guards kill them when it exits.
-                            let _keep = procs;
-                            std::future::pending::<()>().await;
-                        }
+            // The setup future (the five starts joined) is boxed: polled in place it overflowed this thread's
+            // default 2 MiB stack in a debug build. The 16 MiB are a margin.
+            let thread = std::thread::Builder::new()
+                .name("workloads-harness".into())
+                .stack_size(16 << 20)
+                .spawn(move || {
+                    let rt = match tokio::runtime::Builder::new_multi_thread()
+                        .worker_threads(2)
+                        .enable_all()
+                        .build()
+                    {
+                        Ok(rt) => rt,
                         Err(e) => {
-                            let _ = tx.send(Err(format!("{e:#}")));
+                            let _ = tx.send(Err(format!("runtime: {e}")));
+                            return;
                         }
-                    }
+                    };
+                    rt.block_on(async move {
+                        match Box::pin(setup()).await {
+                            Ok((harness, procs)) => {
+                                let _ = tx.send(Ok(harness));
+                                // The processes live as long as the binary; their guards kill them when it exits.
+                                let _keep = procs;
+                                std::future::pending::<()>().await;
+                            }
+                            Err(e) => {
+                                let _ = tx.send(Err(format!("{e:#}")));
+                            }
+                        }
+                    });
                 });
-            });
+            if let Err(e) = thread {
+                return Err(format!("harness thread: {e}"));
+            }
             rx.recv()
                 .unwrap_or_else(|e| Err(format!("harness thread died: {e}")))
         })
@@ -418,16 +257,26 @@ pub fn harness() -> std::result::Result<Harness, String> {
 
 async fn setup() -> Result<(Harness, Vec<ControllerProcess>)> {
     let env = TestEnv::shared();
-    let root = TestEnv::repo_root();
-    // Only the two controllers used here: the script builds every controller it knows when given no name.
-    run(Command::new(root.join("hack/build-workloads.sh"))
-        .args([JOBSET.name, LWS.name])
+    run(Command::new(TestEnv::repo_root().join("hack/build-workloads.sh"))
+        .args(CONTROLLERS)
         .stdout(Stdio::piped()))
-    .context("hack/build-workloads.sh jobset lws (Go and the module proxy are needed on a cold cache)")?;
+    .with_context(|| {
+        format!(
+            "hack/build-workloads.sh {} (Go and the module proxy are needed on a cold cache)",
+            CONTROLLERS.join(" ")
+        )
+    })?;
     let client = env.client().await?;
     phalanx_testenv::apply_crds(&client, &phalanx_api::crds::to_yaml()).await?;
-    let (jobset, lws) = tokio::try_join!(start(&client, &JOBSET), start(&client, &LWS))?;
-    let logs = vec![jobset.log.clone(), lws.log.clone()];
+    // Kubeflow Trainer needs the JobSet CRDs and controller: it starts once JobSet is up.
+    let ((jobset, trainer), lws, kuberay, mpi) = tokio::try_join!(
+        start_trainer(&client, start(&client, &JOBSET)),
+        start(&client, &LWS),
+        start_kuberay(&client),
+        start_mpi_operator(&client),
+    )?;
+    let procs = vec![jobset, lws, kuberay, trainer, mpi];
+    let logs = procs.iter().map(|p| p.log.clone()).collect();
 
     // Phalanx, as `kueue.rs` runs it: the controllers (with the owner integration) and a scheduler.
     let shutdown = CancellationToken::new();
@@ -464,5 +313,5 @@ async fn setup() -> Result<(Harness, Vec<ControllerProcess>)> {
     tokio::time::timeout(SETUP_WAIT, store.wait_ready())
         .await
         .context("Phalanx's store not ready")?;
-    Ok((Harness { logs }, vec![jobset, lws]))
+    Ok((Harness { logs }, procs))
 }
