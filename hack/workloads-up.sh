@@ -110,7 +110,13 @@ up_one() { # name index
   fi
   log "$name $version: CRDs"
   "$KUBECTL" apply --server-side --force-conflicts -f "$bin/crds/" >/dev/null
-  "$KUBECTL" wait --for condition=established --timeout=60s -f "$bin/crds/" >/dev/null
+  # A CRD just created has no status.conditions yet, and `kubectl wait` fails on that instead of waiting: retry.
+  local i
+  for i in $(seq 1 60); do
+    "$KUBECTL" wait --for condition=established --timeout=30s -f "$bin/crds/" >/dev/null 2>&1 && break
+    [ "$i" -lt 60 ] || phalanx::die "$name's CRDs not Established after 60 tries ($bin/crds)"
+    sleep 1
+  done
   api=$(config_api_of "$name")
   case $name in
     jobset | lws)

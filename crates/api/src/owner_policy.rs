@@ -8,6 +8,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::v1beta1::{MAX_RECOVERY_GRACE_SECONDS, RecoveryAction, RecoveryPolicy};
+
 /// Owner annotation: a node label key every pod of a group (or of a composite) must share one value of, e.g.
 /// `topology.kubernetes.io/rack`.
 pub const TOPOLOGY_REQUIRED: &str = "scheduling.phalanx.dev/topology-required";
@@ -16,6 +18,12 @@ pub const TOPOLOGY_REQUIRED: &str = "scheduling.phalanx.dev/topology-required";
 pub const TOPOLOGY_PREFERRED: &str = "scheduling.phalanx.dev/topology-preferred";
 /// Owner annotation: `single` (the default: a group may be disrupted alone) or `all` (the groups go together).
 pub const DISRUPTION_MODE: &str = "scheduling.phalanx.dev/disruption-mode";
+/// Owner annotation: what a gang does once it falls below its quorum after its start: `None`, `RestartGroup` or
+/// `Fail` (`spec.recoveryPolicy.action`, [`crate::v1beta1::recovery`]).
+pub const RECOVERY_ACTION: &str = "scheduling.phalanx.dev/recovery-action";
+/// Owner annotation: seconds a gang may stay below its quorum before `RestartGroup` acts, 0 to 86400
+/// (`spec.recoveryPolicy.gracePeriodSeconds`); needs [`RECOVERY_ACTION`].
+pub const RECOVERY_GRACE_SECONDS: &str = "scheduling.phalanx.dev/recovery-grace-period-seconds";
 
 /// What an owner's policy annotations ask for.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -26,6 +34,8 @@ pub struct OwnerPolicy {
     pub preferred: Vec<String>,
     /// [`DISRUPTION_MODE`] is `all`; `None` when absent.
     pub disrupt_all: Option<bool>,
+    /// [`RECOVERY_ACTION`] and [`RECOVERY_GRACE_SECONDS`], for each gang PodGroup.
+    pub recovery: Option<RecoveryPolicy>,
 }
 
 /// A bad policy annotation; the message names the annotation and the value (a Warning event on the owner).
@@ -115,6 +125,46 @@ pub fn owner_policy(
             _ => return Err(bad(DISRUPTION_MODE, v, "want \"single\" or \"all\"")),
         });
     }
+    if let Some(v) = a.get(RECOVERY_ACTION) {
+        let action = match v.trim() {
+            "None" => RecoveryAction::None,
+            "RestartGroup" => RecoveryAction::RestartGroup,
+            "Fail" => RecoveryAction::Fail,
+            _ => {
+                return Err(bad(
+                    RECOVERY_ACTION,
+                    v,
+                    "want \"None\", \"RestartGroup\" or \"Fail\"",
+                ));
+            }
+        };
+        out.recovery = Some(RecoveryPolicy {
+            action: Some(action),
+            ..RecoveryPolicy::default()
+        });
+    }
+    if let Some(v) = a.get(RECOVERY_GRACE_SECONDS) {
+        let n = v
+            .trim()
+            .parse::<i32>()
+            .ok()
+            .filter(|n| (0..=MAX_RECOVERY_GRACE_SECONDS).contains(n))
+            .ok_or_else(|| {
+                bad(
+                    RECOVERY_GRACE_SECONDS,
+                    v,
+                    "want a whole number of seconds from 0 to 86400",
+                )
+            })?;
+        let Some(r) = out.recovery.as_mut() else {
+            return Err(bad(
+                RECOVERY_GRACE_SECONDS,
+                v,
+                "it needs scheduling.phalanx.dev/recovery-action too",
+            ));
+        };
+        r.grace_period_seconds = Some(n);
+    }
     Ok(out)
 }
 
@@ -138,8 +188,15 @@ mod tests {
                 "example.com/block, topology.kubernetes.io/zone",
             ),
             (DISRUPTION_MODE, "all"),
+            (RECOVERY_ACTION, "RestartGroup"),
+            (RECOVERY_GRACE_SECONDS, "30"),
         ])))
         .unwrap();
+        let r = p.recovery.clone().unwrap();
+        assert_eq!(
+            (r.action, r.grace_period_seconds),
+            (Some(RecoveryAction::RestartGroup), Some(30))
+        );
         assert_eq!(p.required.as_deref(), Some("example.com/rack"));
         assert_eq!(p.preferred, ["example.com/block", "topology.kubernetes.io/zone"]);
         assert_eq!(p.disrupt_all, Some(true));
@@ -150,10 +207,14 @@ mod tests {
             (TOPOLOGY_PREFERRED, "a,a"),
             (TOPOLOGY_PREFERRED, "a,b,c,d,e,f,g,h,i"),
             (DISRUPTION_MODE, "some"),
+            (RECOVERY_ACTION, "Restart"),
+            (RECOVERY_GRACE_SECONDS, "99999"),
         ] {
             let e = owner_policy(Some(&ann(&[(k, v)]))).unwrap_err();
             assert!(e.to_string().contains(k), "{e}");
         }
+        let e = owner_policy(Some(&ann(&[(RECOVERY_GRACE_SECONDS, "30")]))).unwrap_err();
+        assert!(e.to_string().contains(RECOVERY_ACTION), "{e}");
         assert!(is_label_key("kubernetes.io/hostname") && is_label_key("rack"));
         assert!(!is_label_key("Example.com/rack") && !is_label_key("-x") && !is_label_key(&"a".repeat(64)));
     }

@@ -326,6 +326,15 @@ pub async fn explain(
     let base = standing;
     let standing = super::verdict::lifecycle(base, valid_false.is_some(), placed, life.as_ref());
     let cause = super::verdict::cause(valid_false.as_ref(), reasons_text.as_deref());
+    // A missing group named after the pods' annotated owner: the owner integration has not made its groups (yet).
+    let awaited_owner = group
+        .as_ref()
+        .filter(|g| store.group_node(g).is_none())
+        .and_then(|g| {
+            let top = members.first().and_then(|p| store.resolve_owners(p).top)?;
+            (*g.name == *phalanx_api::owners::owner_group_name(&top.kind, &top.name))
+                .then(|| format!("{} {}", top.kind, top.name))
+        });
     let summary = super::verdict::summary(&super::verdict::SummaryFacts {
         state: standing,
         base,
@@ -337,6 +346,7 @@ pub async fn explain(
         members: &member_facts,
         invalid: valid_false.as_ref(),
         life: life.as_ref(),
+        awaited_owner: awaited_owner.as_deref(),
     });
     let events = events(client, &store, namespace, kind, name, &group, &members).await?;
     Ok(Explanation {

@@ -136,6 +136,9 @@ pub struct SummaryFacts<'a> {
     pub invalid: Option<&'a ConditionFacts>,
     /// The gang's life.
     pub life: Option<&'a LifeFacts>,
+    /// For a missing group that is the name its pods wait under until Phalanx creates their owner's groups: the
+    /// owner, `<Kind> <name>` (its events say why they are not there yet).
+    pub awaited_owner: Option<&'a str>,
 }
 
 /// What the pending pods' dry run says, as the tail of a sentence about a placed gang.
@@ -189,9 +192,15 @@ pub fn summary(f: &SummaryFacts<'_>) -> String {
             "Running below its quorum: {bound_of_min}{}.",
             pending_tail(f, pending)
         ),
-        Standing::WaitingForPodGroup => format!(
-            "Waiting for its group object: {pending} pod(s) name {what}, which does not exist yet; create it."
-        ),
+        Standing::WaitingForPodGroup => match f.awaited_owner {
+            Some(owner) => format!(
+                "Waiting for Phalanx to create the groups of {owner}: its {pending} pod(s) wait under {what} until \
+                 then; if they do not come, the owner's events say why (kubectl describe {owner})."
+            ),
+            None => format!(
+                "Waiting for its group object: {pending} pod(s) name {what}, which does not exist yet; create it."
+            ),
+        },
         Standing::WaitingForQuorum => match f.quorum {
             // A leaf whose own quorum is met waits for its CompositePodGroup tree: the gate's message says which.
             Some(q) if q.present < q.min_count as usize => format!(
@@ -379,6 +388,7 @@ mod tests {
             members: &members,
             invalid: None,
             life: Some(&l),
+            awaited_owner: None,
         };
         assert!(summary(&f).starts_with("Tried, and it does not fit now: 8 node(s) cordoned"));
         f.state = Standing::Running;
@@ -391,5 +401,37 @@ mod tests {
         let s = summary(&f);
         assert!(s.starts_with("Failed for good (MembersLost): lost;"), "{s}");
         assert!(!s.contains("does not fit"), "{s}");
+    }
+
+    /// Issue 38, from a new user's trial: pods of an annotated LeaderWorkerSet whose groups Phalanx has not made
+    /// (a bad annotation) wait under the owner's name; explain must not tell the user to create that group.
+    #[test]
+    fn a_group_the_owner_integration_has_not_made_points_to_the_owner() {
+        let members = vec![];
+        let g = GroupKey::pod_group("ns", "infer-leaderworkerset");
+        let mut f = SummaryFacts {
+            state: Standing::WaitingForPodGroup,
+            base: Standing::WaitingForPodGroup,
+            group: Some(&g),
+            quorum: None,
+            reasons: None,
+            cause: None,
+            preemption: None,
+            members: &members,
+            invalid: None,
+            life: None,
+            awaited_owner: Some("LeaderWorkerSet infer"),
+        };
+        let s = summary(&f);
+        assert!(
+            s.starts_with("Waiting for Phalanx to create the groups of LeaderWorkerSet infer"),
+            "{s}"
+        );
+        assert!(
+            s.contains("kubectl describe LeaderWorkerSet infer") && !s.contains("create it"),
+            "{s}"
+        );
+        f.awaited_owner = None;
+        assert!(summary(&f).ends_with("create it."));
     }
 }

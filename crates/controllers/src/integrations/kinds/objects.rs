@@ -52,6 +52,13 @@ fn constrain(spec: &mut Value, policy: &OwnerPolicy) {
     }
 }
 
+/// The owner's recovery policy on a gang group (a group of independent pods has no quorum to fall below).
+fn recover(spec: &mut Value, g: &PlannedGroup, policy: &OwnerPolicy) {
+    if let (Some(r), Some(_)) = (&policy.recovery, g.min_count) {
+        spec["recoveryPolicy"] = serde_json::to_value(r).unwrap_or_default();
+    }
+}
+
 /// The template name of composite unit `k` of a plan.
 fn unit_template(k: usize) -> String {
     format!("unit-{k}")
@@ -138,6 +145,7 @@ pub fn desired(
             .iter()
             .map(|g| {
                 let mut t = json!({ "name": g.part, "schedulingPolicy": group_policy(g) });
+                recover(&mut t, g, policy);
                 if !u.composite {
                     constrain(&mut t, policy);
                 }
@@ -208,6 +216,7 @@ pub fn desired(
                 "workloadRef": { "workloadName": base, "templateName": g.part },
                 "schedulingPolicy": group_policy(g),
             });
+            recover(&mut spec, g, policy);
             match &parent {
                 Some(p) => spec["parentCompositePodGroupName"] = json!(p),
                 None => constrain(&mut spec, policy),
@@ -270,6 +279,10 @@ mod tests {
             required: Some("example.com/rack".into()),
             preferred: vec!["example.com/block".into()],
             disrupt_all: Some(true),
+            recovery: Some(phalanx_api::v1beta1::RecoveryPolicy {
+                action: Some(phalanx_api::v1beta1::RecoveryAction::RestartGroup),
+                ..Default::default()
+            }),
         };
         let f = facts("LeaderWorkerSet", "leaderworkerset.x-k8s.io/v1", "infer");
         let d = desired(&f, &lws::plan(&v).unwrap(), &policy, &[&labels[0]]);
@@ -287,6 +300,12 @@ mod tests {
             d.groups
                 .iter()
                 .all(|(_, g)| g["spec"].get("schedulingConstraints").is_none())
+        );
+        assert!(
+            d.groups
+                .iter()
+                .all(|(_, g)| g["spec"]["recoveryPolicy"]["action"] == "RestartGroup"),
+            "recovery is per gang group"
         );
         assert_eq!(
             d.workload["spec"]["compositePodGroupTemplates"][0]["schedulingConstraints"]["topology"][0]["key"],
