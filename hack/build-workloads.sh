@@ -11,6 +11,8 @@
 # lws (sigs.k8s.io/lws/cmd), kuberay (github.com/ray-project/kuberay/ray-operator, main at the module root),
 # trainer (Kubeflow Trainer, github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager), mpi-operator
 # (github.com/kubeflow/mpi-operator/cmd/mpi-operator). Usage: hack/build-workloads.sh [name...] (default: all).
+# hack/build-workloads.sh --crds name...: builds nothing; downloads each module (seconds: the module alone, not its
+# dependencies) and prints the paths of its CRD files, one per line (the samples test installs them this way).
 # What is already there is not rebuilt. Each has its own wrapper module (hack/workloads-bin/<name>, go.sum
 # committed): their k8s.io versions differ, and one shared go.mod would lift them all to the highest (minimal
 # version selection). None of the five modules has replace directives or asks for a newer Go than the local one.
@@ -108,6 +110,20 @@ build_one() {
   exec 9>&-
   echo "[build-workloads $(date +%H:%M:%S)] $name $version done in $(( SECONDS - t )) s: $out"
 }
+
+# --crds: the CRD files of each module, from the module cache (no build).
+if [ "${1:-}" = --crds ]; then
+  shift
+  for n in "$@"; do
+    read -r module version _ crds _ < <(spec "$n")
+    dir=$(GOFLAGS= go mod download -json "$module@$version" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+    [ -d "$dir" ] || { echo "build-workloads: downloading $module@$version gave no directory" >&2; exit 1; }
+    found=0
+    for f in "$dir"/$crds; do [ -f "$f" ] && { echo "$f"; found=1; }; done
+    [ "$found" = 1 ] || { echo "build-workloads: no CRD matches $crds in $dir" >&2; exit 1; }
+  done
+  exit 0
+fi
 
 names=("$@")
 [ ${#names[@]} -gt 0 ] || names=("${ALL[@]}")

@@ -1,12 +1,14 @@
 //! The samples under `config/samples` (and `examples/` below it) as a new user meets them: every manifest the README
 //! or another sample names exists, every file of `config/samples/examples` is one the README shows, and every
 //! object of every sample passes the real kube-apiserver's validation (server-side apply with `dryRun=All`, the
-//! CRDs installed), so a broken sample fails CI. Nothing is persisted but the PriorityClasses the samples' pods
+//! CRDs installed: Phalanx's, and those of the workload controllers whose kinds a sample uses, from their Go modules),
+//! so a broken sample fails CI. Nothing is persisted but the PriorityClasses the samples' pods
 //! name (the Priority admission plugin resolves them even in a dry run), which the test removes again.
 //!
 //! Run: `cargo test -p phalanx --test samples`. The dry-run test needs the control plane of phalanx-testenv and
 //! never skips: without it the test fails with the harness's error.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, ensure};
@@ -122,6 +124,39 @@ fn documents(file: &Path) -> anyhow::Result<Vec<DynamicObject>> {
     Ok(out)
 }
 
+/// The workload controller (a name `hack/build-workloads.sh` knows) whose CRDs serve API group `group`.
+fn workload_controller(group: &str) -> Option<&'static str> {
+    match group {
+        "jobset.x-k8s.io" => Some("jobset"),
+        "leaderworkerset.x-k8s.io" => Some("lws"),
+        "ray.io" => Some("kuberay"),
+        "trainer.kubeflow.org" => Some("trainer"),
+        "kubeflow.org" => Some("mpi-operator"),
+        _ => None,
+    }
+}
+
+/// The CRDs of `controllers`, read from their Go modules (`hack/build-workloads.sh --crds`: a module download, no
+/// build), as one multi-document YAML.
+fn workload_crds(root: &Path, controllers: &BTreeSet<&str>) -> anyhow::Result<String> {
+    let out = std::process::Command::new(root.join("hack/build-workloads.sh"))
+        .arg("--crds")
+        .args(controllers)
+        .output()
+        .context("running hack/build-workloads.sh --crds (Go and the module proxy are needed)")?;
+    ensure!(
+        out.status.success(),
+        "hack/build-workloads.sh --crds {controllers:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut yaml = String::new();
+    for path in String::from_utf8_lossy(&out.stdout).lines() {
+        yaml.push_str("\n---\n");
+        yaml.push_str(&std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?);
+    }
+    Ok(yaml)
+}
+
 /// The Api for `obj`'s kind (from discovery), in `ns` when namespaced, with `obj`'s name.
 async fn api_for(
     client: &Client,
@@ -169,6 +204,16 @@ async fn every_sample_passes_server_side_dry_run() -> anyhow::Result<()> {
     for file in &files {
         let docs = documents(file).with_context(|| format!("sample {}", file.display()))?;
         all.push((file, docs));
+    }
+    // Samples of workload controllers' kinds (an LWS): their CRDs, from the controllers' Go modules.
+    let controllers: BTreeSet<&str> = all
+        .iter()
+        .flat_map(|(_, docs)| docs.iter())
+        .filter_map(|o| o.types.as_ref())
+        .filter_map(|t| workload_controller(t.api_version.rsplit_once('/').map_or("", |(g, _)| g)))
+        .collect();
+    if !controllers.is_empty() {
+        apply_crds(&client, &workload_crds(&root, &controllers)?).await?;
     }
 
     let mut created_classes = Vec::new();
