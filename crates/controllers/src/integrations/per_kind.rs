@@ -121,20 +121,20 @@ pub(super) async fn apply(
             .composites
             .iter()
             .all(|(n, _)| ctx.store.composite_pod_group(ns, n).is_some());
-    if !unchanged {
-        if !want.groups.is_empty() {
-            let name = phalanx_api::owners::owner_group_name(&o.kind, &o.name);
-            workloads.patch(&name, &pp, &Patch::Apply(&want.workload)).await?;
-        }
-        for (name, body) in &want.composites {
-            composites.patch(name, &pp, &Patch::Apply(body)).await?;
-        }
-        for (name, body) in &want.groups {
-            groups.patch(name, &pp, &Patch::Apply(body)).await?;
-        }
-        memo.lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(o.uid.clone(), print);
+    // Nothing to write while the plan and its objects are as last applied: the reconciles its pods' events trigger
+    // cost no request and no scan of the groups.
+    if unchanged {
+        return Ok(());
+    }
+    if !want.groups.is_empty() {
+        let name = phalanx_api::owners::owner_group_name(&o.kind, &o.name);
+        workloads.patch(&name, &pp, &Patch::Apply(&want.workload)).await?;
+    }
+    for (name, body) in &want.composites {
+        composites.patch(name, &pp, &Patch::Apply(body)).await?;
+    }
+    for (name, body) in &want.groups {
+        groups.patch(name, &pp, &Patch::Apply(body)).await?;
     }
     // Groups made for this owner earlier that the plan no longer has.
     let keep: HashSet<&str> = want.groups.iter().map(|(n, _)| n.as_str()).collect();
@@ -152,6 +152,10 @@ pub(super) async fn apply(
             delete(&composites, &c.metadata, &mut deleted).await?;
         }
     }
+    // Recorded once everything went through: a failure above is retried in full.
+    memo.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .insert(o.uid.clone(), print);
     let mut state = want.summary.join("; ");
     if !deleted.is_empty() {
         state.push_str(&format!(" (deleted {})", deleted.join(", ")));
