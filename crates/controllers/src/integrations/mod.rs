@@ -27,8 +27,11 @@
 //! while the Job is suspended (upstream deletes it; Phalanx keeps it so a resumed Job's pods never race it).
 
 pub mod build;
+mod events;
 pub mod kinds;
 mod per_kind;
+
+pub use events::{CONTROLLER, GANG_GROUP_DELETED};
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -50,13 +53,6 @@ use crate::context::Ctx;
 
 /// How often one custom owner is reconciled at most because of its pods' events.
 const POD_TRIGGER_INTERVAL: Duration = Duration::from_secs(5);
-
-/// Controller name in logs, metrics and events.
-pub const CONTROLLER: &str = "owner-integration";
-
-/// Normal event on an owner: the Workload and PodGroup made for it earlier were deleted, because its pods join the
-/// group of an owner above it (a ReplicaSet of an annotated Deployment).
-pub const GANG_GROUP_DELETED: &str = "GangGroupDeleted";
 
 /// Runs the owner integration until `shutdown` is cancelled. Call after the store is ready and while leader
 /// (as [`crate::run_controllers`] does). Errors of one owner are logged and retried after a backoff (1 s doubling
@@ -459,7 +455,7 @@ async fn reconcile(
         }
     };
     if let Some(plan) = plan {
-        return per_kind::apply(
+        return Ok(per_kind::apply(
             ctx,
             memo,
             o,
@@ -467,7 +463,7 @@ async fn reconcile(
             &reference,
             plan,
         )
-        .await;
+        .await?);
     }
     let name = phalanx_api::owners::owner_group_name(&o.kind, &o.name);
     let exists = ctx.store.pod_group(&o.namespace, &name).is_some();

@@ -21,8 +21,8 @@ use phalanx_api::v1beta1::{PodGroup, Workload};
 use phalanx_store::owners::OwnerRef;
 
 use super::build::OwnerFacts;
+use super::events::CONTROLLER;
 use super::kinds::{KindError, Plan, objects};
-use super::{CONTROLLER, ReconcileError};
 use crate::context::Ctx;
 
 /// Per owner uid: a hash of the objects last applied, so that the reconciles its pods' events trigger send nothing
@@ -50,7 +50,7 @@ pub(super) async fn apply(
     (facts, annotations): (&OwnerFacts, Option<&BTreeMap<String, String>>),
     reference: &ObjectReference,
     plan: Result<Plan, KindError>,
-) -> Result<(), ReconcileError> {
+) -> Result<(), kube::Error> {
     let planned = plan.map_err(|e| e.to_string()).and_then(|p| {
         owner_policy(annotations)
             .map(|policy| (p, policy))
@@ -242,7 +242,7 @@ async fn delete<K>(
     api: &Api<K>,
     m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
     deleted: &mut Vec<String>,
-) -> Result<(), ReconcileError>
+) -> Result<(), kube::Error>
 where
     K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
@@ -254,7 +254,7 @@ where
     match api.delete(&name, &dp).await {
         Ok(_) => deleted.push(name),
         Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
-        Err(e) => return Err(e.into()),
+        Err(e) => return Err(e),
     }
     Ok(())
 }

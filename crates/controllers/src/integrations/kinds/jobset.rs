@@ -22,7 +22,7 @@ use serde_json::Value;
 
 use phalanx_api::owners::{LabelMatch, MemberSelector};
 
-use super::{KindError, Plan, PlannedGroup, Unit, count, product};
+use super::plan::{KindError, Plan, PlannedGroup, Unit, count, product};
 
 /// The API group.
 pub const GROUP: &str = "jobset.x-k8s.io";
@@ -169,7 +169,7 @@ mod tests {
     fn any_order_is_one_composite_of_one_group_per_replicated_job() {
         let p = plan(&js(None, json!([rj("driver", 1, 1), rj("workers", 2, 4)]))).unwrap();
         assert_eq!(
-            super::super::shape(&p),
+            super::super::plan::shape(&p),
             vec![(
                 true,
                 vec![("driver".into(), Some(1)), ("workers".into(), Some(8))]
@@ -186,7 +186,7 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(
-            super::super::shape(&p),
+            super::super::plan::shape(&p),
             vec![
                 (false, vec![("driver".into(), Some(1))]),
                 (false, vec![("workers".into(), Some(8))])
@@ -204,7 +204,7 @@ mod tests {
         j["template"]["spec"]["completions"] = json!(2);
         let p = plan(&js(None, json!([j]))).unwrap();
         assert_eq!(
-            super::super::shape(&p),
+            super::super::plan::shape(&p),
             vec![(false, vec![("w".into(), Some(6))])],
             "min(4, 2) × 3"
         );

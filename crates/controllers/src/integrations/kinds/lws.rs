@@ -21,7 +21,7 @@ use serde_json::Value;
 
 use phalanx_api::owners::{LabelMatch, MemberSelector};
 
-use super::{KindError, Plan, PlannedGroup, Unit, count};
+use super::plan::{KindError, Plan, PlannedGroup, Unit, count};
 
 /// The API group.
 pub const GROUP: &str = "leaderworkerset.x-k8s.io";

@@ -14,7 +14,7 @@
 use phalanx_api::owners::{LabelMatch, MemberSelector};
 use serde_json::Value;
 
-use super::{KindError, Plan, PlannedGroup, Unit, count};
+use super::plan::{KindError, Plan, PlannedGroup, Unit, count};
 
 /// The API group.
 pub const GROUP: &str = "kubeflow.org";
@@ -82,7 +82,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::integrations::kinds::shape;
+    use crate::integrations::kinds::plan::shape;
 
     fn job(workers: i64, policy: Option<&str>) -> Value {
         let mut v = json!({ "spec": { "mpiReplicaSpecs": { "Launcher": { "replicas": 1 }, "Worker": { "replicas": workers } } } });

@@ -13,7 +13,7 @@ use phalanx_api::owner_policy::OwnerPolicy;
 use phalanx_api::owners::{self, LabelMatch, MemberSelector, unit_group_name};
 use serde_json::{Value, json};
 
-use super::{Plan, PlannedGroup, Unit};
+use super::plan::{Plan, PlannedGroup, Unit};
 use crate::integrations::build::OwnerFacts;
 
 /// What to apply for one owner.

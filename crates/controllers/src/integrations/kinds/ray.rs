@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 use phalanx_api::owners::{LabelMatch, MemberSelector};
 use serde_json::Value;
 
-use super::{KindError, Plan, PlannedGroup, Unit, count, product};
+use super::plan::{KindError, Plan, PlannedGroup, Unit, count, product};
 
 /// The API group.
 pub const GROUP: &str = "ray.io";
@@ -138,7 +138,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::integrations::kinds::shape;
+    use crate::integrations::kinds::plan::shape;
 
     fn cluster(autoscaling: bool) -> Value {
         json!({ "spec": {

@@ -13,7 +13,8 @@
 
 use serde_json::Value;
 
-use super::{KindError, Plan, Unit, jobset};
+use super::jobset;
+use super::plan::{KindError, Plan, Unit};
 
 /// The API group.
 pub const GROUP: &str = "trainer.kubeflow.org";
@@ -104,7 +105,7 @@ mod tests {
             rj("node", "trainer", 4, &["model-initializer"]),
         ] } });
         let p = plan(Some(&js)).unwrap();
-        let shape = crate::integrations::kinds::shape(&p);
+        let shape = crate::integrations::kinds::plan::shape(&p);
         assert_eq!(
             shape,
             vec![
