@@ -35,15 +35,19 @@ pub const EXCLUSIVE_TOPOLOGY: &str = "alpha.jobset.sigs.k8s.io/exclusive-topolog
 /// Annotation: exclusive placement by pre-labelled nodes; the pod webhooks skip such JobSets.
 pub const NODE_SELECTOR_STRATEGY: &str = "alpha.jobset.sigs.k8s.io/node-selector";
 
-/// The plan for a JobSet read as JSON. Errors name the field (`spec.replicatedJobs[i].replicas`, ...).
-pub fn plan(js: &Value) -> Result<Plan, KindError> {
-    let jobs = js
-        .pointer("/spec/replicatedJobs")
+/// A JobSet's `spec.replicatedJobs`; an error naming the field when it is missing or not a list.
+pub fn replicated_jobs(js: &Value) -> Result<&Vec<Value>, KindError> {
+    js.pointer("/spec/replicatedJobs")
         .and_then(Value::as_array)
         .ok_or_else(|| KindError::Missing {
             field: "spec.replicatedJobs".into(),
             want: "list",
-        })?;
+        })
+}
+
+/// The plan for a JobSet read as JSON. Errors name the field (`spec.replicatedJobs[i].replicas`, ...).
+pub fn plan(js: &Value) -> Result<Plan, KindError> {
+    let jobs = replicated_jobs(js)?;
     let in_order = js
         .pointer("/spec/startupPolicy/startupPolicyOrder")
         .and_then(Value::as_str)

@@ -38,13 +38,7 @@ pub fn plan(jobset: Option<&Value>) -> Result<Plan, KindError> {
     let Some(js) = jobset else {
         return Ok(Plan::default());
     };
-    let jobs = js
-        .pointer("/spec/replicatedJobs")
-        .and_then(Value::as_array)
-        .ok_or_else(|| KindError::Missing {
-            field: "spec.replicatedJobs".into(),
-            want: "list",
-        })?;
+    let jobs = jobset::replicated_jobs(js)?;
     let (init, trainer): (Vec<&Value>, Vec<&Value>) = jobs.iter().partition(|j| is_initializer(j));
     let init_names: Vec<&str> = init
         .iter()
