@@ -64,6 +64,15 @@ pub mod reasons {
     /// Pod `PodScheduled=False`: the pod has `spec.schedulingGates` (core `PodReasonSchedulingGated`, written by the
     /// API server itself).
     pub const SCHEDULING_GATED: &str = "SchedulingGated";
+    /// Pod `PodScheduled=False`: the pod waits for a ResourceClaim that does not exist yet (upstream's
+    /// DynamicResources PreEnqueue, which answers `Unschedulable`). Phalanx's own reason, so that a cluster
+    /// autoscaler, which acts on `Unschedulable` pods only, buys no node for a pod no node can help.
+    pub const WAITING_FOR_RESOURCE_CLAIM: &str = "WaitingForResourceClaim";
+    /// Pod `PodScheduled=False` and group `PodGroupInitiallyScheduled=False`: the gang opted in to a Cluster
+    /// Autoscaler ProvisioningRequest and waits for it to be `Provisioned=True`. Phalanx's own reason: the pods
+    /// consume the request (`autoscaling.x-k8s.io/consume-provisioning-request`) and must not be scaled up for
+    /// twice.
+    pub const WAITING_FOR_PROVISIONING: &str = "WaitingForProvisioning";
     /// Warning event on an owner (Job, StatefulSet, custom resource): its `scheduling.phalanx.dev/gang*` annotation
     /// is invalid or incomplete, so no PodGroup was created and its pods wait. Phalanx's own reason.
     pub const INVALID_GANG_ANNOTATION: &str = "InvalidGangAnnotation";

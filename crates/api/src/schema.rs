@@ -31,6 +31,9 @@ pub const MAX_TEMPLATES: u32 = 8;
 pub const MAX_TREE_DEPTH: u32 = 4;
 /// Upstream `HighestUserDefinablePriority`: 1e9.
 pub const MAX_PRIORITY: i32 = 1_000_000_000;
+/// Upper bound of `spec.preemptionDelaySeconds` (Phalanx addition): one day, as the scheduler configuration's
+/// `autoscaling.preemptionDelaySeconds`.
+pub const MAX_PREEMPTION_DELAY_SECONDS: i32 = 86_400;
 /// Maximum number of `resourceClaims` on a PodGroup or PodGroupTemplate (upstream maxItems 4).
 pub const MAX_RESOURCE_CLAIMS: u32 = 4;
 /// Maximum number of topology constraints (upstream maxItems 1).

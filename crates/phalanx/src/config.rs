@@ -41,6 +41,41 @@ pub struct PhalanxConfig {
     /// Reconciler settings of the Workload, PodGroup and CompositePodGroup controllers.
     #[serde(default)]
     pub controllers: ControllersConfig,
+    /// How gangs work with a cluster autoscaler (Karpenter, Cluster Autoscaler): see docs/operations.md
+    /// "Autoscaling".
+    #[serde(default)]
+    pub autoscaling: AutoscalingConfig,
+}
+
+/// `autoscaling:` section: how pending gangs and a cluster autoscaler work together.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct AutoscalingConfig {
+    /// Seconds a gang that could preempt waits, after its first unschedulable attempt, before it evicts anything
+    /// (0-86400, default 0: preempt at once, kube-scheduler's behaviour). A PodGroup's or root CompositePodGroup's
+    /// `spec.preemptionDelaySeconds` overrides it. Meanwhile its members carry `PodScheduled=False/Unschedulable`,
+    /// so that an autoscaler can add nodes instead of victims (KAI-Scheduler's `preemption-delay`).
+    pub preemption_delay_seconds: u32,
+    /// Create a Cluster Autoscaler `autoscaling.x-k8s.io/v1` ProvisioningRequest for every gang that opts in, and
+    /// place the gang only once the request is `Provisioned=True` (default false; needs the ProvisioningRequest
+    /// CRD on the cluster).
+    pub provisioning_requests: bool,
+    /// The ProvisioningRequest class of the requests Phalanx creates (default
+    /// `best-effort-atomic-scale-up.autoscaling.x-k8s.io`, Cluster Autoscaler's atomic scale-up).
+    pub provisioning_class_name: String,
+}
+
+/// Cluster Autoscaler's atomic scale-up class (`provisioningrequest/apis`, `ProvisioningClassBestEffortAtomicScaleUp`).
+pub const DEFAULT_PROVISIONING_CLASS: &str = "best-effort-atomic-scale-up.autoscaling.x-k8s.io";
+
+impl Default for AutoscalingConfig {
+    fn default() -> Self {
+        Self {
+            preemption_delay_seconds: 0,
+            provisioning_requests: false,
+            provisioning_class_name: DEFAULT_PROVISIONING_CLASS.to_owned(),
+        }
+    }
 }
 
 /// `binder:` section: how the scheduling driver applies decisions.
@@ -262,7 +297,34 @@ impl PhalanxConfig {
             c.min_status_interval_ms,
             0,
             60_000,
-        )
+        )?;
+        let a = &self.autoscaling;
+        in_range(
+            origin,
+            "autoscaling.preemptionDelaySeconds",
+            u64::from(a.preemption_delay_seconds),
+            0,
+            86_400,
+        )?;
+        // A DNS subdomain, as the class names of ProvisioningRequests are (`spec.provisioningClassName`).
+        let class = &a.provisioning_class_name;
+        if class.is_empty()
+            || class.len() > 253
+            || !class.split('.').all(|l| {
+                !l.is_empty()
+                    && l.bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            })
+        {
+            return Err(ConfigError::Invalid {
+                origin: origin.to_owned(),
+                key: "autoscaling.provisioningClassName".to_owned(),
+                message: format!(
+                    "{class:?} must be a DNS subdomain (lowercase letters, digits, '-' and '.')"
+                ),
+            });
+        }
+        Ok(())
     }
 }
 

@@ -6,7 +6,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
-use crate::schema::{DNS1123_SUBDOMAIN_MAX_LENGTH, DNS1123_SUBDOMAIN_PATTERN, MAX_PRIORITY};
+use crate::schema::{
+    DNS1123_SUBDOMAIN_MAX_LENGTH, DNS1123_SUBDOMAIN_PATTERN, MAX_PREEMPTION_DELAY_SECONDS, MAX_PRIORITY,
+};
 use crate::v1beta1::{
     CompositeDisruptionMode, CompositePodGroupSchedulingConstraints, CompositePodGroupSchedulingPolicy,
     PreemptionPolicy, WorkloadReference,
@@ -126,6 +128,14 @@ pub struct CompositePodGroupSpec {
     /// preemptionPolicy is the policy for preempting lower-priority pods and groups. Immutable once set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preemption_policy: Option<PreemptionPolicy>,
+    /// Phalanx addition (not in upstream): preemptionDelaySeconds is how long the group, once it could preempt,
+    /// waits after its first unschedulable attempt before it evicts anything (0-86400), so that a cluster autoscaler
+    /// can add nodes instead (KAI-Scheduler's `preemption-delay`). Meanwhile its pending members carry
+    /// `PodScheduled=False/Unschedulable`. Unset: the scheduler configuration's `autoscaling.preemptionDelaySeconds`
+    /// (default 0, preempt at once). Only a root's value counts: preemption runs for the whole tree. Mutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = MAX_PREEMPTION_DELAY_SECONDS))]
+    pub preemption_delay_seconds: Option<i32>,
 }
 
 /// The observed state of a CompositePodGroup (upstream `CompositePodGroupStatus` plus Phalanx's

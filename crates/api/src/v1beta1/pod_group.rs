@@ -12,7 +12,8 @@ use super::policy::{
 };
 use super::recovery::RecoveryPolicy;
 use crate::schema::{
-    DNS1123_SUBDOMAIN_MAX_LENGTH, DNS1123_SUBDOMAIN_PATTERN, MAX_PRIORITY, MAX_RESOURCE_CLAIMS,
+    DNS1123_SUBDOMAIN_MAX_LENGTH, DNS1123_SUBDOMAIN_PATTERN, MAX_PREEMPTION_DELAY_SECONDS, MAX_PRIORITY,
+    MAX_RESOURCE_CLAIMS,
 };
 
 /// The desired state of a PodGroup (upstream `PodGroupSpec`). Every field is immutable except
@@ -193,6 +194,14 @@ pub struct PodGroupSpec {
     /// `None`), restart the whole gang, or fail it. Mutable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recovery_policy: Option<RecoveryPolicy>,
+    /// Phalanx addition (not in upstream): preemptionDelaySeconds is how long the group, once it could preempt,
+    /// waits after its first unschedulable attempt before it evicts anything (0-86400), so that a cluster autoscaler
+    /// can add nodes instead (KAI-Scheduler's `preemption-delay`). Meanwhile its pending members carry
+    /// `PodScheduled=False/Unschedulable`. Unset: the scheduler configuration's `autoscaling.preemptionDelaySeconds`
+    /// (default 0, preempt at once). Only a root's value counts: preemption runs for the whole tree. Mutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = MAX_PREEMPTION_DELAY_SECONDS))]
+    pub preemption_delay_seconds: Option<i32>,
 }
 
 /// The observed state of a PodGroup (upstream `PodGroupStatus` plus Phalanx's read-only counters).
