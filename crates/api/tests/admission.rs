@@ -215,6 +215,21 @@ async fn rejects_priority_above_one_billion() -> anyhow::Result<()> {
 }
 
 #[tokio::test]
+async fn rejects_a_preemption_delay_outside_zero_to_a_day() -> anyhow::Result<()> {
+    for (name, v, says) in [
+        ("delay-neg", -1, "greater than or equal to 0"),
+        ("delay-big", 86_401, "less than or equal to 86400"),
+    ] {
+        let obj = pod_group(
+            name,
+            json!({"schedulingPolicy": {"gang": {"minCount": 2}}, "preemptionDelaySeconds": v}),
+        )?;
+        rejects_create(name, pod_groups, obj, "spec.preemptionDelaySeconds", says).await?;
+    }
+    Ok(())
+}
+
+#[tokio::test]
 async fn rejects_max_restarts_without_restart_group() -> anyhow::Result<()> {
     let obj = pod_group(
         "rp-max",

@@ -109,6 +109,7 @@ pub fn group_info(g: &PodGroup, classes: &[Arc<PriorityClass>]) -> GroupInfo {
             .as_ref()
             .map(|w| w.workload_name.as_str().into()),
         resizing: None,
+        preemption_delay_seconds: delay_seconds(g.spec.preemption_delay_seconds),
     }
 }
 
@@ -161,7 +162,13 @@ pub fn composite_info(g: &CompositePodGroup, classes: &[Arc<PriorityClass>]) -> 
             DisruptionMode::Single
         },
         workload: Some(g.spec.workload_ref.workload_name.as_str().into()),
+        preemption_delay_seconds: delay_seconds(g.spec.preemption_delay_seconds),
     }
+}
+
+/// `spec.preemptionDelaySeconds` as the core takes it: a negative value (the CRD schema rejects one) reads as 0.
+fn delay_seconds(v: Option<i32>) -> Option<u32> {
+    v.map(|s| u32::try_from(s).unwrap_or(0))
 }
 
 /// Conditions and generation of a cached group object.

@@ -33,6 +33,7 @@ mod members;
 pub mod metrics;
 pub mod names;
 pub mod node_filter;
+pub mod preemption_delay;
 mod preemption_tracker;
 pub mod progress;
 mod resize;
@@ -96,6 +97,10 @@ pub struct SchedulerOptions {
     /// also carries counters, which change at the same binds). Groups in a CompositePodGroup tree keep the
     /// scheduler's write: their condition follows the tree's cycle, not their own members.
     pub initially_scheduled_by_controllers: bool,
+    /// How long a root group that could preempt waits after its first unschedulable attempt before it evicts
+    /// anything, when its spec does not say (`autoscaling.preemptionDelaySeconds` in the configuration file; default
+    /// zero: at once, kube-scheduler's behaviour). See [`preemption_delay`].
+    pub preemption_delay: Duration,
 }
 
 impl Default for SchedulerOptions {
@@ -114,6 +119,7 @@ impl Default for SchedulerOptions {
             verify_snapshot: cfg!(debug_assertions),
             condition_catch_up: runtime::CONDITION_CATCH_UP,
             initially_scheduled_by_controllers: false,
+            preemption_delay: Duration::ZERO,
         }
     }
 }

@@ -38,8 +38,9 @@ pub fn gate_reason(r: GateReason) -> &'static str {
         GateReason::WaitingForPodGroup => reasons::WAITING_FOR_POD_GROUP,
         GateReason::WaitingForQuorum => reasons::WAITING_FOR_QUORUM,
         GateReason::SchedulingGated => reasons::SCHEDULING_GATED,
-        // Upstream's DynamicResources PreEnqueue answers Unschedulable with the message.
-        GateReason::WaitingForResourceClaim => reasons::UNSCHEDULABLE,
+        // Upstream's DynamicResources PreEnqueue answers Unschedulable with the message; a cluster autoscaler would
+        // then add nodes for a pod that no node helps (autoscaler#9828), so Phalanx names the wait itself.
+        GateReason::WaitingForResourceClaim => reasons::WAITING_FOR_RESOURCE_CLAIM,
         GateReason::InvalidHierarchy => reasons::SCHEDULER_ERROR,
     }
 }

@@ -377,9 +377,16 @@ struct GroupB<'a> {
     gang: Option<i32>,
     class: Option<String>,
     all: bool,
+    delay: Option<i32>,
 }
 
 impl GroupB<'_> {
+    /// `spec.preemptionDelaySeconds`.
+    fn delay(mut self, seconds: i32) -> Self {
+        self.delay = Some(seconds);
+        self
+    }
+
     fn gang(mut self, min_count: i32) -> Self {
         self.gang = Some(min_count);
         self
@@ -407,6 +414,9 @@ impl GroupB<'_> {
         }
         if self.all {
             spec["disruptionMode"] = json!({ "all": {} });
+        }
+        if let Some(d) = self.delay {
+            spec["preemptionDelaySeconds"] = json!(d);
         }
         let pg: PodGroup = serde_json::from_value(json!({
             "apiVersion": "scheduling.phalanx.dev/v1beta1",
@@ -518,6 +528,7 @@ impl Ctx {
             gang: None,
             class: None,
             all: false,
+            delay: None,
         }
     }
 
@@ -1119,6 +1130,61 @@ async fn s49(prefix: &str, gang: bool) -> anyhow::Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s49_full_preemption_gang() -> anyhow::Result<()> {
     s49("s49g", true).await
+}
+
+/// `spec.preemptionDelaySeconds` (issue 39): the gang of S49 could preempt at once, but first waits its delay, so
+/// that a cluster autoscaler can add nodes instead: meanwhile every member carries `PodScheduled=False/Unschedulable`
+/// (what Karpenter and Cluster Autoscaler act on) with the deadline in its message, and nothing is evicted. Once the
+/// delay is over, with no node added, the scheduler wakes the gang itself and it preempts as S49 does. (S49 above is
+/// the same gang with no delay: victims go at once.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_preemption_delay_holds_the_victims_until_it_ends() -> anyhow::Result<()> {
+    const DELAY: u64 = 8;
+    let cx = setup("pdelay").await?;
+    cx.classes(&[("low", 10), ("high", 100)]).await?;
+    let n1 = cx.node("node1", "3").await?;
+    let lows = ["low-1", "low-2", "low-3"];
+    for p in lows {
+        cx.pod(p).class("low").on(&n1).create().await?;
+    }
+    cx.wait_running(&lows).await?;
+    let s = cx.start();
+    let highs = ["high-1", "high-2", "high-3"];
+    for p in highs {
+        cx.pod(p).class("high").group("pg1").create().await?;
+    }
+    let created = std::time::Instant::now();
+    cx.group("pg1")
+        .gang(3)
+        .class("high")
+        .delay(DELAY as i32)
+        .create()
+        .await?;
+    let held = format!("(preemptionDelaySeconds {DELAY}), for a cluster autoscaler to add nodes first");
+    for p in highs {
+        let m = cx.wait_pod_reason(p, "Unschedulable", &held).await?;
+        cx.check(m.contains("preempting 3 victims would make room"), || {
+            format!("pod {p}: message {m:?} should say what preemption would do")
+        })
+        .await?;
+    }
+    cx.wait_group("pg1", "False", "Unschedulable", &held).await?;
+    let early = cx.evicted().await?;
+    let before_deadline = created.elapsed() < std::time::Duration::from_secs(DELAY);
+    cx.check(early.is_empty() || !before_deadline, || {
+        format!("evicted {early:?} within the delay")
+    })
+    .await?;
+    cx.wait_bound_on(&highs.map(|p| (p, n1.as_str()))).await?;
+    let took = created.elapsed();
+    cx.check(took >= std::time::Duration::from_secs(DELAY), || {
+        format!("the gang bound {took:?} after its creation, before its {DELAY} s delay ended")
+    })
+    .await?;
+    cx.assert_victims(&s, &lows, "pg1").await?;
+    cx.wait_group("pg1", "True", "Scheduled", "").await?;
+    cx.no_overcommit().await?;
+    s.stop().await
 }
 
 /// S49, basic: the same for a basic group.

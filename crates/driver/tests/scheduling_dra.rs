@@ -847,7 +847,8 @@ async fn a_missing_claim_template_is_named_on_the_pods() -> anyhow::Result<()> {
     let want =
         "ResourceClaim not created yet: resourceClaims \"gpu\": ResourceClaimTemplate \"one\" not found";
     for p in &pods {
-        let msg = ctx.wait_pod_unschedulable(p).await?;
+        // Not `Unschedulable`: no node an autoscaler adds can make a missing claim appear (issue 39).
+        let msg = ctx.wait_pod_waiting(p, "WaitingForResourceClaim").await?;
         ensure!(
             msg.starts_with(&format!("pod \"{}/g-", ctx.ns)) && msg.ends_with(want),
             "pod {p}: message {msg:?}, want one ending in {want:?}"
@@ -892,7 +893,8 @@ async fn a_missing_group_claim_template_is_named_on_the_members() -> anyhow::Res
          ResourceClaimTemplate \"one\" not found)"
     );
     for p in &pods {
-        let msg = ctx.wait_pod_unschedulable(p).await?;
+        // Not `Unschedulable`: no node an autoscaler adds can make a missing claim appear (issue 39).
+        let msg = ctx.wait_pod_waiting(p, "WaitingForResourceClaim").await?;
         ensure!(
             msg.contains(&want),
             "pod {p}: message {msg:?}, want one with {want:?}"

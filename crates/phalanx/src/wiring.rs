@@ -63,6 +63,7 @@ pub fn scheduler(
         progress,
         // The controllers below run in this process and write it with their counters.
         initially_scheduled_by_controllers: true,
+        preemption_delay: Duration::from_secs(u64::from(opts.config.autoscaling.preemption_delay_seconds)),
         ..phalanx_driver::SchedulerOptions::default()
     };
     let fut = phalanx_driver::run(

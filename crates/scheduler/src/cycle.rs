@@ -20,7 +20,7 @@ use crate::framework::{
     PostFilterPlugin, Preemptor, Status,
 };
 use crate::hierarchy::GroupTree;
-use crate::model::{GroupInfo, GroupKey, GroupKind, PodInfo, PodKey};
+use crate::model::{EntityKey, GroupInfo, GroupKey, GroupKind, PodInfo, PodKey};
 use crate::plugins::gang_scheduling::GangScheduling;
 use crate::plugins::pod_group_pods_count::{PlacementResourcesFit, PodGroupPodsCount};
 use crate::plugins::topology_packing::TopologyPacking;
@@ -327,11 +327,19 @@ impl Scheduler {
         };
         let (budget, max) = (self.config.reorder_budget(), self.config.reorder_max_attempts);
         let mut handle = CoreHandle::new(ctx, root, budget, max);
-        Some(preemption::run_chain(
+        let outcome = preemption::run_chain(
             self.post_filters.iter().map(|b| b.as_ref()),
             |p| p.name(),
             |p| p.post_filter(snapshot, preemptor, &mut handle),
-        ))
+        );
+        let delayed = match preemptor.key {
+            EntityKey::Group(g) => snapshot.preemption_state().delayed(g).cloned(),
+            EntityKey::Pod(_) => None,
+        };
+        Some(match delayed {
+            Some(why) => preemption::hold(outcome, &why),
+            None => outcome,
+        })
     }
 
     /// Runs the PostFilter chain for a standalone pod that did not fit.

@@ -1528,3 +1528,42 @@ mod property {
         }
     }
 }
+
+/// `preemptionDelaySeconds` (Phalanx): while the runtime holds a root's preemption back, a gang that could preempt
+/// evicts nothing and nominates nothing; every member stays Unschedulable (what a cluster autoscaler acts on) and
+/// says what preemption would do and why it waits. Once the hold is gone, the same gang preempts as in S7.
+#[test]
+fn a_delayed_preemption_evicts_nothing_until_the_hold_is_lifted() {
+    let mut h = H::new(zone_node());
+    h.running("low-priority-blocker", 2000, "node", 10, None);
+    h.s.add_group(Sim::gang("pg1", 3));
+    let key = GroupKey::pod_group(NS, "pg1");
+    let why = "preemption is delayed until 2026-12-07T00:01:00Z (preemptionDelaySeconds 60), for a cluster \
+               autoscaler to add nodes first";
+    h.s.snap.delay_preemption(key.clone(), why);
+    gang_pods(&mut h, "pg1", &["p1", "p2", "p3", "p4"], 1000);
+    h.run();
+    assert!(h.evicted.is_empty(), "evicted {:?}", h.evicted);
+    assert!(h.preemptions.is_empty(), "no victims, no nominations");
+    let d = h.s.decisions.last().expect("the gang was tried");
+    assert_eq!(d.outcome, phalanx_scheduler::Outcome::Unschedulable);
+    let expected = format!("pod group preemption: preempting 1 victims would make room, but {why}");
+    assert_eq!(d.failures.len(), 4);
+    for f in &d.failures {
+        assert_eq!(f.reason, phalanx_scheduler::FailureReason::Unschedulable);
+        assert!(f.message.ends_with(&expected), "{}", f.message);
+    }
+    assert!(
+        d.conditions
+            .iter()
+            .all(|c| !c.status && c.message.ends_with(&expected))
+    );
+    let r = d.preemption.as_ref().expect("the chain ran");
+    assert!(!r.success);
+
+    h.s.snap.clear_preemption_inputs();
+    h.s.queue.activate(&EntityKey::Group(key), h.s.now);
+    h.run();
+    assert_eq!(h.first_victims(), names(&["low-priority-blocker"]));
+    assert!(h.s.bound(&["p1", "p2", "p3", "p4"]));
+}

@@ -89,6 +89,12 @@ impl Driver {
             Some(d) => d,
             None => {
                 let (mut snap, extras) = self.snapshot(&entity);
+                if let Some((root, why)) =
+                    self.delays
+                        .before_cycle(&entity, self.opts.preemption_delay, Instant::now())
+                {
+                    snap.delay_preemption(root, why);
+                }
                 let mark = snap.mark();
                 let decision = self.scheduler.schedule(&mut snap, &entity);
                 // The snapshot is kept for the next cycle: only a scheduled decision's assumptions stay in it
@@ -102,6 +108,9 @@ impl Driver {
             }
         };
         self.queue.done(&decision, Instant::now());
+        if decision.outcome == Outcome::Scheduled {
+            self.delays.scheduled(&decision.entity);
+        }
         let kind = if entity.tree.is_some() {
             "compositepodgroup"
         } else if entity.group.is_some() {
@@ -429,6 +438,11 @@ impl Driver {
                     // A fresh snapshot per cycle (none is kept: the cache's `base_snapshot` builds a full one), so
                     // it holds the placements assumed below.
                     let (mut snap, _extras) = self.snapshot(&entity);
+                    let now = k8s_openapi::jiff::Timestamp::now();
+                    if let Some((root, why)) = crate::preemption_delay::shown_hold(&self.store, &entity, now)
+                    {
+                        snap.delay_preemption(root, why);
+                    }
                     let nodes = snap.nodes().to_vec();
                     let volumes = snap.volumes().clone();
                     let devices = snap.devices().clone();

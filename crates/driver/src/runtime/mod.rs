@@ -10,7 +10,7 @@ mod cycle;
 
 use std::time::{Duration, Instant};
 
-use phalanx_scheduler::{Scheduler, SchedulingQueue};
+use phalanx_scheduler::{EntityKey, GroupKind, Scheduler, SchedulingQueue};
 use phalanx_store::{Leader, Store, StoreEvent};
 use tokio::sync::{broadcast::error::TryRecvError, watch};
 use tokio_util::sync::CancellationToken;
@@ -20,6 +20,7 @@ use crate::{
     cache::Cache,
     dispatcher::{ApiDispatcher, jobs::ApiResult},
     ingest::EventHandlers,
+    preemption_delay::PreemptionDelays,
     preemption_tracker::PreemptionTracker,
 };
 
@@ -64,6 +65,8 @@ pub(crate) struct Driver {
     cache: Cache,
     /// Nominations, bind reservations, pods terminating by preemption and preemptions in flight.
     preemption: PreemptionTracker,
+    /// Root groups in their `preemptionDelaySeconds` ([`crate::preemption_delay`]).
+    delays: PreemptionDelays,
     dispatcher: ApiDispatcher,
 }
 
@@ -104,6 +107,7 @@ impl Driver {
                 open: true,
             },
             preemption: PreemptionTracker::default(),
+            delays: PreemptionDelays::default(),
             client,
             store,
             opts,
@@ -189,6 +193,19 @@ impl Driver {
             if leader && last_catch_up.elapsed() >= self.opts.condition_catch_up {
                 last_catch_up = Instant::now();
                 self.dispatcher.catch_up_conditions();
+                let store = &self.store;
+                self.delays.retain(|g| match g.kind {
+                    GroupKind::PodGroup => store.pod_group(&g.namespace, &g.name).is_some(),
+                    GroupKind::CompositePodGroup => {
+                        store.composite_pod_group(&g.namespace, &g.name).is_some()
+                    }
+                });
+            }
+            // A group whose preemption delay ended is tried again now: no cluster event need come (an autoscaler
+            // that added nothing), and the 5-minute flush would stretch the delay.
+            let now = Instant::now();
+            for g in self.delays.take_due(now) {
+                self.queue.activate(&EntityKey::Group(g), now);
             }
             for (k, gate) in self.queue.take_gate_changes() {
                 if let Some(g) = gate {
@@ -204,7 +221,10 @@ impl Driver {
             // for the 5-minute flush): the loop's heartbeat is the liveness probe, and a deadline-fenced leadership
             // re-extended without a flag change must be noticed.
             let tick = Instant::now() + MAX_IDLE;
-            let wake_at = self.queue.next_wakeup().map_or(tick, |t| t.min(tick));
+            let wake_at = [self.queue.next_wakeup(), self.delays.next_wakeup()]
+                .into_iter()
+                .flatten()
+                .fold(tick, Instant::min);
             let sleep = tokio::time::sleep_until(tokio::time::Instant::from_std(wake_at));
             let leader_open = self.leadership.open;
             let wake = tokio::select! {
@@ -254,6 +274,7 @@ impl Driver {
             ("group_conditions", group_conditions),
             ("nominated", nominated),
             ("preemptions_in_flight", in_flight),
+            ("preemption_delays", self.delays.len()),
             ("binds_waiting", binds_waiting),
             ("tasks", tasks),
         ] {

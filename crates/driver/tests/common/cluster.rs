@@ -360,27 +360,28 @@ impl Ctx {
 
     /// Waits for `PodScheduled=False/Unschedulable` on a pod; returns the message.
     pub async fn wait_pod_unschedulable(&self, name: &str) -> anyhow::Result<String> {
+        self.wait_pod_waiting(name, "Unschedulable").await
+    }
+
+    /// Waits for pod `name` to carry `PodScheduled=False` with `reason`; returns the message.
+    pub async fn wait_pod_waiting(&self, name: &str, reason: &str) -> anyhow::Result<String> {
         let api = self.pods();
-        wait_for(
-            &format!("pod {name} PodScheduled=False/Unschedulable"),
-            SETTLE,
-            || {
-                let api = api.clone();
-                async move {
-                    let p = api.get(name).await?;
-                    let c = p
-                        .status
-                        .as_ref()
-                        .and_then(|s| s.conditions.as_ref())
-                        .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled"))
-                        .cloned();
-                    Ok(
-                        c.filter(|c| c.status == "False" && c.reason.as_deref() == Some("Unschedulable"))
-                            .map(|c| c.message.unwrap_or_default()),
-                    )
-                }
-            },
-        )
+        wait_for(&format!("pod {name} PodScheduled=False/{reason}"), SETTLE, || {
+            let api = api.clone();
+            async move {
+                let p = api.get(name).await?;
+                let c = p
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled"))
+                    .cloned();
+                Ok(
+                    c.filter(|c| c.status == "False" && c.reason.as_deref() == Some(reason))
+                        .map(|c| c.message.unwrap_or_default()),
+                )
+            }
+        })
         .await
     }
 

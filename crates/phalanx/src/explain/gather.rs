@@ -275,7 +275,11 @@ pub async fn explain(
             }
             _ => vec![],
         };
+        let until = phalanx_driver::preemption_delay::until_in(&p.message);
         Some(PreemptionFacts {
+            delayed_until: until.map(|t| t.to_string()),
+            delay_seconds_left: until
+                .map(|t| t.duration_since(k8s_openapi::jiff::Timestamp::now()).as_secs()),
             success: p.success,
             ongoing: p.ongoing,
             terminating,

@@ -93,6 +93,12 @@ pub struct PreemptionFacts {
     pub message: String,
     /// Victims it would evict: `namespace/name on node (group g, priority p)`.
     pub victims: Vec<String>,
+    /// While the group's `preemptionDelaySeconds` runs: when it ends (RFC 3339), as the scheduler wrote it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delayed_until: Option<String>,
+    /// With `delayed_until`: the whole seconds left from the time of the answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delay_seconds_left: Option<i64>,
 }
 
 /// An event about the target or its members.

@@ -164,6 +164,13 @@ pub fn text(e: &Explanation) -> String {
             for v in &p.terminating {
                 let _ = writeln!(s, "    {v}");
             }
+        } else if let (Some(until), Some(left)) = (&p.delayed_until, p.delay_seconds_left) {
+            let _ = writeln!(
+                s,
+                "  Preemption delayed (preemptionDelaySeconds): {}s left, until {until}, for a cluster autoscaler to add nodes: {}",
+                left.max(0),
+                p.message
+            );
         } else if p.success {
             let _ = writeln!(s, "  Preemption would evict:");
             for v in &p.victims {

@@ -95,6 +95,10 @@ pub struct GroupInfo {
     /// until it is cleared, so that the new members join the new quorum, all or nothing, instead
     /// of binding one by one as late members of the old one.
     pub resizing: Option<Arc<str>>,
+    /// `spec.preemptionDelaySeconds` (Phalanx), if set: how long a root's preemption waits after its first
+    /// unschedulable attempt, for a cluster autoscaler to add nodes. The runtime applies it (it has the clock) through
+    /// [`crate::Snapshot::delay_preemption`]; `None` takes the scheduler configuration's default.
+    pub preemption_delay_seconds: Option<u32>,
 }
 
 impl GroupInfo {
@@ -113,6 +117,7 @@ impl GroupInfo {
             disruption_mode: DisruptionMode::Single,
             workload: None,
             resizing: None,
+            preemption_delay_seconds: None,
         }
     }
 }
@@ -167,6 +172,10 @@ pub struct CompositeGroupInfo {
     pub disruption_mode: DisruptionMode,
     /// `spec.workloadRef.workloadName`, if any.
     pub workload: Option<Arc<str>>,
+    /// `spec.preemptionDelaySeconds` (Phalanx), if set: how long a root's preemption waits after its first
+    /// unschedulable attempt, for a cluster autoscaler to add nodes. The runtime applies it (it has the clock) through
+    /// [`crate::Snapshot::delay_preemption`]; `None` takes the scheduler configuration's default.
+    pub preemption_delay_seconds: Option<u32>,
 }
 
 impl CompositeGroupInfo {
@@ -184,6 +193,7 @@ impl CompositeGroupInfo {
             parent: None,
             disruption_mode: DisruptionMode::Single,
             workload: None,
+            preemption_delay_seconds: None,
         }
     }
 
@@ -208,6 +218,7 @@ impl CompositeGroupInfo {
             disruption_mode: self.disruption_mode,
             workload: self.workload.clone(),
             resizing: None,
+            preemption_delay_seconds: self.preemption_delay_seconds,
         }
     }
 }

@@ -177,6 +177,29 @@ pub(crate) fn run_chain<'p, P: ?Sized + 'p>(
     }
 }
 
+/// Holds back a group preemption that would evict victims while the group is still in its
+/// `preemptionDelaySeconds` (Phalanx; KAI-Scheduler's `preemption-delay`): the victims and nominations
+/// are dropped and the outcome becomes an Unschedulable rejection naming what preemption would do and
+/// `why` it waits, so that the members stay `Unschedulable` for a cluster autoscaler to act on. A
+/// preemption already under way (`ongoing`), one that found room without victims, and a failure are
+/// kept as they are.
+pub(crate) fn hold(outcome: ChainOutcome, why: &str) -> ChainOutcome {
+    match outcome.result {
+        Ok(r) if !r.ongoing && !r.victims.is_empty() => ChainOutcome {
+            plugin: None,
+            result: Err(Status::new(
+                Code::Unschedulable,
+                format!(
+                    "{GROUP_PREFIX}preempting {} victims would make room, but {why}",
+                    r.victims.len()
+                ),
+            )),
+            started: outcome.started,
+        },
+        result => ChainOutcome { result, ..outcome },
+    }
+}
+
 fn append(msg: &mut String, extra: &str) {
     if extra.is_empty() || msg.contains(extra) {
         return;

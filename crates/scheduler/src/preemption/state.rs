@@ -40,6 +40,8 @@ pub struct PreemptionState {
     in_flight: HashSet<EntityKey>,
     pdbs: Vec<Pdb>,
     start_times: HashMap<PodKey, i64>,
+    /// Root groups whose preemption waits (`preemptionDelaySeconds`, Phalanx), with the reader's words for the wait.
+    delayed: HashMap<GroupKey, Arc<str>>,
 }
 
 impl PreemptionState {
@@ -161,6 +163,14 @@ impl PreemptionState {
 
     pub(crate) fn set_pdbs(&mut self, pdbs: Vec<Pdb>) {
         self.pdbs = pdbs;
+    }
+
+    pub(crate) fn delay(&mut self, root: GroupKey, why: Arc<str>) {
+        self.delayed.insert(root, why);
+    }
+
+    pub(crate) fn delayed(&self, root: &GroupKey) -> Option<&Arc<str>> {
+        self.delayed.get(root)
     }
 
     pub(crate) fn set_start_time(&mut self, pod: &PodKey, start_unix_millis: Option<i64>) {

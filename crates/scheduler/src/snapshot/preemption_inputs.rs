@@ -71,6 +71,15 @@ impl Snapshot {
         self.preemption.set_in_flight(entity, in_flight);
     }
 
+    /// Holds back the preemption of root group `root` for this cycle (`spec.preemptionDelaySeconds`, Phalanx): a
+    /// preemption that would succeed evicts nothing, and its failure message says why with `why` (e.g.
+    /// `preemption is delayed until 2026-12-07T00:01:00Z (preemptionDelaySeconds 60), so that a cluster
+    /// autoscaler can add nodes first`). The runtime decides, with its clock, which groups are still in their delay;
+    /// forgotten by [`Snapshot::clear_preemption_inputs`].
+    pub fn delay_preemption(&mut self, root: GroupKey, why: impl Into<Arc<str>>) {
+        self.preemption.delay(root, why.into());
+    }
+
     /// Replaces the PodDisruptionBudgets (see [`Pdb`]).
     pub fn set_pdbs(&mut self, pdbs: Vec<Pdb>) {
         self.preemption.set_pdbs(pdbs);
