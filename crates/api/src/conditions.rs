@@ -43,6 +43,13 @@ pub mod reasons {
     pub const UNSCHEDULABLE: &str = "Unschedulable";
     /// `*InitiallyScheduled` False: an internal error happened while scheduling.
     pub const SCHEDULER_ERROR: &str = "SchedulerError";
+    /// `PodGroupInitiallyScheduled` False (Kubernetes 1.38, `PodGroupReasonPodGroupError`): the group's runtime
+    /// validation failed (members of another scheduler, a priority or preemption policy other than the root's, an
+    /// invalid hierarchy).
+    pub const POD_GROUP_ERROR: &str = "PodGroupError";
+    /// `CompositePodGroupInitiallyScheduled` False (Kubernetes 1.38, `CompositePodGroupReasonCompositePodGroupError`):
+    /// the same for a CompositePodGroup.
+    pub const COMPOSITE_POD_GROUP_ERROR: &str = "CompositePodGroupError";
     /// `DisruptionTarget` True: the scheduler preempted the group for higher-priority work.
     pub const PREEMPTION_BY_SCHEDULER: &str = "PreemptionByScheduler";
     /// Pod `PodScheduled=False`: the pod names a PodGroup (or its tree a CompositePodGroup) that does not exist

@@ -1121,3 +1121,63 @@ async fn accepts_preferred_topology_on_groups_and_templates() -> anyhow::Result<
     workloads(&client, &ns).create(&PostParams::default(), &w).await?;
     Ok(())
 }
+
+/// CompositePodGroup is served at `v1beta1` beside the stored `v1alpha3` (as Kubernetes 1.38 serves upstream's), with
+/// the same schema: an object created at `v1beta1` reads back at `v1alpha3` into the typed struct unchanged, and the
+/// same CEL rules reject at `v1beta1`.
+#[tokio::test]
+async fn composite_pod_group_is_served_at_v1beta1_too() -> anyhow::Result<()> {
+    let (client, ns) = setup("cpg-beta").await?;
+    let beta = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("scheduling.phalanx.dev", "v1beta1", "CompositePodGroup"),
+        "compositepodgroups",
+    );
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &beta);
+    let spec = json!({
+        "workloadRef": {"workloadName": "lws", "templateName": "replica"},
+        "schedulingPolicy": {"gang": {"minGroupCount": 2}},
+        "preemptionDelaySeconds": 30,
+    });
+    let mut obj = object(
+        "scheduling.phalanx.dev/v1beta1",
+        "CompositePodGroup",
+        "root",
+        spec,
+    )?;
+    obj.types = Some(kube::core::TypeMeta {
+        api_version: "scheduling.phalanx.dev/v1beta1".into(),
+        kind: "CompositePodGroup".into(),
+    });
+    api.create(&PostParams::default(), &obj).await?;
+    let typed: Api<CompositePodGroup> = Api::namespaced(client.clone(), &ns);
+    let got = typed.get("root").await?;
+    ensure!(
+        got.spec.preemption_delay_seconds == Some(30),
+        "read at v1alpha3: {:?}",
+        got.spec
+    );
+    ensure!(
+        got.spec
+            .scheduling_policy
+            .gang
+            .as_ref()
+            .map(|g| g.min_group_count)
+            == Some(2),
+        "minGroupCount lost: {:?}",
+        got.spec
+    );
+    let bad = object(
+        "scheduling.phalanx.dev/v1beta1",
+        "CompositePodGroup",
+        "bad",
+        json!({
+            "workloadRef": {"workloadName": "lws", "templateName": "replica"},
+            "schedulingPolicy": {"gang": {"minGroupCount": 0}},
+        }),
+    )?;
+    assert_invalid(
+        api.create(&PostParams::default(), &bad).await,
+        "spec.schedulingPolicy.gang.minGroupCount",
+        "greater than or equal to 1",
+    )
+}

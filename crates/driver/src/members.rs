@@ -93,7 +93,7 @@ pub(crate) fn foreign_decision(store: &Store, ours_name: &str, entity: &QueuedEn
             group: g.clone(),
             type_,
             status: false,
-            reason: ConditionReason::SchedulerError,
+            reason: ConditionReason::GroupError,
             message,
             observed_generation: generation,
         });

@@ -3,7 +3,7 @@
 //! are defined once, in `phalanx_api::conditions`.
 
 use phalanx_api::conditions::{self, reasons};
-use phalanx_scheduler::{ConditionReason, ConditionType, FailureReason, GateReason};
+use phalanx_scheduler::{ConditionReason, ConditionType, FailureReason, GateReason, GroupKind};
 
 /// API condition type of a decided group condition.
 pub fn condition_type(t: ConditionType) -> &'static str {
@@ -15,12 +15,21 @@ pub fn condition_type(t: ConditionType) -> &'static str {
     }
 }
 
-/// API reason of a decided group condition.
-pub fn condition_reason(r: ConditionReason) -> &'static str {
+/// API reason of a decided group condition on a group of `kind`.
+pub fn condition_reason(r: ConditionReason, kind: GroupKind) -> &'static str {
     match r {
         ConditionReason::Scheduled => reasons::SCHEDULED,
         ConditionReason::Unschedulable => reasons::UNSCHEDULABLE,
         ConditionReason::SchedulerError => reasons::SCHEDULER_ERROR,
+        ConditionReason::GroupError => group_error(kind),
+    }
+}
+
+/// The reason of a failed runtime validation on a group of `kind` (Kubernetes 1.38).
+fn group_error(kind: GroupKind) -> &'static str {
+    match kind {
+        GroupKind::PodGroup => reasons::POD_GROUP_ERROR,
+        GroupKind::CompositePodGroup => reasons::COMPOSITE_POD_GROUP_ERROR,
     }
 }
 
@@ -47,12 +56,13 @@ pub fn gate_reason(r: GateReason) -> &'static str {
 
 /// Group condition reason of a group held by a PreEnqueue gate: the wait itself (`WaitingForQuorum`; also
 /// `WaitingForPodGroup` and `SchedulingGated`, the gates' pod reasons), so `kubectl get ppg` tells a group still gathering its pods from one that
-/// was tried and did not fit (`Unschedulable`); an invalid hierarchy is `SchedulerError`. The condition type and
+/// was tried and did not fit (`Unschedulable`); an invalid hierarchy is `PodGroupError` / `CompositePodGroupError`
+/// (Kubernetes 1.38). The condition type and
 /// status stay upstream's (`PodGroupInitiallyScheduled=False`, `scheduling/v1beta1/types.go`); upstream's
 /// GangScheduling leaves such a group without a condition (k/k#141900).
-pub fn gate_group_reason(r: GateReason) -> &'static str {
+pub fn gate_group_reason(r: GateReason, kind: GroupKind) -> &'static str {
     match r {
-        GateReason::InvalidHierarchy => reasons::SCHEDULER_ERROR,
+        GateReason::InvalidHierarchy => group_error(kind),
         GateReason::WaitingForPodGroup
         | GateReason::WaitingForQuorum
         | GateReason::SchedulingGated

@@ -1021,7 +1021,9 @@ async fn member_of_another_scheduler_is_reported_and_fails_the_group() -> anyhow
     cx.pod_with("m2", "1", Some("mixed"), "default-scheduler", None)
         .await?;
     cx.pod("m1", "1", Some("mixed")).await?;
-    let msg = cx.wait_group("mixed", "False", "SchedulerError").await?;
+    // Kubernetes 1.38's reason for a failed runtime validation (`PodGroupReasonPodGroupError`); the pods keep
+    // `SchedulerError`.
+    let msg = cx.wait_group("mixed", "False", "PodGroupError").await?;
     ensure!(
         msg.contains("same .spec.schedulerName") && msg.contains("m2"),
         "upstream's message naming the pod: {msg}"

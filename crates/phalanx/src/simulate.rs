@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
-use phalanx_scheduler::{EntityKey, GroupKey, Outcome, PodKey};
+use phalanx_scheduler::{EntityKey, GroupKey, GroupKind, Outcome, PodKey};
 use phalanx_store::{ClusterState, MAX_TREE_DEPTH, Store};
 use serde::Serialize;
 
@@ -72,7 +72,11 @@ pub async fn simulate(
             message: String::new(),
         };
         if let Some(g) = dry.gate(&entity) {
-            v.result = phalanx_driver::names::gate_group_reason(g.reason).into();
+            let kind = match &entity {
+                EntityKey::Group(k) => k.kind,
+                EntityKey::Pod(_) => GroupKind::PodGroup,
+            };
+            v.result = phalanx_driver::names::gate_group_reason(g.reason, kind).into();
             v.message = g.message.clone();
         } else if let Some(a) = dry.attempt(&entity) {
             let d = &a.decision;

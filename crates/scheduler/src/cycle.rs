@@ -196,7 +196,7 @@ impl Scheduler {
             return d;
         }
         if let Err(e) = validate_group(group, &pods, snapshot) {
-            return error_decision(d, group, &pods, e.to_string());
+            return error_decision(d, group, &pods, e.to_string(), ConditionReason::GroupError);
         }
         let mut stats = CycleStats::default();
         let budget = self.config.reorder_budget();
@@ -256,7 +256,7 @@ impl Scheduler {
             return d;
         }
         if let Err(e) = validate_tree(tree, &pods, snapshot) {
-            return tree_error_decision(d, tree, &pods, &e.to_string());
+            return tree_error_decision(d, tree, &pods, &e.to_string(), ConditionReason::GroupError);
         }
         let mut by_leaf: HashMap<GroupKey, Vec<Arc<PodInfo>>> = HashMap::new();
         for p in &pods {
@@ -403,20 +403,23 @@ fn tree_condition(
     })
 }
 
-fn tree_error_decision(mut d: Decision, tree: &GroupTree, pods: &[Arc<PodInfo>], msg: &str) -> Decision {
+/// Every pod `SchedulerError`, every group of the tree False with `reason` (`GroupError` for a failed runtime
+/// validation, `SchedulerError` for an internal error), backoff.
+fn tree_error_decision(
+    mut d: Decision,
+    tree: &GroupTree,
+    pods: &[Arc<PodInfo>],
+    msg: &str,
+    reason: ConditionReason,
+) -> Decision {
     d.outcome = Outcome::Error;
     for p in pods {
         d.failures
             .push(failure(p, FailureReason::SchedulerError, msg.to_string()));
     }
     for k in tree.groups() {
-        d.conditions.extend(tree_condition(
-            tree,
-            &k,
-            false,
-            ConditionReason::SchedulerError,
-            msg.to_string(),
-        ));
+        d.conditions
+            .extend(tree_condition(tree, &k, false, reason, msg.to_string()));
     }
     d.requeue = Some(Requeue {
         pods: pods.iter().map(|p| p.key.clone()).collect(),
@@ -473,7 +476,13 @@ fn assemble_tree(
     result: &TreeResult,
 ) -> Decision {
     if result.status.code == Code::Error {
-        return tree_error_decision(d, tree, pods, &result.status.message);
+        return tree_error_decision(
+            d,
+            tree,
+            pods,
+            &result.status.message,
+            ConditionReason::SchedulerError,
+        );
     }
     let eff = effective_statuses(tree, result);
     let success = result.status.is_success();
@@ -584,14 +593,20 @@ fn condition(group: &GroupInfo, status: bool, reason: ConditionReason, message: 
     }
 }
 
-fn error_decision(mut d: Decision, group: &GroupInfo, pods: &[Arc<PodInfo>], msg: String) -> Decision {
+/// Every pod `SchedulerError`, the group False with `reason` (as for [`tree_error_decision`]), backoff.
+fn error_decision(
+    mut d: Decision,
+    group: &GroupInfo,
+    pods: &[Arc<PodInfo>],
+    msg: String,
+    reason: ConditionReason,
+) -> Decision {
     d.outcome = Outcome::Error;
     for p in pods {
         d.failures
             .push(failure(p, FailureReason::SchedulerError, msg.clone()));
     }
-    d.conditions
-        .push(condition(group, false, ConditionReason::SchedulerError, msg));
+    d.conditions.push(condition(group, false, reason, msg));
     d.requeue = Some(Requeue {
         pods: pods.iter().map(|p| p.key.clone()).collect(),
         mode: RequeueMode::Backoff,
@@ -636,7 +651,13 @@ fn assemble(
             }
         }
         Code::Error => {
-            return error_decision(d, group, pods, result.status.message);
+            return error_decision(
+                d,
+                group,
+                pods,
+                result.status.message,
+                ConditionReason::SchedulerError,
+            );
         }
         _ => {
             d.outcome = Outcome::Unschedulable;

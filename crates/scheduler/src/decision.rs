@@ -27,8 +27,13 @@ pub enum ConditionReason {
     Scheduled,
     /// `Unschedulable`: the group (or pod) did not fit.
     Unschedulable,
-    /// `SchedulerError`: validation failed or the input was invalid.
+    /// `SchedulerError`: an internal error (an invalid node affinity, a plugin error).
     SchedulerError,
+    /// `PodGroupError` on a PodGroup, `CompositePodGroupError` on a CompositePodGroup (Kubernetes 1.38,
+    /// `pkg/apis/scheduling/types.go`): runtime validation of the group or its hierarchy failed (members of another
+    /// scheduler, a priority or preemption policy that differs from the root's, a hierarchy rule). The pods carry
+    /// `SchedulerError`, as upstream's `FailureHandler` gives them.
+    GroupError,
 }
 
 /// Overall result of one cycle.

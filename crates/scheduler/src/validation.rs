@@ -39,9 +39,9 @@ pub enum ValidationError {
         /// Its parent, `namespace/name`.
         parent: String,
     },
-    /// Members name different schedulers (upstream's message).
+    /// Members name different schedulers (Kubernetes 1.38's message: the other member first).
     #[error(
-        "all pods in a pod group hierarchy should have the same .spec.schedulerName set, got: {first_name:?} ({first_pod:?}) and {name:?} ({pod:?})"
+        "all pods in a pod group hierarchy should have the same .spec.schedulerName set, got: {name:?} ({pod:?}) and {first_name:?} ({first_pod:?})"
     )]
     SchedulerNameMismatch {
         /// The first member's scheduler.
@@ -53,9 +53,9 @@ pub enum ValidationError {
         /// The other member.
         pod: String,
     },
-    /// A member's priority differs from the group's (upstream's message).
+    /// A member's priority differs from the group's (Kubernetes 1.38's message: the pod first).
     #[error(
-        "all pods in a pod group hierarchy should have the same priority as the root pod group's priority, got {group_priority} ({group:?}) and {priority} ({pod:?})"
+        "all pods in a pod group hierarchy should have the same priority as the root pod group's priority, got {priority} ({pod:?}) and {group_priority} ({group:?})"
     )]
     PriorityMismatch {
         /// The group's priority.
@@ -81,9 +81,10 @@ pub enum ValidationError {
         /// The other member.
         pod: String,
     },
-    /// A member's preemption policy differs from the group's (upstream's message).
+    /// A member's preemption policy differs from the group's (Kubernetes 1.38's message; `group` is kept for the
+    /// reader of the value, upstream does not name it).
     #[error(
-        "all pods in a pod group hierarchy should have the same preemption policy as the root pod group's preemption policy, got {group_policy} ({group:?}) and {policy} ({pod:?})"
+        "all pods in a pod group hierarchy should have the same preemption policy, got {policy} ({pod:?}) and {group_policy}"
     )]
     PreemptionPolicyMismatch {
         /// The group's policy.
@@ -119,12 +120,12 @@ pub fn validate_tree(
     pods: &[Arc<PodInfo>],
     snapshot: &Snapshot,
 ) -> Result<(), ValidationError> {
-    let root_ref = key_ref(&tree.root().key);
+    let root_ref = tree.root().key.to_string();
     for p in pods {
         let in_tree = p.group_key().is_some_and(|g| tree.leaf(&g).is_some());
         if !in_tree {
             return Err(ValidationError::PodOutsideTree {
-                pod: p.key.to_string(),
+                pod: p.key.name.to_string(),
                 root: root_ref,
             });
         }
@@ -141,8 +142,6 @@ pub fn validate_tree(
     )
 }
 
-/// Pre-scheduling failure of a tree: every pod SchedulerError, `False/SchedulerError` on the
-/// root and every group below it, backoff.
 /// Upstream `validatePodGroup` for a leaf group (queued and already scheduled members).
 pub fn validate_group(
     group: &GroupInfo,
@@ -162,7 +161,7 @@ pub fn validate_group(
     }
     let scheduled = scheduled_members(snapshot, std::slice::from_ref(&group.key));
     let all: Vec<&Arc<PodInfo>> = pods.iter().chain(scheduled.iter()).collect();
-    let group_ref = format!("{}/{}", group.key.namespace, group.key.name);
+    let group_ref = group.key.to_string();
     validate_members(&all, group.priority, group.preemption_policy, &group_ref)
 }
 
@@ -188,9 +187,9 @@ fn validate_members(
         if p.scheduler_name != first.scheduler_name {
             return Err(ValidationError::SchedulerNameMismatch {
                 first_name: first.scheduler_name.to_string(),
-                first_pod: first.key.to_string(),
+                first_pod: first.key.name.to_string(),
                 name: p.scheduler_name.to_string(),
-                pod: p.key.to_string(),
+                pod: p.key.name.to_string(),
             });
         }
     }
@@ -201,15 +200,15 @@ fn validate_members(
                     group_priority: gp,
                     group: group_ref.to_string(),
                     priority: p.priority,
-                    pod: p.key.to_string(),
+                    pod: p.key.name.to_string(),
                 });
             }
             None if p.priority != first.priority => {
                 return Err(ValidationError::PodPriorityMismatch {
                     first_priority: first.priority,
-                    first_pod: first.key.to_string(),
+                    first_pod: first.key.name.to_string(),
                     priority: p.priority,
-                    pod: p.key.to_string(),
+                    pod: p.key.name.to_string(),
                 });
             }
             _ => {}
@@ -227,15 +226,15 @@ fn validate_members(
                     group_policy: gp.to_string(),
                     group: group_ref.to_string(),
                     policy: p.preemption_policy.to_string(),
-                    pod: p.key.to_string(),
+                    pod: p.key.name.to_string(),
                 });
             }
             None if p.preemption_policy != first.preemption_policy => {
                 return Err(ValidationError::PodPreemptionPolicyMismatch {
                     first_policy: first.preemption_policy.to_string(),
-                    first_pod: first.key.to_string(),
+                    first_pod: first.key.name.to_string(),
                     policy: p.preemption_policy.to_string(),
-                    pod: p.key.to_string(),
+                    pod: p.key.name.to_string(),
                 });
             }
             _ => {}

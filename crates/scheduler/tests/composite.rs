@@ -255,7 +255,7 @@ fn objects_arriving_in_any_order_join_the_root_entity() {
 }
 
 #[test]
-fn invalid_hierarchy_is_a_scheduler_error_on_every_group() {
+fn invalid_hierarchy_is_a_group_error_on_every_group() {
     let mut s = Sim::new(one_node(20));
     s.add_composite(Sim::cpg("root", Some(1), None));
     s.add_composite(Sim::cpg("sub", Some(1), Some("root")));
@@ -268,10 +268,11 @@ fn invalid_hierarchy_is_a_scheduler_error_on_every_group() {
     assert_eq!(d.outcome, Outcome::Error);
     assert!(d.bindings.is_empty());
     assert_eq!(d.conditions.len(), 3);
-    let msg = "all pod groups in a hierarchy should have the same priority as the root pod group's priority, got 100 (\"ns/root\") and 5 (\"ns/pg1\")";
+    let msg = "all pod groups in a hierarchy should have the same priority as the root pod group's priority, got 5 (\"podgroup/ns/pg1\") and 100 (\"compositepodgroup/ns/root\")";
     for c in &d.conditions {
         assert!(!c.status);
-        assert_eq!(c.reason, ConditionReason::SchedulerError);
+        // Kubernetes 1.38: PodGroupError / CompositePodGroupError on the groups, SchedulerError on the pods.
+        assert_eq!(c.reason, ConditionReason::GroupError);
         assert_eq!(c.message, msg);
     }
     assert_eq!(d.failures[0].reason, FailureReason::SchedulerError);

@@ -630,10 +630,10 @@ fn mixed_scheduler_names_fail_the_whole_group() {
     s.run_ready();
     assert!(s.unbound(&["p1", "p2"]));
     let (status, reason, msg) = s.condition("pg1").unwrap();
-    assert_eq!((status, reason), (false, ConditionReason::SchedulerError));
+    assert_eq!((status, reason), (false, ConditionReason::GroupError));
     assert_eq!(
         msg,
-        "all pods in a pod group hierarchy should have the same .spec.schedulerName set, got: \"phalanx-scheduler\" (\"ns/p1\") and \"default-scheduler\" (\"ns/p2\")"
+        "all pods in a pod group hierarchy should have the same .spec.schedulerName set, got: \"default-scheduler\" (\"p2\") and \"phalanx-scheduler\" (\"p1\")"
     );
     assert_eq!(
         s.failures["p1"].reason,
@@ -649,10 +649,10 @@ fn pod_priority_must_match_group_priority() {
     s.run_ready();
     assert_eq!(s.queue.counts().backoff, 1, "errors back off");
     let (_, reason, msg) = s.condition("pg1").unwrap();
-    assert_eq!(reason, ConditionReason::SchedulerError);
+    assert_eq!(reason, ConditionReason::GroupError);
     assert_eq!(
         msg,
-        "all pods in a pod group hierarchy should have the same priority as the root pod group's priority, got 100 (\"ns/pg1\") and 5 (\"ns/p1\")"
+        "all pods in a pod group hierarchy should have the same priority as the root pod group's priority, got 5 (\"p1\") and 100 (\"podgroup/ns/pg1\")"
     );
 }
 

@@ -504,7 +504,13 @@ impl ApiDispatcher {
                     phalanx_api::conditions::COMPOSITE_POD_GROUP_INITIALLY_SCHEDULED
                 }
             };
-            self.spawn_group_condition(sg, type_, false, names::gate_group_reason(gate.reason), message);
+            self.spawn_group_condition(
+                sg,
+                type_,
+                false,
+                names::gate_group_reason(gate.reason, g.kind),
+                message,
+            );
         }
     }
 }

@@ -115,11 +115,12 @@ impl ApiDispatcher {
             Ok(()) => {
                 self.pending_binds.extend(job.binds);
                 for c in job.conditions {
+                    let reason = names::condition_reason(c.reason, c.group.kind);
                     self.spawn_group_condition(
                         c.group,
                         names::condition_type(c.type_),
                         c.status,
-                        names::condition_reason(c.reason),
+                        reason,
                         c.message,
                     );
                 }

@@ -220,11 +220,12 @@ impl Driver {
             } else {
                 c.message
             };
+            let reason = names::condition_reason(c.reason, g.kind);
             self.dispatcher.spawn_group_condition(
                 g,
                 names::condition_type(c.type_),
                 c.status,
-                names::condition_reason(c.reason),
+                reason,
                 message,
             );
         }

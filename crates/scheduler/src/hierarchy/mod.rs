@@ -214,9 +214,9 @@ impl GroupTree {
                 && rp != p
             {
                 return Err(HierarchyError::PriorityMismatch {
-                    root: key_ref(&self.root.key),
+                    root: self.root.key.to_string(),
                     root_priority: rp,
-                    group: key_ref(&k),
+                    group: k.to_string(),
                     priority: p,
                 });
             }
@@ -224,9 +224,9 @@ impl GroupTree {
                 && rp != p
             {
                 return Err(HierarchyError::PreemptionPolicyMismatch {
-                    root: key_ref(&self.root.key),
+                    root: self.root.key.to_string(),
                     root_policy: rp.to_string(),
-                    group: key_ref(&k),
+                    group: k.to_string(),
                     policy: p.to_string(),
                 });
             }
@@ -329,7 +329,7 @@ mod tests {
         let t = GroupTree::new(gang.clone(), [leaf("pg", "root", GroupPolicy::Basic)]);
         assert_eq!(
             t.validate().unwrap_err().to_string(),
-            "gang composite pod group compositepodgroup/ns/root cannot have basic pod group child podgroup/ns/pg"
+            "gang parent \"compositepodgroup/ns/root\" cannot have basic child \"podgroup/ns/pg\""
         );
         let mut deep: Vec<TreeNode> = [("a", "root"), ("b", "a"), ("c", "b")]
             .iter()
@@ -361,7 +361,7 @@ mod tests {
         let t = GroupTree::new(Arc::new(prio), [TreeNode::Leaf(Arc::new(g))]);
         assert_eq!(
             t.validate().unwrap_err().to_string(),
-            "all pod groups in a hierarchy should have the same priority as the root pod group's priority, got 10 (\"ns/root\") and 5 (\"ns/pg\")"
+            "all pod groups in a hierarchy should have the same priority as the root pod group's priority, got 5 (\"podgroup/ns/pg\") and 10 (\"compositepodgroup/ns/root\")"
         );
     }
 }

@@ -3,8 +3,10 @@
 //! Upstream validates the runtime tree in the scheduler (`validatePodGroup` in `pkg/scheduler/schedule_one_podgroup.go`,
 //! KEP-6012 "runtime validation"): a tree deeper than `WorkloadMaxTreeDepth` (4), groups of more than one Workload, a
 //! gang CompositePodGroup over a basic PodGroup, an `all` parent over a `single` child, and cycles fail the whole
-//! hierarchy with `SchedulerError`. Upstream's message texts for these are not in its published API, so the messages
-//! are Phalanx's own. The functions take plain [`GroupNode`] values so that the scheduler's cycle
+//! hierarchy. The messages are Kubernetes 1.38's (`validatePodGroupHierarchy` in `pkg/scheduler/schedule_one_podgroup.go`,
+//! k/k#142719, #141930), groups named by their entity key (`podgroup/<namespace>/<name>`), and so is the reason a
+//! scheduler writes for them on the groups (`PodGroupError`, `CompositePodGroupError`); a cycle and a parent that is
+//! not a CompositePodGroup, which upstream's tree cannot express, keep Phalanx's own words. The functions take plain [`GroupNode`] values so that the scheduler's cycle
 //! ([`super::GroupTree::validate`]), the store and the controllers all apply the same rules without a client.
 //! Every walk is iterative and bounded by [`MAX_TREE_DEPTH`], so a chain of thousands of groups costs at most a few
 //! steps and cannot overflow the stack.
@@ -41,7 +43,7 @@ pub enum HierarchyError {
         path: String,
     },
     /// The tree is deeper than [`MAX_TREE_DEPTH`].
-    #[error("group hierarchy of {group} is {depth} levels deep, the maximum is {MAX_TREE_DEPTH}")]
+    #[error("hierarchy depth exceeds maximum allowed depth {MAX_TREE_DEPTH} at {group:?} ({depth} levels)")]
     TooDeep {
         /// Group at which the limit was exceeded.
         group: String,
@@ -50,7 +52,7 @@ pub enum HierarchyError {
     },
     /// A child and its parent reference different Workloads.
     #[error(
-        "{child} references workload {child_workload:?} but its parent {parent} references workload {parent_workload:?}"
+        "pod group workload does not match root workload, got: {child_workload:?} ({child:?}) and {parent_workload:?} ({parent:?})"
     )]
     WorkloadMismatch {
         /// The child group.
@@ -69,7 +71,7 @@ pub enum HierarchyError {
         child: String,
     },
     /// A gang CompositePodGroup has a basic PodGroup child.
-    #[error("gang composite pod group {parent} cannot have basic pod group child {child}")]
+    #[error("gang parent {parent:?} cannot have basic child {child:?}")]
     GangOverBasic {
         /// The gang CompositePodGroup.
         parent: String,
@@ -77,7 +79,9 @@ pub enum HierarchyError {
         child: String,
     },
     /// A parent with `disruptionMode: all` has a child with `single`.
-    #[error("{parent} has disruptionMode all but its child {child} has disruptionMode single")]
+    #[error(
+        "parent {parent:?} with All disruption mode cannot have child {child:?} with Single disruption mode"
+    )]
     AllOverSingle {
         /// The `all` parent.
         parent: String,
@@ -86,7 +90,7 @@ pub enum HierarchyError {
     },
     /// A group of the tree has a priority other than the root's (upstream's message).
     #[error(
-        "all pod groups in a hierarchy should have the same priority as the root pod group's priority, got {root_priority} ({root:?}) and {priority} ({group:?})"
+        "all pod groups in a hierarchy should have the same priority as the root pod group's priority, got {priority} ({group:?}) and {root_priority} ({root:?})"
     )]
     PriorityMismatch {
         /// The root, `namespace/name`.
@@ -100,7 +104,7 @@ pub enum HierarchyError {
     },
     /// A group of the tree has a preemption policy other than the root's (upstream's message).
     #[error(
-        "all pod groups in a hierarchy should have the same preemption policy as the root pod group's preemption policy, got {root_policy} ({root:?}) and {policy} ({group:?})"
+        "all pod groups in a hierarchy should have the same preemption policy, got {policy} ({group:?}) and {root_policy}"
     )]
     PreemptionPolicyMismatch {
         /// The root, `namespace/name`.
@@ -383,7 +387,7 @@ mod tests {
             .to_string();
         assert_eq!(
             msg,
-            "gang composite pod group compositepodgroup/ns/p cannot have basic pod group child podgroup/ns/x"
+            "gang parent \"compositepodgroup/ns/p\" cannot have basic child \"podgroup/ns/x\""
         );
     }
 }
