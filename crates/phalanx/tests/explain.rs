@@ -659,6 +659,66 @@ async fn explain_preemption() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The gang of `explain_preemption` with `preemptionDelaySeconds: 600` (issue 39): the scheduler holds its preemption
+/// and writes the deadline; `explain` reads it back, answers `Unschedulable` (not `Preempting`: nothing is evicted
+/// yet) and shows the time left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_a_delayed_preemption_shows_the_time_left() -> anyhow::Result<()> {
+    let cx = setup("ex-pdelay").await?;
+    let n1 = cx.node("n1", "4", &[]).await?;
+    let class = format!("{}-high", cx.ns);
+    let pc: PriorityClass = serde_json::from_value(json!({
+        "metadata": { "name": class }, "value": 1000, "preemptionPolicy": "PreemptLowerPriority",
+    }))?;
+    Api::<PriorityClass>::all(cx.client.clone())
+        .create(&PostParams::default(), &pc)
+        .await?;
+    cx.pod("low", "4", None).await?;
+    bind_pod(&cx.client, &cx.ns, "low", &n1).await?;
+    let mut g = cx.group_json("hi", 2, None, Some(&class));
+    g["spec"]["preemptionDelaySeconds"] = json!(600);
+    cx.create_group(g).await?;
+    for i in 0..2 {
+        let mut p = cx.pod_json(&format!("hi-{i}"), "2", Some("hi"), &cx.sched);
+        p["spec"]["priorityClassName"] = json!(class);
+        cx.create_pod(p).await?;
+    }
+    let api = Api::<PodGroup>::namespaced(cx.client.clone(), &cx.ns);
+    cx.schedule_until("hi's preemption delayed", || async {
+        let g = api.get("hi").await?;
+        Ok(g.status
+            .and_then(|s| {
+                s.conditions
+                    .into_iter()
+                    .find(|c| c.message.contains("preemption is delayed until"))
+            })
+            .map(|_| ()))
+    })
+    .await?;
+    let (text, j) = cx.explain("podgroup", "hi")?;
+    Api::<PriorityClass>::all(cx.client.clone())
+        .delete(&class, &Default::default())
+        .await?;
+    assert_eq!(s(&j, "/state"), "Unschedulable", "{j}");
+    assert_eq!(j.pointer("/preemption/success"), Some(&json!(false)), "{j}");
+    let left = j
+        .pointer("/preemption/delaySecondsLeft")
+        .and_then(Value::as_i64)
+        .unwrap_or(-1);
+    assert!((1..=600).contains(&left), "{j}");
+    assert!(!s(&j, "/preemption/delayedUntil").is_empty(), "{j}");
+    assert!(
+        text.contains("Preemption delayed (preemptionDelaySeconds):"),
+        "{text}"
+    );
+    // Nothing was evicted while the delay runs.
+    let low = Api::<Pod>::namespaced(cx.client.clone(), &cx.ns)
+        .get("low")
+        .await?;
+    assert!(low.metadata.deletion_timestamp.is_none(), "low was evicted");
+    Ok(())
+}
+
 /// `snapshot`, then `simulate` on the file, then the real scheduler on the same manifests: the same pod -> node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn simulate_matches_the_scheduler() -> anyhow::Result<()> {
