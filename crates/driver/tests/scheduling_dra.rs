@@ -893,8 +893,9 @@ async fn a_missing_group_claim_template_is_named_on_the_members() -> anyhow::Res
          ResourceClaimTemplate \"one\" not found)"
     );
     for p in &pods {
-        // Not `Unschedulable`: no node an autoscaler adds can make a missing claim appear (issue 39).
-        let msg = ctx.wait_pod_waiting(p, "WaitingForResourceClaim").await?;
+        // The pods name the claim itself (not a template): upstream's DynamicResources PreFilter finds it missing
+        // and answers UnschedulableAndUnresolvable, so the reason is `Unschedulable`, as kube-scheduler writes.
+        let msg = ctx.wait_pod_unschedulable(p).await?;
         ensure!(
             msg.contains(&want),
             "pod {p}: message {msg:?}, want one with {want:?}"
