@@ -35,6 +35,8 @@ mod cluster;
 mod controllers;
 #[path = "workloads/harness.rs"]
 mod harness;
+#[path = "shared/processes.rs"]
+mod processes;
 #[path = "workloads/webhooks.rs"]
 mod webhooks;
 
