@@ -63,7 +63,11 @@ async fn on_karpenter_nodes(c: &Case, group: &str) -> Result<usize> {
     let claims: BTreeSet<String> = c.node_claims().await?.iter().map(ResourceExt::name_any).collect();
     let nodes = c.nodes().await?;
     for p in c.pods(group).await? {
-        let node = p.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
+        let node = p
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .unwrap_or_default();
         let owned = nodes.iter().any(|n| {
             n.name_any() == node
                 && n.labels().get(NODEPOOL_LABEL).map(String::as_str) == Some(c.pool())
@@ -157,7 +161,10 @@ async fn gang_over_the_pool_limit_binds_nothing() -> Result<()> {
     c.until("Karpenter: members over the NodePool's limits", || async {
         for p in c.pods("gang").await? {
             let events = c.karpenter_events(&p.name_any()).await?;
-            if events.iter().any(|(r, m)| r == "FailedScheduling" && m.contains("exceed limits")) {
+            if events
+                .iter()
+                .any(|(r, m)| r == "FailedScheduling" && m.contains("exceed limits"))
+            {
                 return Ok(Some(()));
             }
         }
@@ -204,9 +211,9 @@ async fn gang_short_of_members_gets_no_nodes() -> Result<()> {
     c.members("gang", 0..6, None).await?;
     let waiting = |pods: &[k8s_openapi::api::core::v1::Pod]| {
         pods.len() == 6
-            && pods.iter().all(|p| {
-                pod_scheduled(p) == Some(("False".into(), reasons::WAITING_FOR_QUORUM.into()))
-            })
+            && pods
+                .iter()
+                .all(|p| pod_scheduled(p) == Some(("False".into(), reasons::WAITING_FOR_QUORUM.into())))
     };
     c.until("6 members PodScheduled=False/WaitingForQuorum", || async {
         Ok(waiting(&c.pods("gang").await?).then_some(()))
@@ -328,8 +335,11 @@ async fn two_gangs_over_the_limit_never_split() -> Result<()> {
     // The winner goes; the other binds whole on the same nodes (and never partly, as above).
     let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::namespaced(c.client.clone(), &c.ns);
     let sel = format!("{}={winner}", phalanx_api::labels::POD_GROUP);
-    pods.delete_collection(&Default::default(), &kube::api::ListParams::default().labels(&sel))
-        .await?;
+    pods.delete_collection(
+        &Default::default(),
+        &kube::api::ListParams::default().labels(&sel),
+    )
+    .await?;
     c.until(&format!("gang {winner}'s members gone"), || async {
         Ok(c.pods(winner).await?.is_empty().then_some(()))
     })
@@ -338,7 +348,11 @@ async fn two_gangs_over_the_limit_never_split() -> Result<()> {
     let took = until_bound_whole(&c, other, t0).await?;
     on_karpenter_nodes(&c, other).await?;
     let after = c.node_claims().await?.len();
-    ensure!(after == claims, "NodeClaims went from {claims} to {after}\n{}", c.describe().await);
+    ensure!(
+        after == claims,
+        "NodeClaims went from {claims} to {after}\n{}",
+        c.describe().await
+    );
     println!(
         "autoscaling-figure: two-gangs: gang {winner} bound whole, {other} none, on {claims} nodes (limit 4); \
          longest partly-bound observation {} ms; with {winner} deleted, {other} bound whole after {:.1} s",

@@ -67,11 +67,7 @@ pub async fn case(prefix: &str) -> Result<Case> {
         .map_err(|e| anyhow!("harness: {e}"))?;
     let client = TestEnv::shared().client().await?;
     let ns = create_namespace(&client, prefix).await?;
-    Ok(Case {
-        client,
-        ns,
-        harness,
-    })
+    Ok(Case { client, ns, harness })
 }
 
 /// Creates PriorityClass `name` of `value` unless it exists (for the cases with priorities; cluster-scoped, so
@@ -185,7 +181,12 @@ impl Case {
     /// Creates the members `<group>-<i>` for `i` in `members` of PodGroup `group`: `phalanx-scheduler`, one
     /// container of [`MEMBER_CPU`], only for this case's NodePool (its label selected, its taint tolerated), with
     /// `priority_class` when given.
-    pub async fn members(&self, group: &str, members: Range<usize>, priority_class: Option<&str>) -> Result<()> {
+    pub async fn members(
+        &self,
+        group: &str,
+        members: Range<usize>,
+        priority_class: Option<&str>,
+    ) -> Result<()> {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &self.ns);
         for i in members {
             let mut pod = json!({
@@ -323,8 +324,12 @@ impl Case {
             &format!("{n} NodeClaims of NodePool {} Initialized", self.pool()),
             || async {
                 let claims = self.node_claims().await?;
-                let init = claims.iter().filter(|c| claim_condition(c, "Initialized")).count();
-                Ok((claims.len() == n && init == n).then(|| claims.iter().map(ResourceExt::name_any).collect()))
+                let init = claims
+                    .iter()
+                    .filter(|c| claim_condition(c, "Initialized"))
+                    .count();
+                Ok((claims.len() == n && init == n)
+                    .then(|| claims.iter().map(ResourceExt::name_any).collect()))
             },
         )
         .await
@@ -383,7 +388,13 @@ impl Case {
                         .as_array()
                         .into_iter()
                         .flatten()
-                        .map(|c| format!("{}={}", c["type"].as_str().unwrap_or("?"), c["status"].as_str().unwrap_or("?")))
+                        .map(|c| {
+                            format!(
+                                "{}={}",
+                                c["type"].as_str().unwrap_or("?"),
+                                c["status"].as_str().unwrap_or("?")
+                            )
+                        })
                         .collect();
                     let node = c.data["status"]["nodeName"].as_str().unwrap_or("-");
                     let _ = writeln!(out, "NodeClaim {} node={node} {}", c.name_any(), conds.join(" "));

@@ -23,8 +23,8 @@ use phalanx_testenv::TestEnv;
 use serde_json::json;
 
 use crate::processes::{
-    ControllerProcess, FIELD_MANAGER, apply_crd_dir, build_controllers, build_dir, free_port, log_dir, start_once,
-    start_phalanx, wait_readyz,
+    ControllerProcess, FIELD_MANAGER, apply_crd_dir, build_controllers, build_dir, free_port, log_dir,
+    start_once, start_phalanx, wait_readyz,
 };
 
 /// The KWOKNodeClass every case's NodePool refers to.
@@ -67,7 +67,11 @@ async fn node_class(client: &Client) -> Result<()> {
         client.clone(),
         &ApiResource::from_gvk_with_plural(&gvk, "kwoknodeclasses"),
     )
-    .patch(NODE_CLASS, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&nc))
+    .patch(
+        NODE_CLASS,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&nc),
+    )
     .await
     .context("creating the KWOKNodeClass")?;
     Ok(())
