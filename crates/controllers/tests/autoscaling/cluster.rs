@@ -119,6 +119,9 @@ impl Case {
     /// Creates NodePool `name`: [`INSTANCE_TYPE`] on-demand nodes of [`NODE_CLASS`], labelled [`NODEPOOL_LABEL`]
     /// by Karpenter and tainted [`CASE_TAINT`], with a `limits.cpu` when `cpu_limit` is given; waits until it is
     /// Ready. Never consolidated (`consolidateAfter: Never`): a case's nodes stay while it watches them, also empty.
+    /// Limits: Karpenter counts a NodeClaim being launched at its instance type's capacity (8 cpu), but the KWOK
+    /// provider gives the Node the capacity its NodeClaim requested (`kwok/cloudprovider/cloudprovider.go`,
+    /// `toNode`), so the pool's `status.resources` then sums its members' requests (7 cpu for two members).
     pub async fn node_pool_named(&self, name: &str, cpu_limit: Option<&str>) -> Result<()> {
         let mut spec = json!({
             "disruption": { "consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "Never" },

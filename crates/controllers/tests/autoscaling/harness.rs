@@ -3,8 +3,8 @@
 //! in process; once per test binary (`shared/processes.rs`).
 //!
 //! Karpenter v1.8.0 (`kwok/main.go`) is one operator (`pkg/operator/operator.go`) configured by flags or their
-//! environment variables (`pkg/operator/options/options.go`, `kwok/options/options.go`): it has no webhooks and no
-//! namespace of its own (leader election off, the only namespaced object it reads is the `kube-node-lease` Leases),
+//! environment variables (`pkg/operator/options/options.go`, `kwok/options/options.go`): it has no webhooks, needs no
+//! namespace of its own (no `SYSTEM_NAMESPACE` among its options; with leader election off it writes no Lease),
 //! binds its metrics and health servers on `:<port>`, and takes the instance types embedded in
 //! `kwok/cloudprovider/instance_types.json` unless `--instance-types-file-path` names others. Its cloud provider's
 //! `Create` (`kwok/cloudprovider/cloudprovider.go`) makes the Node itself, annotated `kwok.x-k8s.io/node: fake` and
