@@ -18,6 +18,8 @@
 //! Run: `cargo test -p phalanx-controllers --features autoscaling-test --test autoscaling -- --nocapture` (the
 //! `autoscaling-figure:` lines are the measured figures).
 
+#[path = "shared/checks.rs"]
+mod checks;
 #[path = "autoscaling/cluster.rs"]
 mod cluster;
 #[path = "autoscaling/harness.rs"]

@@ -29,6 +29,8 @@
 //! Opt-in: `make test-workloads` (a cold build of the controllers takes minutes, so it is not in `make test`).
 //! Run: `cargo test -p phalanx-controllers --features workloads-test --test workloads`
 
+#[path = "shared/checks.rs"]
+mod checks;
 #[path = "workloads/cluster.rs"]
 mod cluster;
 #[path = "workloads/controllers.rs"]

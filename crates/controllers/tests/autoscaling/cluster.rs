@@ -15,9 +15,10 @@ use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Client, ResourceExt};
 use phalanx_api::conditions::POD_GROUP_INITIALLY_SCHEDULED;
 use phalanx_api::v1beta1::PodGroup;
-use phalanx_testenv::{TestEnv, create_namespace, wait_for};
+use phalanx_testenv::{TestEnv, create_namespace};
 use serde_json::json;
 
+use crate::checks::{bound, show, wait_or_describe};
 use crate::harness::{Harness, NODE_CLASS, harness};
 use crate::processes::FIELD_MANAGER;
 
@@ -85,24 +86,11 @@ pub async fn priority_class(client: &Client, name: &str, value: i32) -> Result<(
     Ok(())
 }
 
-fn bound(p: &Pod) -> bool {
-    p.spec
-        .as_ref()
-        .and_then(|s| s.node_name.as_deref())
-        .is_some_and(|n| !n.is_empty())
-}
-
 /// The pod's `PodScheduled` condition as `(status, reason)`.
 pub fn pod_scheduled(p: &Pod) -> Option<(String, String)> {
     let conds = p.status.as_ref()?.conditions.as_ref()?;
     let c = conds.iter().find(|c| c.type_ == "PodScheduled")?;
     Some((c.status.clone(), c.reason.clone().unwrap_or_default()))
-}
-
-fn show(c: Option<&Condition>) -> String {
-    c.map_or("-".into(), |c| {
-        format!("{}/{}: {}", c.status, c.reason, c.message)
-    })
 }
 
 impl Case {
@@ -338,16 +326,13 @@ impl Case {
         .await
     }
 
-    /// [`wait_for`] with [`WAIT`]; a timeout also shows the case ([`Case::describe`]).
+    /// [`wait_or_describe`] with [`WAIT`]: a timeout also shows the case ([`Case::describe`]).
     pub async fn until<T, F, Fut>(&self, what: &str, probe: F) -> Result<T>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<Option<T>>>,
     {
-        match wait_for(what, WAIT, probe).await {
-            Ok(v) => Ok(v),
-            Err(e) => Err(anyhow!("{e:#}\n{}", self.describe().await)),
-        }
+        wait_or_describe(what, WAIT, probe, || self.describe()).await
     }
 
     /// Every pod and PodGroup of the namespace, the NodePool's NodeClaims and Nodes, and where Karpenter logs: the
