@@ -5,7 +5,7 @@ SHELL := bash
 CARGO ?= cargo
 TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
 
-.PHONY: help bins kueue workloads test-kueue test-workloads workloads-up workloads-down cluster-up cluster-down cluster-status test lint fmt-check clippy crds bench bench-compare bench-e2e quickstart quickstart-down chaos chaos-smoke image test-image image-reproducible release test-release test-compat test-compat-all
+.PHONY: help bins kueue workloads karpenter test-kueue test-workloads test-autoscaling workloads-up workloads-down cluster-up cluster-down cluster-status test lint fmt-check clippy crds bench bench-compare bench-e2e quickstart quickstart-down chaos chaos-smoke image test-image image-reproducible release test-release test-compat test-compat-all
 
 help: ## Show this list
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -18,6 +18,9 @@ kueue: ## Build/cache Kueue's manager and copy its CRDs and webhooks from its Go
 
 workloads: ## Build/cache the workload controllers (JobSet, LeaderWorkerSet, KubeRay, Kubeflow Trainer, MPI Operator) with their CRDs and webhooks from their Go modules (hack/build-workloads.sh; 1-2 min each with k8s.io modules cached)
 	hack/build-workloads.sh
+
+karpenter: ## Build/cache Karpenter's KWOK cloud provider with its CRDs from its Go module (hack/build-workloads.sh karpenter; minutes cold)
+	hack/build-workloads.sh karpenter
 
 cluster-up: bins ## Start the local control plane; prints `export KUBECONFIG=...` (UPSTREAM_WORKLOAD_API=1 for upstream's API)
 	@hack/cluster.sh up
@@ -56,6 +59,9 @@ workloads-down: ## Stop what workloads-up started
 
 test-workloads: bins workloads ## Phalanx beside JobSet, LeaderWorkerSet, KubeRay, Kubeflow Trainer and MPI Operator: per-kind groups bound whole (not in `make test`: cold controller builds)
 	$(CARGO) test -p phalanx-controllers --features workloads-test --test workloads
+
+test-autoscaling: bins karpenter ## Phalanx beside Karpenter (KWOK provider): pending gangs get nodes and bind whole, or not at all (not in `make test`: cold Karpenter build)
+	$(CARGO) test -p phalanx-controllers --features autoscaling-test --test autoscaling -- --nocapture
 
 crds: ## Regenerate crds/phalanx.yaml and the chart's CRDs from the Rust types (hack/gen-crds.sh)
 	hack/gen-crds.sh

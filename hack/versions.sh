@@ -33,3 +33,6 @@ KUBERAY_VERSION=${KUBERAY_VERSION:-v1.5.0}
 TRAINER_VERSION=${TRAINER_VERSION:-v2.0.0}
 MPI_OPERATOR_VERSION=${MPI_OPERATOR_VERSION:-v0.6.0}
 WORKLOADS_BIN_DIR=${WORKLOADS_BIN_DIR:-$PHALANX_CACHE/bin/workloads}
+# Karpenter's KWOK cloud provider (issue 39; opt-in: `make karpenter`, `make test-autoscaling`): built by
+# hack/build-workloads.sh like the workload controllers, from sigs.k8s.io/karpenter's kwok main package.
+KARPENTER_VERSION=${KARPENTER_VERSION:-v1.8.0}

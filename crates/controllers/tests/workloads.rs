@@ -29,12 +29,16 @@
 //! Opt-in: `make test-workloads` (a cold build of the controllers takes minutes, so it is not in `make test`).
 //! Run: `cargo test -p phalanx-controllers --features workloads-test --test workloads`
 
+#[path = "shared/checks.rs"]
+mod checks;
 #[path = "workloads/cluster.rs"]
 mod cluster;
 #[path = "workloads/controllers.rs"]
 mod controllers;
 #[path = "workloads/harness.rs"]
 mod harness;
+#[path = "shared/processes.rs"]
+mod processes;
 #[path = "workloads/webhooks.rs"]
 mod webhooks;
 

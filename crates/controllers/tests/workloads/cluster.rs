@@ -18,9 +18,10 @@ use phalanx_api::conditions::{
 use phalanx_api::owners::OWNER_UID_LABEL;
 use phalanx_api::v1alpha3::CompositePodGroup;
 use phalanx_api::v1beta1::{PodGroup, PodGroupSchedulingPolicy};
-use phalanx_testenv::{FakeNode, TEST_NS_LABEL, TestEnv, create_namespace, wait_for};
+use phalanx_testenv::{FakeNode, TEST_NS_LABEL, TestEnv, create_namespace};
 use serde_json::{Value, json};
 
+use crate::checks::{bound, show, wait_or_describe};
 use crate::harness::{Harness, harness};
 
 /// Bound of every wait of a case; only a stuck component reaches it.
@@ -106,21 +107,8 @@ pub async fn case(prefix: &str, nodes: usize, cpu: &str) -> Result<Case> {
     Ok(c)
 }
 
-fn bound(p: &Pod) -> bool {
-    p.spec
-        .as_ref()
-        .and_then(|s| s.node_name.as_deref())
-        .is_some_and(|n| !n.is_empty())
-}
-
 fn condition<'a>(conds: &'a [Condition], type_: &str) -> Option<&'a Condition> {
     conds.iter().find(|c| c.type_ == type_)
-}
-
-fn show(c: Option<&Condition>) -> String {
-    c.map_or("-".into(), |c| {
-        format!("{}/{}: {}", c.status, c.reason, c.message)
-    })
 }
 
 fn show_policy(p: &PodGroupSchedulingPolicy) -> String {
@@ -278,16 +266,13 @@ impl Case {
         Ok((pods.len(), b))
     }
 
-    /// [`wait_for`] with [`WAIT`]; a timeout also shows the namespace ([`Case::describe`]).
+    /// [`wait_or_describe`] with [`WAIT`]: a timeout also shows the namespace ([`Case::describe`]).
     pub async fn until<T, F, Fut>(&self, what: &str, probe: F) -> Result<T>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<Option<T>>>,
     {
-        match wait_for(what, WAIT, probe).await {
-            Ok(v) => Ok(v),
-            Err(e) => Err(anyhow!("{e:#}\n{}", self.describe().await)),
-        }
+        wait_or_describe(what, WAIT, probe, || self.describe()).await
     }
 
     /// Waits until `n` pods match `selector` (created by the workload controller through its webhooks), then checks

@@ -13,8 +13,9 @@ use kube::core::{ApiResource, GroupVersionKind};
 use phalanx_testenv::wait_for;
 use serde_json::{Value, json};
 
-use crate::harness::{
-    ControllerProcess, FIELD_MANAGER, SETUP_WAIT, apply_crd_dir, build_dir, free_port, log_dir, wait_readyz,
+use crate::harness::log_dir;
+use crate::processes::{
+    ControllerProcess, FIELD_MANAGER, SETUP_WAIT, apply_crd_dir, build_dir, free_port, wait_readyz,
 };
 use crate::webhooks::{Registration, make_certs, register, trainer_certs};
 

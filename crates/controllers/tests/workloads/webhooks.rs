@@ -13,7 +13,7 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
-use crate::harness::{FIELD_MANAGER, run};
+use crate::processes::{FIELD_MANAGER, run};
 
 /// A CA and a serving certificate for IP 127.0.0.1 (`tls.crt`/`tls.key` in `dir/certs`); returns the CA's PEM.
 pub fn make_certs(dir: &Path, name: &str) -> Result<String> {
