@@ -363,3 +363,88 @@ async fn two_gangs_over_the_limit_never_split() -> Result<()> {
     );
     Ok(())
 }
+
+/// `preemptionDelaySeconds` (issue 39): a low-priority gang runs on the case's Karpenter nodes when a high-priority
+/// gang arrives that could only fit by evicting it. With `preemptionDelaySeconds: 60` the high gang evicts nothing:
+/// its members carry `Unschedulable` with the deadline, Karpenter adds nodes for them, and the gang binds whole on the
+/// new nodes well within the delay; every low member is still running, none marked `DisruptionTarget`. (With no
+/// delay, the same gang evicts at once: `s49_full_preemption_gang` in `crates/driver/tests/preemption_cluster.rs`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_preemption_delay_lets_karpenter_add_nodes_instead_of_victims() -> Result<()> {
+    const DELAY: u64 = 60;
+    let c = case("as-delay").await?;
+    c.node_pool(None).await?;
+    let (low, high) = (format!("{}-low", c.ns), format!("{}-high", c.ns));
+    cluster::priority_class(&c.client, &low, 10).await?;
+    cluster::priority_class(&c.client, &high, 1000).await?;
+    c.pod_group_with(
+        "low",
+        GANG as i32,
+        serde_json::json!({ "priorityClassName": low }),
+    )
+    .await?;
+    c.members("low", 0..GANG, Some(&low)).await?;
+    until_bound_whole(&c, "low", Instant::now()).await?;
+    let before = c.node_claims().await?.len();
+    let t0 = Instant::now();
+    c.pod_group_with(
+        "high",
+        GANG as i32,
+        serde_json::json!({ "priorityClassName": high, "preemptionDelaySeconds": DELAY }),
+    )
+    .await?;
+    c.members("high", 0..GANG, Some(&high)).await?;
+    c.until(
+        "the high gang's members Unschedulable with the delay's deadline",
+        || async {
+            let pods = c.pods("high").await?;
+            let held = pods.len() == GANG
+                && pods.iter().all(|p| {
+                    p.status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled"))
+                        .is_some_and(|c| {
+                            c.reason.as_deref() == Some(reasons::UNSCHEDULABLE)
+                                && c.message
+                                    .as_deref()
+                                    .is_some_and(|m| m.contains("preemption is delayed until"))
+                        })
+                });
+            Ok(held.then_some(()))
+        },
+    )
+    .await?;
+    let bound = until_bound_whole(&c, "high", t0).await?;
+    ensure!(
+        bound < Duration::from_secs(DELAY),
+        "the high gang bound {bound:?} after its creation: not before its {DELAY} s delay ended, so not on new nodes"
+    );
+    let added = on_karpenter_nodes(&c, "high").await?.saturating_sub(before);
+    let lows = c.pods("low").await?;
+    let disrupted: Vec<String> = lows
+        .iter()
+        .filter(|p| {
+            p.metadata.deletion_timestamp.is_some()
+                || p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none()
+                || p.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|cs| cs.iter().any(|c| c.type_ == "DisruptionTarget"))
+        })
+        .map(ResourceExt::name_any)
+        .collect();
+    ensure!(
+        lows.len() == GANG && disrupted.is_empty(),
+        "low gang: {} members, disrupted {disrupted:?}\n{}",
+        lows.len(),
+        c.describe().await
+    );
+    println!(
+        "autoscaling-figure: preemption-delay: high gang ({GANG} x {MEMBER_CPU}, preemptionDelaySeconds {DELAY}) bound \
+         whole after {:.1} s on {added} new nodes (least needed {}), 0 of {GANG} low members evicted",
+        bound.as_secs_f64(),
+        min_nodes(GANG)
+    );
+    Ok(())
+}

@@ -92,8 +92,8 @@ impl Metrics {
         );
         registry.register(
             "scheduler_preemption_attempts",
-            "PostFilter (preemption) attempts by result: success, ongoing (already in flight), failed (upstream \
-             WorkloadPreemptionAttempts)",
+            "PostFilter (preemption) attempts by result: success, ongoing (already in flight), delayed (would \
+             evict, held by preemptionDelaySeconds), failed (upstream WorkloadPreemptionAttempts)",
             m.preemption_attempts.clone(),
         );
         registry.register(

@@ -321,6 +321,26 @@ fn new_member_pod_wakes_an_unschedulable_gang() {
     assert_eq!(e.pods.len(), 3);
 }
 
+/// A changed `preemptionDelaySeconds` (Phalanx, issue 39) wakes the unschedulable gang, so that a shortened delay
+/// applies at once instead of at the next flush; another update of the group (same delay, same quorum) does not.
+#[test]
+fn a_changed_preemption_delay_wakes_the_gang() {
+    let mut q = SchedulingQueue::new(&SchedulerConfig::default());
+    let t = Instant::now();
+    let mut g = (*gang("g", 2)).clone();
+    g.preemption_delay_seconds = Some(600);
+    q.add_group(std::sync::Arc::new(g.clone()), t);
+    q.add_pod(pod("a", Some("g"), 0), t);
+    q.add_pod(pod("b", Some("g"), 0), t);
+    let e = q.pop(t).unwrap();
+    q.done(&unschedulable(e.key.clone(), &["a", "b"]), t);
+    q.update_group(std::sync::Arc::new(g.clone()), t + Duration::from_secs(1));
+    assert_eq!(q.counts().unschedulable, 1, "the same group again wakes nothing");
+    g.preemption_delay_seconds = Some(0);
+    q.update_group(std::sync::Arc::new(g), t + Duration::from_secs(2));
+    assert_eq!(q.counts().unschedulable, 0, "the shortened delay woke the gang");
+}
+
 #[test]
 fn updating_a_known_member_does_not_wake_the_gang() {
     let mut q = SchedulingQueue::new(&SchedulerConfig::default());

@@ -72,8 +72,7 @@ pub async fn case(prefix: &str) -> Result<Case> {
 }
 
 /// Creates PriorityClass `name` of `value` unless it exists (for the cases with priorities; cluster-scoped, so
-/// shared by every case that names it). Unused until the preemption-delay case (issue 39) lands.
-#[allow(dead_code)]
+/// shared by every case that names it).
 pub async fn priority_class(client: &Client, name: &str, value: i32) -> Result<()> {
     let pc: PriorityClass = serde_json::from_value(json!({
         "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
@@ -157,10 +156,20 @@ impl Case {
 
     /// Creates PodGroup `name`, a gang of `min_count`.
     pub async fn pod_group(&self, name: &str, min_count: i32) -> Result<()> {
+        self.pod_group_with(name, min_count, json!({})).await
+    }
+
+    /// Creates PodGroup `name`, a gang of `min_count`, with the fields of `extra` added to its spec
+    /// (`priorityClassName`, `preemptionDelaySeconds`, ...).
+    pub async fn pod_group_with(&self, name: &str, min_count: i32, extra: serde_json::Value) -> Result<()> {
+        let mut spec = json!({ "schedulingPolicy": { "gang": { "minCount": min_count } } });
+        if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
+            s.extend(e.clone());
+        }
         let pg: PodGroup = serde_json::from_value(json!({
             "apiVersion": "scheduling.phalanx.dev/v1beta1", "kind": "PodGroup",
             "metadata": { "name": name },
-            "spec": { "schedulingPolicy": { "gang": { "minCount": min_count } } },
+            "spec": spec,
         }))?;
         Api::<PodGroup>::namespaced(self.client.clone(), &self.ns)
             .create(&PostParams::default(), &pg)

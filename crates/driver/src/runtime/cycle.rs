@@ -238,6 +238,8 @@ impl Driver {
         let result = match (report.success, report.ongoing) {
             (true, true) => "ongoing",
             (true, false) => "success",
+            // Held back by `preemptionDelaySeconds`: it would have evicted, so it is not a failure.
+            (false, _) if crate::preemption_delay::until_in(&report.message).is_some() => "delayed",
             (false, _) => "failed",
         };
         self.metrics.preemption(result, report.duration.as_secs_f64());

@@ -167,9 +167,13 @@ pub fn text(e: &Explanation) -> String {
         } else if let (Some(until), Some(left)) = (&p.delayed_until, p.delay_seconds_left) {
             let _ = writeln!(
                 s,
-                "  Preemption delayed (preemptionDelaySeconds): {}s left, until {until}, for a cluster autoscaler to add nodes: {}",
+                "  Preemption delayed (preemptionDelaySeconds): {}s left, until {until}, for a cluster autoscaler to add nodes; {}",
                 left.max(0),
+                // The deadline is said already: only what preemption would do.
                 p.message
+                    .split(", but preemption is delayed")
+                    .next()
+                    .unwrap_or_default()
             );
         } else if p.success {
             let _ = writeln!(s, "  Preemption would evict:");

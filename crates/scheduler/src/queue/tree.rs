@@ -89,6 +89,9 @@ impl SchedulingQueue {
         };
         let wake = match (&old, group.policy) {
             (None, _) => true,
+            // A changed `preemptionDelaySeconds` (Phalanx) is applied at once: the runtime decides again whether the
+            // root's preemption still waits (it might be over now).
+            (Some(o), _) if o.preemption_delay_seconds != group.preemption_delay_seconds => true,
             (Some(o), CompositePolicy::Gang { min_group_count }) => match o.policy {
                 CompositePolicy::Gang { min_group_count: m } => min_group_count < m,
                 CompositePolicy::Basic => true,
@@ -129,7 +132,8 @@ impl SchedulingQueue {
     }
 
     /// Adds or replaces a group object. A lowered `minCount` (or any change from gang to a
-    /// different policy) wakes the group from the unschedulable pool.
+    /// different policy) wakes the group from the unschedulable pool, and so does a changed
+    /// `preemptionDelaySeconds` (the runtime decides again whether its preemption still waits).
     pub fn add_group(&mut self, group: Arc<GroupInfo>, now: Instant) {
         let key = EntityKey::Group(group.key.clone());
         if group.parent.is_some() || self.forest.leaves.contains_key(&group.key) {
@@ -138,6 +142,7 @@ impl SchedulingQueue {
         let entry = self.entry_mut(&key, now);
         let wake = match (&entry.group, group.policy) {
             (None, _) => true,
+            (Some(old), _) if old.preemption_delay_seconds != group.preemption_delay_seconds => true,
             (Some(old), GroupPolicy::Gang { min_count }) => match old.policy {
                 GroupPolicy::Gang { min_count: old_min } => min_count < old_min,
                 GroupPolicy::Basic => true,
