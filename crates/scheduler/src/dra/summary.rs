@@ -31,6 +31,7 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 use std::time::Instant;
 
@@ -82,7 +83,15 @@ impl Hasher for FxHasher {
         self.add(i as u64);
     }
     fn finish(&self) -> u64 {
-        self.0
+        // The multiply leaves the low bits, which pick the bucket, depending on the low bits of the input only:
+        // names that differ past a common 8-byte prefix (`node-1234`) would share them. MurmurHash3's finalizer
+        // mixes the high bits down.
+        let mut h = self.0;
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+        h ^ (h >> 33)
     }
 }
 
@@ -144,6 +153,10 @@ pub struct DeviceIndex {
     names: Vec<(Arc<str>, bool)>,
     /// Device → its node and position there (nodes within [`MAX_DEVICES`] only).
     slots: HashMap<DeviceId, (u32, u8), Fx>,
+    /// The same by the address of the device name's allocation, which an allocation made from the catalog's
+    /// own ids shares: a hash of one word instead of three strings, for the pass over every allocated device
+    /// per catalog. A hit counts only when the whole id is equal (the kept id also keeps the address its own).
+    by_address: HashMap<usize, (DeviceId, u32, u8), Fx>,
     groups: Mutex<Vec<Arc<Group>>>,
 }
 
@@ -154,6 +167,7 @@ impl DeviceIndex {
             by_name: HashMap::default(),
             names: Vec::with_capacity(devices.len()),
             slots: HashMap::default(),
+            by_address: HashMap::default(),
             groups: Mutex::default(),
         };
         for (name, list) in devices.iter() {
@@ -163,13 +177,21 @@ impl DeviceIndex {
             index.names.push((name.clone(), big));
             if !big {
                 for (pos, d) in list.iter().enumerate() {
-                    index
-                        .slots
-                        .insert(d.id.clone(), (i, u8::try_from(pos).unwrap_or(u8::MAX)));
+                    let pos = u8::try_from(pos).unwrap_or(u8::MAX);
+                    index.slots.insert(d.id.clone(), (i, pos));
+                    index.by_address.insert(address(&d.id), (d.id.clone(), i, pos));
                 }
             }
         }
         index
+    }
+
+    /// The node and position of `device`.
+    fn slot(&self, device: &DeviceId) -> Option<(u32, u8)> {
+        match self.by_address.get(&address(device)) {
+            Some((id, i, pos)) if same(id, device) => Some((*i, *pos)),
+            _ => self.slots.get(device).copied(),
+        }
     }
 
     /// The group of `selectors`, made on first use.
@@ -195,24 +217,22 @@ impl DeviceIndex {
 pub struct Held {
     catalog: Weak<DeviceCatalog>,
     index: Arc<DeviceIndex>,
-    /// Per node: devices held whatever the node's pods are.
-    held: Vec<u128>,
-    /// Per node: devices whose claim is reserved only for pods on this node, held while one of them is still
-    /// there ([`DeviceCatalog::held`] answers, at Filter time: preemption takes pods off in its simulations).
-    depends: Vec<u128>,
+    /// Per node, in one row so that Filter reads one cache line: devices held whatever the node's pods are;
+    /// devices whose claim is reserved only for pods on this node, held while one of them is still there
+    /// ([`DeviceCatalog::held`] answers, at Filter time: preemption takes pods off in its simulations); whether
+    /// the node has more than [`MAX_DEVICES`] devices.
+    rows: Vec<(u128, u128, bool)>,
 }
 
 impl Held {
     fn build(catalog: &Arc<DeviceCatalog>, index: Arc<DeviceIndex>) -> Held {
-        let n = index.names.len();
         let mut h = Held {
             catalog: Arc::downgrade(catalog),
-            held: vec![0; n],
-            depends: vec![0; n],
+            rows: empty_rows(&index),
             index,
         };
         for (device, claim) in &catalog.allocated {
-            let Some(&(i, pos)) = h.index.slots.get(device) else {
+            let Some((i, pos)) = h.index.slot(device) else {
                 continue;
             };
             let (i, bit) = (i as usize, 1u128 << pos);
@@ -222,13 +242,29 @@ impl Held {
                 .get(claim)
                 .is_none_or(|pods| pods.is_empty() || pods.iter().any(|(_, on)| on != name));
             if always {
-                h.held[i] |= bit;
+                h.rows[i].0 |= bit;
             } else {
-                h.depends[i] |= bit;
+                h.rows[i].1 |= bit;
             }
         }
         h
     }
+}
+
+/// `a == b`, without reading the strings when they are the same allocations (`Arc<str>`'s equality compares
+/// the bytes).
+fn same(a: &DeviceId, b: &DeviceId) -> bool {
+    (Arc::ptr_eq(&a.device, &b.device) && Arc::ptr_eq(&a.pool, &b.pool) && Arc::ptr_eq(&a.driver, &b.driver))
+        || a == b
+}
+
+fn address(id: &DeviceId) -> usize {
+    Arc::as_ptr(&id.device).cast::<u8>() as usize
+}
+
+/// A row per node of `index`, nothing held.
+fn empty_rows(index: &DeviceIndex) -> Vec<(u128, u128, bool)> {
+    index.names.iter().map(|(_, big)| (0, 0, *big)).collect()
 }
 
 fn remember<T>(cache: &Mutex<Vec<Arc<T>>>, hit: impl Fn(&T) -> bool, make: impl FnOnce() -> T) -> Arc<T> {
@@ -319,14 +355,32 @@ struct CycleNode {
 }
 
 /// The counts Filter reads for one pod's new claims (built by PreFilter, [`super::scheduling::plan`]).
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct FastPlan {
     held: Arc<Held>,
     groups: Vec<Arc<Group>>,
     new: Demand,
     /// Nodes with claims allocated in this cycle, by index.
     cycle: HashMap<u32, CycleNode, Fx>,
+    /// Verdicts given, for reading the clock every [`CLOCK_EVERY`] of them.
+    calls: AtomicU32,
 }
+
+impl Clone for FastPlan {
+    fn clone(&self) -> Self {
+        FastPlan {
+            held: self.held.clone(),
+            groups: self.groups.clone(),
+            new: self.new.clone(),
+            cycle: self.cycle.clone(),
+            calls: AtomicU32::new(0),
+        }
+    }
+}
+
+/// How many verdicts go between two reads of the clock: reading it took a tenth of a verdict's time, and the
+/// allocator itself reads it only every 256 steps. The first verdict of a plan reads it.
+const CLOCK_EVERY: u32 = 32;
 
 /// What counting says of one node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -373,7 +427,7 @@ impl FastPlan {
                 }
                 for (_, d, admin) in &a.devices {
                     if !admin {
-                        let &(on, pos) = index.slots.get(d)?;
+                        let (on, pos) = index.slot(d)?;
                         if on != i {
                             return None;
                         }
@@ -387,13 +441,22 @@ impl FastPlan {
             groups,
             new: demand,
             cycle,
+            calls: AtomicU32::new(0),
         })
     }
 
-    /// What counting says of `node` for `catalog` (the plan's); [`Verdict::Search`] once `deadline` has passed,
-    /// so that the allocator reports the timeout.
+    /// What counting says of `node` for `catalog` (the plan's); [`Verdict::Search`] once `deadline` is seen
+    /// passed (the clock is read every [`CLOCK_EVERY`] verdicts), so that the allocator reports the timeout.
     pub fn verdict(&self, catalog: &DeviceCatalog, node: &NodeInfo, deadline: Option<Instant>) -> Verdict {
-        if deadline.is_some_and(|d| Instant::now() >= d) {
+        if let Some(d) = deadline
+            && self
+                .calls
+                .fetch_add(1, Ordering::Relaxed)
+                .is_multiple_of(CLOCK_EVERY)
+            && Instant::now() >= d
+        {
+            // Every later verdict searches too.
+            self.calls.store(0, Ordering::Relaxed);
             return Verdict::Search;
         }
         let index = &self.held.index;
@@ -408,11 +471,10 @@ impl FastPlan {
             };
         };
         let at = i as usize;
-        if index.names[at].1 {
+        let (mut in_use, depends, big) = self.held.rows[at];
+        if big {
             return Verdict::Search;
         }
-        let mut in_use = self.held.held[at];
-        let depends = self.held.depends[at];
         if depends != 0
             && let Some(devices) = catalog.node_devices.get(name)
         {
