@@ -7,12 +7,12 @@
 //! cycle (each pod has its own claim, so the members of a gang cannot share Filter results). The answers here are
 //! the allocator's on the nodes where counting decides:
 //! - **short**: the devices of a selector set that are free on the node are fewer than the devices the requests
-//!   of that set want ([`Self`]-wide: a necessary condition of any assignment, Hall's condition for that set), so
-//!   the allocator finds none;
+//!   of that set want (Hall's condition for that set, necessary for any assignment), so the allocator finds
+//!   none;
 //! - **fits**: every request is an `ExactCount` without admin access, no claim has constraints, the free devices
 //!   of any two selector sets are the same or disjoint, and each set has enough. Then the allocator's search
 //!   ([`super::allocator`]) fills the slots first fit without ever undoing a choice (each set's slots take a
-//!   prefix of its free devices), in fewer steps than the square of the slots, which [`Self`] keeps within
+//!   prefix of its free devices), in fewer steps than the square of the slots, which is kept within
 //!   [`super::scheduling::ALLOCATION_BUDGET`];
 //! - otherwise the allocator runs (constraints, `All`, admin access, overlapping sets, a selector that fails to
 //!   evaluate, a node with more than [`MAX_DEVICES`] devices, shared slices, a passed deadline).
@@ -21,7 +21,8 @@
 //! - [`DeviceIndex`], per [`NodeDevices`] map (by identity, [`DeviceCatalog::node_devices`]): the nodes, the
 //!   position of each device, and per selector set ([`Group`], by the identity of its compiled selectors) the
 //!   matching devices of each node, evaluated on a node's first visit. It outlives the catalogs that share the
-//!   map (the runtime's rebuilds after an allocation, the benchmark's in-place updates);
+//!   map (the benchmark updates the allocations of its catalog in place; the runtime's rebuild makes a new map,
+//!   so there the index is made again with each catalog);
 //! - [`Held`], per catalog (by identity): the devices allocated claims hold on each node, from
 //!   [`DeviceCatalog::allocated`] and [`DeviceCatalog::holders`], one pass over the allocations per catalog.
 //!
@@ -446,7 +447,7 @@ impl FastPlan {
     }
 
     /// What counting says of `node` for `catalog` (the plan's); [`Verdict::Search`] once `deadline` is seen
-    /// passed (the clock is read every [`CLOCK_EVERY`] verdicts), so that the allocator reports the timeout.
+    /// passed (the clock is read every 32 verdicts), so that the allocator reports the timeout.
     pub fn verdict(&self, catalog: &DeviceCatalog, node: &NodeInfo, deadline: Option<Instant>) -> Verdict {
         if let Some(d) = deadline
             && self
