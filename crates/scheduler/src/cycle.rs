@@ -137,6 +137,9 @@ impl Scheduler {
             (None, Some(g)) => self.schedule_group(snapshot, entity, g),
         };
         snapshot.commit();
+        if snapshot.devices().served {
+            self.pods.release_states();
+        }
         d.stats.duration = started.elapsed();
         d
     }

@@ -171,6 +171,15 @@ impl PodScheduler {
         }
     }
 
+    /// Drops the PreFilter states of the last pod. DynamicResources' holds the device catalog, and a holder of
+    /// the catalog that updates it in place when nobody else has it (the benchmark applies each cycle's
+    /// allocations so) would otherwise copy every claim and allocation.
+    pub fn release_states(&mut self) {
+        self.state = self.profile.cycle_state();
+        self.copies_state = self.profile.cycle_state();
+        self.cache.copies_ready = false;
+    }
+
     /// The profile this scheduler runs.
     pub fn profile(&self) -> &Profile {
         &self.profile

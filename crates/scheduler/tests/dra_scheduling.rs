@@ -62,7 +62,7 @@ fn catalog(per_node: &[usize], claims: Vec<ResourceClaimInfo>) -> DeviceCatalog 
     };
     for (i, n) in per_node.iter().enumerate() {
         let name = node_name(i);
-        cat.node_devices.insert(
+        Arc::make_mut(&mut cat.node_devices).insert(
             name.as_str().into(),
             (0..*n).map(|d| Arc::new(gpu(&name, d, "a100"))).collect(),
         );
@@ -193,7 +193,7 @@ fn a_later_member_moves_an_earlier_one_to_another_device_instead_of_failing() {
         &[0],
         vec![claim("any", 1, vec![]), claim("h100", 1, vec![model_is("h100")])],
     );
-    cat.node_devices.insert(
+    Arc::make_mut(&mut cat.node_devices).insert(
         "a".into(),
         vec![Arc::new(gpu("a", 0, "h100")), Arc::new(gpu("a", 1, "a100"))],
     );

@@ -28,7 +28,7 @@ pub fn catalog(nodes: usize) -> DeviceCatalog {
         let devices = (0..PER_NODE)
             .map(|d| Arc::new(Device::new(DeviceId::new(DRIVER, &node, &format!("gpu-{d}")))))
             .collect();
-        cat.node_devices.insert(node.as_str().into(), devices);
+        Arc::make_mut(&mut cat.node_devices).insert(node.as_str().into(), devices);
     }
     cat
 }

@@ -294,8 +294,7 @@ pub fn device_catalog<'a>(
             continue;
         }
         match slice(s) {
-            Ok((SliceScope::Node(n), devices)) => cat
-                .node_devices
+            Ok((SliceScope::Node(n), devices)) => Arc::make_mut(&mut cat.node_devices)
                 .entry(n)
                 .or_default()
                 .extend(devices.into_iter().map(Arc::new)),

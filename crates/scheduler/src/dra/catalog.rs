@@ -37,6 +37,9 @@ impl SliceScope {
     }
 }
 
+/// Devices of node-local slices by node name ([`DeviceCatalog::node_devices`]).
+pub type NodeDevices = HashMap<Arc<str>, Vec<Arc<Device>>>;
+
 /// One entry of a claim's `status.reservedFor`: who may use the allocated devices.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Consumer {
@@ -116,8 +119,11 @@ pub struct DeviceCatalog {
     /// Changes whenever the runtime rebuilds the catalog; [`PartialEq`] compares it (the selectors inside claims
     /// cannot be compared).
     pub revision: u64,
-    /// Devices of node-local slices, by node name, in slice and device order.
-    pub node_devices: HashMap<Arc<str>, Vec<Arc<Device>>>,
+    /// Devices of node-local slices, by node name, in slice and device order. Behind an `Arc` of its own so that
+    /// the per-node device summary ([`super::summary`]) outlives the catalog rebuilds and in-place updates that
+    /// leave the devices alone (the allocations change every cycle, the devices seldom); change it with
+    /// [`Arc::make_mut`].
+    pub node_devices: Arc<NodeDevices>,
     /// Devices of slices with a node selector or `allNodes`, with their scope.
     pub shared_devices: Vec<(Arc<SliceScope>, Arc<Device>)>,
     /// Claims by key.
@@ -139,7 +145,7 @@ impl Default for DeviceCatalog {
         DeviceCatalog {
             served: false,
             revision: 0,
-            node_devices: HashMap::new(),
+            node_devices: Arc::default(),
             shared_devices: Vec::new(),
             claims: HashMap::new(),
             allocated: HashMap::new(),

@@ -104,14 +104,26 @@ fn evaluate(compiled: &Compiled, device: &Device) -> Result<bool, SelectorError>
             )));
         }
     }
-    let mut ctx = Context::default();
-    register(&mut ctx).map_err(|e| SelectorError(format!("internal error: {e}")))?;
-    ctx.add_variable_from_value("device", device_value(device, &compiled.domains));
-    match compiled.program.execute(&ctx) {
-        Ok(Value::Bool(b)) => Ok(b),
-        Ok(other) => Err(SelectorError(format!("must evaluate to bool, not {other:?}"))),
-        Err(e) => Err(SelectorError(e.to_string())),
+    // The standard library and the Kubernetes functions, built once per thread: building them took most of an
+    // evaluation (a catalog's first pass evaluates every selector on every device).
+    thread_local! {
+        static ROOT: Result<Context<'static, 'static>, String> = {
+            let mut ctx = Context::default();
+            register(&mut ctx).map(|()| ctx).map_err(|e| e.to_string())
+        };
     }
+    ROOT.with(|root| {
+        let root = root
+            .as_ref()
+            .map_err(|e| SelectorError(format!("internal error: {e}")))?;
+        let mut ctx = root.new_inner_scope();
+        ctx.add_variable_from_value("device", device_value(device, &compiled.domains));
+        match compiled.program.execute(&ctx) {
+            Ok(Value::Bool(b)) => Ok(b),
+            Ok(other) => Err(SelectorError(format!("must evaluate to bool, not {other:?}"))),
+            Err(e) => Err(SelectorError(e.to_string())),
+        }
+    })
 }
 
 /// The `device` variable: driver, and attributes and capacities by domain then name.

@@ -22,9 +22,12 @@ pub mod catalog;
 pub mod cel;
 pub mod overlay;
 pub mod scheduling;
+pub mod summary;
 
 pub use allocator::{AllocationOutcome, ClaimAllocation, Shortfall, allocate, allocate_until};
-pub use catalog::{Allocated, Consumer, DeviceCatalog, FILTER_TIMEOUT, ResourceClaimInfo, SliceScope};
+pub use catalog::{
+    Allocated, Consumer, DeviceCatalog, FILTER_TIMEOUT, NodeDevices, ResourceClaimInfo, SliceScope,
+};
 pub use overlay::{DeviceOverlay, NodeAllocations};
 pub use scheduling::{ClaimWrite, DeviceAllocation};
 
@@ -162,6 +165,13 @@ impl DeviceSelector {
     pub fn cached(mut self) -> DeviceSelector {
         self.cache = Some(Arc::default());
         self
+    }
+
+    /// The address of the compiled matcher, shared by the clones of one compiled selector: two selectors with
+    /// the same identity give the same answer for every device ([`summary`] groups requests by it). Valid as a
+    /// key only while a clone is kept, which stops the address from being reused.
+    pub(crate) fn identity(&self) -> usize {
+        Arc::as_ptr(&self.matcher).cast::<u8>() as usize
     }
 
     /// Whether `device` satisfies the selector.

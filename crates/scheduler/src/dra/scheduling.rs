@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::overlay::{DeviceOverlay, NodeAllocations};
+use super::summary::{FastPlan, Verdict};
 use super::{
     Allocated, AllocationOutcome, ClaimAllocation, ClaimRequests, Device, DeviceCatalog, DeviceId,
     ResourceClaimInfo, Shortfall, allocate_until,
@@ -52,6 +53,8 @@ pub struct ClaimPlan {
     /// When this cycle's allocation must stop, and the timeout it came from (for the message).
     deadline: Option<Instant>,
     timeout: Duration,
+    /// The counts that let Filter answer without allocating on most nodes ([`check`]).
+    fast: Option<FastPlan>,
 }
 
 /// Why a pod's claims stop it on every node (PreFilter), with the message upstream gives.
@@ -126,6 +129,7 @@ pub fn plan(
         taken: HashMap::new(),
         deadline: None,
         timeout: catalog.filter_timeout,
+        fast: None,
     };
     for c in &pod.spec.resource_claims {
         let name = match &c.source {
@@ -173,6 +177,7 @@ pub fn plan(
         p.taken = overlay.taken().map(|(d, c)| (d.clone(), c.clone())).collect();
         p.movable = overlay_movable(overlay, catalog);
         p.deadline = overlay.allocation_deadline(catalog.filter_timeout);
+        p.fast = FastPlan::new(catalog, overlay, &p.new);
     }
     Ok(Some(p))
 }
@@ -241,6 +246,37 @@ impl std::fmt::Display for ShortRequest {
 /// # Errors
 /// [`Misfit`].
 pub fn fit(plan: &ClaimPlan, node: &NodeInfo) -> Result<Option<NodeAllocations>, Misfit> {
+    available(plan, node)?;
+    if plan.new.is_empty() {
+        return Ok(None);
+    }
+    allocate_on(plan, node)
+}
+
+/// Filter's answer: [`fit`]'s, without the allocation. Where the counts of free matching devices decide
+/// ([`super::summary`]) it is given without an allocation attempt, a shortfall then as
+/// `CannotAllocate(None)` (Filter's reason is the same [`CANNOT_ALLOCATE`]; [`fit`] names the request).
+///
+/// # Errors
+/// [`Misfit`].
+pub fn check(plan: &ClaimPlan, node: &NodeInfo) -> Result<(), Misfit> {
+    available(plan, node)?;
+    if plan.new.is_empty() {
+        return Ok(());
+    }
+    match plan
+        .fast
+        .as_ref()
+        .map(|f| f.verdict(&plan.catalog, node, plan.deadline))
+    {
+        Some(Verdict::Fits) => Ok(()),
+        Some(Verdict::Short) => Err(Misfit::CannotAllocate(None)),
+        Some(Verdict::Search) | None => allocate_on(plan, node).map(|_| ()),
+    }
+}
+
+/// The claims the pod uses that are allocated already (before or in this cycle) must be usable on `node`.
+fn available(plan: &ClaimPlan, node: &NodeInfo) -> Result<(), Misfit> {
     let name = &node.node.name;
     for (key, a) in &plan.allocated {
         if !a.admits(name, &node.node.labels) {
@@ -260,10 +296,12 @@ pub fn fit(plan: &ClaimPlan, node: &NodeInfo) -> Result<Option<NodeAllocations>,
             }
         }
     }
-    if plan.new.is_empty() {
-        return Ok(None);
-    }
-    let movable = plan.movable.get(name).map_or(&[][..], Vec::as_slice);
+    Ok(())
+}
+
+/// The joint allocation of the pod's new claims with the ones this cycle allocated on `node` for one pod.
+fn allocate_on(plan: &ClaimPlan, node: &NodeInfo) -> Result<Option<NodeAllocations>, Misfit> {
+    let movable = plan.movable.get(&node.node.name).map_or(&[][..], Vec::as_slice);
     let joint: Vec<&Arc<ResourceClaimInfo>> = movable.iter().chain(&plan.new).collect();
     let requests: Vec<&ClaimRequests> = joint.iter().filter_map(|c| c.requests.as_ref().ok()).collect();
     if requests.len() != joint.len() {

@@ -3,9 +3,10 @@
 //!
 //! PreFilter resolves the claims ([`crate::dra::scheduling::plan`]); Filter allocates them on one node together
 //! with the claims this cycle already allocated there ([`crate::dra::scheduling::fit`]), so that the members of
-//! a gang are allocated jointly. Reserve is the snapshot's assume (the allocation goes to the cycle's
-//! [`crate::dra::DeviceOverlay`], and revert undoes it); PreBind is the runtime's (it writes
-//! [`crate::Binding::devices`] for every pod of a gang before binding any).
+//! a gang are allocated jointly, unless counting free matching devices answers first
+//! ([`crate::dra::scheduling::check`], [`crate::dra::summary`]). Reserve is the snapshot's assume (the
+//! allocation goes to the cycle's [`crate::dra::DeviceOverlay`], and revert undoes it); PreBind is the runtime's
+//! (it writes [`crate::Binding::devices`] for every pod of a gang before binding any).
 
 use std::sync::Arc;
 
@@ -58,8 +59,8 @@ impl FilterPlugin for DynamicResources {
                 ));
             }
         };
-        match scheduling::fit(plan, node) {
-            Ok(_) => Ok(()),
+        match scheduling::check(plan, node) {
+            Ok(()) => Ok(()),
             Err(Misfit::NotAvailable(_)) => Err(Rejection::new(
                 NAME,
                 Code::UnschedulableAndUnresolvable,
