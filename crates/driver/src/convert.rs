@@ -109,6 +109,7 @@ pub fn group_info(g: &PodGroup, classes: &[Arc<PriorityClass>]) -> GroupInfo {
             .as_ref()
             .map(|w| w.workload_name.as_str().into()),
         resizing: None,
+        provisioning: None,
     }
 }
 

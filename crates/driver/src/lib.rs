@@ -96,6 +96,10 @@ pub struct SchedulerOptions {
     /// also carries counters, which change at the same binds). Groups in a CompositePodGroup tree keep the
     /// scheduler's write: their condition follows the tree's cycle, not their own members.
     pub initially_scheduled_by_controllers: bool,
+    /// Hold the gangs that opted in to a Cluster Autoscaler ProvisioningRequest until their PodGroup's
+    /// `CapacityProvisioned` condition is True (`phalanx_api::provisioning::waits_for_capacity`; default false).
+    /// Set from `autoscaling.provisioningRequests`; the controllers make the requests and write the condition.
+    pub provisioning_requests: bool,
 }
 
 impl Default for SchedulerOptions {
@@ -114,6 +118,7 @@ impl Default for SchedulerOptions {
             verify_snapshot: cfg!(debug_assertions),
             condition_catch_up: runtime::CONDITION_CATCH_UP,
             initially_scheduled_by_controllers: false,
+            provisioning_requests: false,
         }
     }
 }

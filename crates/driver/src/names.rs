@@ -41,6 +41,8 @@ pub fn gate_reason(r: GateReason) -> &'static str {
         // Upstream's DynamicResources PreEnqueue answers Unschedulable with the message.
         GateReason::WaitingForResourceClaim => reasons::UNSCHEDULABLE,
         GateReason::InvalidHierarchy => reasons::SCHEDULER_ERROR,
+        // Phalanx's own: not `Unschedulable`, which would make an autoscaler scale up a second time.
+        GateReason::WaitingForProvisioning => reasons::WAITING_FOR_PROVISIONING,
     }
 }
 
@@ -55,6 +57,7 @@ pub fn gate_group_reason(r: GateReason) -> &'static str {
         GateReason::WaitingForPodGroup
         | GateReason::WaitingForQuorum
         | GateReason::SchedulingGated
-        | GateReason::WaitingForResourceClaim => gate_reason(r),
+        | GateReason::WaitingForResourceClaim
+        | GateReason::WaitingForProvisioning => gate_reason(r),
     }
 }

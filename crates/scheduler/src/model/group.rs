@@ -95,6 +95,11 @@ pub struct GroupInfo {
     /// until it is cleared, so that the new members join the new quorum, all or nothing, instead
     /// of binding one by one as late members of the old one.
     pub resizing: Option<Arc<str>>,
+    /// Set by the runtime while the gang waits for its Cluster Autoscaler ProvisioningRequest (Phalanx addition,
+    /// opt-in): the message, e.g. `waiting for ProvisioningRequest ns/train-1 to be Provisioned`. PreEnqueue
+    /// holds the group's pending pods (`WaitingForProvisioning`, never `Unschedulable`, so that no autoscaler scales
+    /// up for them a second time) until it is cleared; then the gang is placed as usual, all or nothing.
+    pub provisioning: Option<Arc<str>>,
 }
 
 impl GroupInfo {
@@ -113,6 +118,7 @@ impl GroupInfo {
             disruption_mode: DisruptionMode::Single,
             workload: None,
             resizing: None,
+            provisioning: None,
         }
     }
 }
@@ -208,6 +214,7 @@ impl CompositeGroupInfo {
             disruption_mode: self.disruption_mode,
             workload: self.workload.clone(),
             resizing: None,
+            provisioning: None,
         }
     }
 }
