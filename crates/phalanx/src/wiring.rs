@@ -63,6 +63,7 @@ pub fn scheduler(
         progress,
         // The controllers below run in this process and write it with their counters.
         initially_scheduled_by_controllers: true,
+        provisioning_requests: opts.config.autoscaling.provisioning_requests,
         ..phalanx_driver::SchedulerOptions::default()
     };
     let fut = phalanx_driver::run(
@@ -96,6 +97,11 @@ pub fn controllers(
         // The scheduler above runs in this process and leaves the condition to the PodGroup controller.
         initially_scheduled: true,
         members_wait_warning: opts.members_wait_warning,
+        provisioning: opts.config.autoscaling.provisioning_requests.then(|| {
+            phalanx_controllers::provisioning::ProvisioningOptions {
+                class_name: opts.config.autoscaling.provisioning_class_name.clone(),
+            }
+        }),
     };
     let fut = phalanx_controllers::run_controllers(
         client.clone(),
