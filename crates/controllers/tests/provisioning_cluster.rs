@@ -38,7 +38,9 @@ const CLASS: &str = "best-effort-atomic-scale-up.autoscaling.x-k8s.io";
 
 /// Cluster Autoscaler's ProvisioningRequest CRD, read from its Go module.
 fn provisioning_request_crd() -> Result<String> {
-    let root = TestEnv::repo_root();
+    // This crate's own checkout (not `TestEnv::repo_root`, which is the testenv crate's, compiled elsewhere when
+    // checkouts share a target directory).
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let out = std::process::Command::new(root.join("hack/build-workloads.sh"))
         .args(["--crds", "cluster-autoscaler"])
         .output()

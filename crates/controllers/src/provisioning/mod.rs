@@ -374,15 +374,14 @@ async fn create_attempt(
             count,
         });
     }
-    let pr = ProvisioningRequest {
-        metadata: meta(request.clone()),
-        spec: types::ProvisioningRequestSpec {
+    let pr = ProvisioningRequest::new(
+        meta(request.clone()),
+        types::ProvisioningRequestSpec {
             pod_sets,
             provisioning_class_name: prov.class.clone(),
             parameters: Default::default(),
         },
-        status: None,
-    };
+    );
     let api: Api<ProvisioningRequest> = Api::namespaced(ctx.client.clone(), &ns);
     create_quietly(&api, &post, &pr).await?;
     tracing::info!(podgroup = %format!("{ns}/{}", pg.name_any()), request = %request, attempt, "ProvisioningRequest created");

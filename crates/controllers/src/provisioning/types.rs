@@ -29,6 +29,12 @@ pub const MAX_POD_SETS: usize = 32;
 /// A ProvisioningRequest (upstream `ProvisioningRequest`): namespaced; `spec` immutable.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ProvisioningRequest {
+    /// `autoscaling.x-k8s.io/v1` (the API server wants it on create; [`ProvisioningRequest::new`] sets it).
+    #[serde(rename = "apiVersion", default)]
+    pub api_version: String,
+    /// `ProvisioningRequest`.
+    #[serde(default)]
+    pub kind: String,
     /// Standard object metadata.
     pub metadata: ObjectMeta,
     /// What to provision (immutable).
@@ -78,6 +84,17 @@ pub struct ProvisioningRequestStatus {
 }
 
 impl ProvisioningRequest {
+    /// A request with `metadata` and `spec`, its `apiVersion` and `kind` set, no status.
+    pub fn new(metadata: ObjectMeta, spec: ProvisioningRequestSpec) -> Self {
+        ProvisioningRequest {
+            api_version: format!("{GROUP}/{VERSION}"),
+            kind: "ProvisioningRequest".into(),
+            metadata,
+            spec,
+            status: None,
+        }
+    }
+
     /// The condition `type_` when its status is `"True"`.
     pub fn true_condition(&self, type_: &str) -> Option<&Condition> {
         self.status
