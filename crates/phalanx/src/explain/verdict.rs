@@ -217,7 +217,8 @@ pub fn summary(f: &SummaryFacts<'_>) -> String {
         },
         Standing::WaitingForProvisioning => format!(
             "Waiting for capacity: {}; it is placed once its ProvisioningRequest is Provisioned.",
-            f.reasons.unwrap_or("its ProvisioningRequest is not Provisioned yet")
+            f.reasons
+                .unwrap_or("its ProvisioningRequest is not Provisioned yet")
         ),
         Standing::SchedulingGated => {
             "Held by spec.schedulingGates: the pods are not scheduled until the gates are removed.".into()
