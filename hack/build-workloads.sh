@@ -18,6 +18,8 @@
 # other Go builds); 9 s with the Go build cache warm.
 # hack/build-workloads.sh --crds name...: builds nothing; downloads each module (seconds: the module alone, not its
 # dependencies) and prints the paths of its CRD files, one per line (the samples test installs them this way).
+# One more name is known to --crds only: cluster-autoscaler, the module k8s.io/autoscaler/cluster-autoscaler/apis
+# and its ProvisioningRequest CRD (the ProvisioningRequest test of crates/controllers installs it this way).
 # What is already there is not rebuilt. Each has its own wrapper module (hack/workloads-bin/<name>, go.sum
 # committed): their k8s.io versions differ, and one shared go.mod would lift them all to the highest (minimal
 # version selection). None of the six modules has replace directives or asks for a newer Go than the local one.
@@ -46,7 +48,9 @@ spec() {
     trainer) echo "github.com/kubeflow/trainer/v2 $TRAINER_VERSION github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager manifests/base/crds/trainer.kubeflow.org_*.yaml manifests/base/webhook/manifests.yaml runtimes=manifests/base/runtimes" ;;
     mpi-operator) echo "github.com/kubeflow/mpi-operator $MPI_OPERATOR_VERSION github.com/kubeflow/mpi-operator/cmd/mpi-operator manifests/base/kubeflow.org_mpijobs.yaml - -" ;;
     karpenter) echo "sigs.k8s.io/karpenter $KARPENTER_VERSION sigs.k8s.io/karpenter/kwok kwok/charts/crds/*.yaml,kwok/apis/crds/*.yaml - -" ;;
-    *) echo "build-workloads: unknown controller '$1' (known: ${KNOWN[*]})" >&2; return 1 ;;
+    # CRDs only (--crds): Cluster Autoscaler's ProvisioningRequest API; the autoscaler itself is not built.
+    cluster-autoscaler) echo "k8s.io/autoscaler/cluster-autoscaler/apis $CLUSTER_AUTOSCALER_APIS_VERSION - config/crd/autoscaling.x-k8s.io_provisioningrequests.yaml - -" ;;
+    *) echo "build-workloads: unknown controller '$1' (known: ${KNOWN[*]} cluster-autoscaler)" >&2; return 1 ;;
   esac
 }
 
@@ -70,6 +74,7 @@ crd_files() {
 build_one() {
   local name=$1 module version pkg crds webhook extras out d t log rc
   read -r module version pkg crds webhook extras < <(spec "$name")
+  [ "$pkg" != - ] || { echo "build-workloads: $name has nothing to build (its CRDs: --crds $name)" >&2; exit 1; }
   out=$WORKLOADS_BIN_DIR/$name-$version
   if cached "$out" "$name" "$webhook" "$extras"; then
     echo "[build-workloads] $name $version cached in $out"

@@ -32,6 +32,8 @@ LWS_VERSION=${LWS_VERSION:-v0.7.0}
 KUBERAY_VERSION=${KUBERAY_VERSION:-v1.5.0}
 TRAINER_VERSION=${TRAINER_VERSION:-v2.0.0}
 MPI_OPERATOR_VERSION=${MPI_OPERATOR_VERSION:-v0.6.0}
+# Cluster Autoscaler's API module (its ProvisioningRequest CRD only: `hack/build-workloads.sh --crds cluster-autoscaler`).
+CLUSTER_AUTOSCALER_APIS_VERSION=${CLUSTER_AUTOSCALER_APIS_VERSION:-v0.0.0-20240830133931-adfbe7e45277}
 WORKLOADS_BIN_DIR=${WORKLOADS_BIN_DIR:-$PHALANX_CACHE/bin/workloads}
 # Karpenter's KWOK cloud provider (issue 39; opt-in: `make karpenter`, `make test-autoscaling`): built by
 # hack/build-workloads.sh like the workload controllers, from sigs.k8s.io/karpenter's kwok main package.

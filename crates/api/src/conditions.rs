@@ -35,6 +35,38 @@ pub const TERMINATING: &str = "Terminating";
 /// as preemption.
 pub const DISRUPTION_TARGET: &str = "DisruptionTarget";
 
+/// PodGroup condition (Phalanx's own): the state of the Cluster Autoscaler ProvisioningRequest of a gang that opted
+/// in (`scheduling.phalanx.dev/provisioning-request: "true"`, with `autoscaling.provisioningRequests: true`). True
+/// (reason `Provisioned`) once the request is `Provisioned=True`: only then does the scheduler place the gang. False
+/// otherwise, with a reason of [`capacity`]; the message names the request and repeats Cluster Autoscaler's own
+/// message. Written by the field manager `phalanx-provisioning`
+/// ([`crate::field_managers::PROVISIONING`]); the request's conditions are those of Cluster Autoscaler's
+/// `cluster-autoscaler/apis/provisioningrequest/autoscaling.x-k8s.io/v1/types.go`.
+pub const CAPACITY_PROVISIONED: &str = "CapacityProvisioned";
+
+/// Reasons of [`CAPACITY_PROVISIONED`].
+pub mod capacity {
+    /// False: the request exists (first attempt) and Cluster Autoscaler has not answered `Provisioned` or `Failed`
+    /// yet; the message carries its latest condition message (`Accepted`, …) when it has one.
+    pub const PENDING: &str = "Pending";
+    /// True: the request is `Provisioned=True`; the gang may be placed.
+    pub const PROVISIONED: &str = "Provisioned";
+    /// False: the request is `Failed=True`; a new one is made after a backoff (the message says when).
+    pub const FAILED: &str = "Failed";
+    /// False: the request was provisioned, but its booking expired (`BookingExpired=True`) before the gang was
+    /// placed; a new one is made after a backoff.
+    pub const BOOKING_EXPIRED: &str = "BookingExpired";
+    /// False: a later attempt's request exists (the previous one failed or expired, the message says why) and
+    /// waits for Cluster Autoscaler.
+    pub const RETRYING: &str = "Retrying";
+    /// False: the `provisioningrequests.autoscaling.x-k8s.io` CRD is not installed, so no request can be made;
+    /// the gang is not held (it is scheduled as if it had not opted in).
+    pub const CRD_MISSING: &str = "ProvisioningRequestCRDMissing";
+    /// False: the group cannot get a request: it is not a gang, or it is part of a CompositePodGroup tree (not
+    /// supported yet); the gang is not held.
+    pub const NOT_SUPPORTED: &str = "NotSupported";
+}
+
 /// Condition reasons.
 pub mod reasons {
     /// `*InitiallyScheduled` True: the group was placed.

@@ -11,3 +11,8 @@ pub const SCHEDULER: &str = "phalanx-scheduler";
 /// for annotated Jobs, StatefulSets and other owners). Distinct from [`CONTROLLER`] so that applying a group's
 /// spec never drops the finalizers and status the PodGroup controller applied.
 pub const INTEGRATION: &str = "phalanx-integration";
+
+/// Field manager of the ProvisioningRequest controller: the PodGroup condition `CapacityProvisioned`
+/// ([`crate::conditions::CAPACITY_PROVISIONED`]), the ProvisioningRequests and PodTemplates it creates, and the
+/// Cluster Autoscaler annotations it sets on member pods.
+pub const PROVISIONING: &str = "phalanx-provisioning";

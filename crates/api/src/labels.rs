@@ -17,3 +17,12 @@ pub const CONSUME_PROVISIONING_REQUEST: &str = "autoscaling.x-k8s.io/consume-pro
 /// Pod annotation (Cluster Autoscaler, `ProvisioningClassPodAnnotationKey`): the class of the request named by
 /// [`CONSUME_PROVISIONING_REQUEST`].
 pub const PROVISIONING_CLASS_NAME: &str = "autoscaling.x-k8s.io/provisioning-class-name";
+
+/// Label (Phalanx) on the ProvisioningRequests and PodTemplates Phalanx creates: the uid of the PodGroup they were
+/// made for (a uid, since a name may be longer than a label value). The controller watches only requests with this
+/// label.
+pub const PROVISIONING_FOR: &str = "scheduling.phalanx.dev/provisioning-for";
+
+/// Label (Phalanx) on the ProvisioningRequests and PodTemplates Phalanx creates: the attempt number (`"1"`, `"2"`,
+/// …); a failed or expired request is replaced by one of the next attempt.
+pub const PROVISIONING_ATTEMPT: &str = "scheduling.phalanx.dev/provisioning-attempt";

@@ -6,6 +6,7 @@
 //!   enforced by the generated CRD schemas (OpenAPI keywords and CEL rules).
 //! - [`conditions`]: condition types, reasons and [`conditions::set_condition`].
 //! - [`labels`], [`finalizers`], [`field_managers`]: well-known names.
+//! - [`provisioning`]: which PodGroups wait for a Cluster Autoscaler ProvisioningRequest.
 //! - [`owners`]: the owner annotations that give Jobs, StatefulSets and other owners a PodGroup automatically.
 //! - [`crds`]: the generated CustomResourceDefinitions (`crds/phalanx.yaml`).
 //!
@@ -22,6 +23,7 @@ pub mod labels;
 pub mod owner_policy;
 pub mod owners;
 mod pod;
+pub mod provisioning;
 pub mod schema;
 pub mod v1alpha3;
 pub mod v1beta1;

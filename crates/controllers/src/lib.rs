@@ -20,6 +20,7 @@ pub mod group_status;
 pub mod integrations;
 pub mod members_wait;
 pub mod pod_group;
+pub mod provisioning;
 pub mod recovery;
 pub mod satisfied;
 pub mod scheduled;
@@ -70,6 +71,9 @@ pub struct ControllerOptions {
     /// no new member before it gets one Warning event `WaitingForMembers` ([`members_wait`]). Zero: never.
     /// Default 5 min.
     pub members_wait_warning: Duration,
+    /// Make Cluster Autoscaler ProvisioningRequests for the gangs that opt in ([`provisioning`];
+    /// `autoscaling.provisioningRequests`). `None` (default): off, and ProvisioningRequests are not watched.
+    pub provisioning: Option<provisioning::ProvisioningOptions>,
 }
 
 impl Default for ControllerOptions {
@@ -83,6 +87,7 @@ impl Default for ControllerOptions {
             scheduler_names: vec![phalanx_api::DEFAULT_SCHEDULER_NAME.to_string()],
             initially_scheduled: false,
             members_wait_warning: Duration::from_secs(300),
+            provisioning: None,
         }
     }
 }
@@ -101,7 +106,7 @@ pub(crate) fn error_action(controller: &str, uid: Option<&str>, err: &Error, ctx
 
 /// Logs the outcome of one reconcile at a level that matches its cause: errors that heal on their own
 /// (conflicts with our own stale cache, deleted objects, throttling) are debug/warn, anything else is error.
-fn log_result<K: kube::Resource, QErr: std::error::Error>(
+pub(crate) fn log_result<K: kube::Resource, QErr: std::error::Error>(
     controller: &'static str,
     res: Result<(kube::runtime::reflector::ObjectRef<K>, Action), controller::Error<Error, QErr>>,
 ) {
@@ -192,11 +197,22 @@ pub fn run_controllers<L: Into<phalanx_store::Leader>>(
         let (pg_tx, pg_rx) = mpsc::unbounded();
         let (cpg_tx, cpg_rx) = mpsc::unbounded();
         let (wl_tx, wl_rx) = mpsc::unbounded();
+        let (prov_tx, prov_rx) = mpsc::unbounded();
         let queues = triggers::Queues {
             pod_groups: pg_tx,
             composites: cpg_tx,
             workloads: wl_tx,
+            provisioning: opts.provisioning.is_some().then(|| prov_tx.clone()),
         };
+        let provisioning_task = opts.provisioning.clone().map(|p| {
+            tokio::spawn(provisioning::run(
+                ctx.clone(),
+                p,
+                prov_rx,
+                prov_tx,
+                shutdown.clone(),
+            ))
+        });
         let trigger_task = tokio::spawn(triggers::run(store.clone(), queues, shutdown.clone()));
         let gc_task = tokio::spawn(collect_garbage(ctx.clone(), shutdown.clone()));
         let integration_task = tokio::spawn(integrations::run(ctx.clone(), shutdown.clone()));
@@ -235,6 +251,9 @@ pub fn run_controllers<L: Into<phalanx_store::Leader>>(
         let _ = trigger_task.await;
         let _ = gc_task.await;
         let _ = integration_task.await;
+        if let Some(t) = provisioning_task {
+            let _ = t.await;
+        }
         tracing::info!("controllers stopped");
         Ok(())
     }

@@ -27,11 +27,19 @@ pub struct Queues {
     pub composites: UnboundedSender<ObjectRef<CompositePodGroup>>,
     /// Workload controller.
     pub workloads: UnboundedSender<ObjectRef<Workload>>,
+    /// ProvisioningRequest controller ([`crate::provisioning`]), when on: gets every PodGroup the PodGroup
+    /// controller gets.
+    pub provisioning: Option<UnboundedSender<ObjectRef<PodGroup>>>,
 }
 
 impl Queues {
     fn group(&self, key: &GroupKey) {
         // A closed queue means the controller is shutting down; nothing to do.
+        if key.kind == GroupKind::PodGroup
+            && let Some(p) = &self.provisioning
+        {
+            let _ = p.unbounded_send(ObjectRef::new(&key.name).within(&key.namespace));
+        }
         let _ = match key.kind {
             GroupKind::PodGroup => self
                 .pod_groups

@@ -110,6 +110,7 @@ pub fn group_info(g: &PodGroup, classes: &[Arc<PriorityClass>]) -> GroupInfo {
             .map(|w| w.workload_name.as_str().into()),
         resizing: None,
         preemption_delay_seconds: delay_seconds(g.spec.preemption_delay_seconds),
+        provisioning: None,
     }
 }
 

@@ -101,6 +101,10 @@ pub struct SchedulerOptions {
     /// anything, when its spec does not say (`autoscaling.preemptionDelaySeconds` in the configuration file; default
     /// zero: at once, kube-scheduler's behaviour). See [`preemption_delay`].
     pub preemption_delay: Duration,
+    /// Hold the gangs that opted in to a Cluster Autoscaler ProvisioningRequest until their PodGroup's
+    /// `CapacityProvisioned` condition is True (`phalanx_api::provisioning::waits_for_capacity`; default false).
+    /// Set from `autoscaling.provisioningRequests`; the controllers make the requests and write the condition.
+    pub provisioning_requests: bool,
 }
 
 impl Default for SchedulerOptions {
@@ -120,6 +124,7 @@ impl Default for SchedulerOptions {
             condition_catch_up: runtime::CONDITION_CATCH_UP,
             initially_scheduled_by_controllers: false,
             preemption_delay: Duration::ZERO,
+            provisioning_requests: false,
         }
     }
 }

@@ -51,6 +51,8 @@ pub fn gate_reason(r: GateReason) -> &'static str {
         // then add nodes for a pod that no node helps (autoscaler#9828), so Phalanx names the wait itself.
         GateReason::WaitingForResourceClaim => reasons::WAITING_FOR_RESOURCE_CLAIM,
         GateReason::InvalidHierarchy => reasons::SCHEDULER_ERROR,
+        // Phalanx's own: not `Unschedulable`, which would make an autoscaler scale up a second time.
+        GateReason::WaitingForProvisioning => reasons::WAITING_FOR_PROVISIONING,
     }
 }
 
@@ -66,6 +68,7 @@ pub fn gate_group_reason(r: GateReason, kind: GroupKind) -> &'static str {
         GateReason::WaitingForPodGroup
         | GateReason::WaitingForQuorum
         | GateReason::SchedulingGated
-        | GateReason::WaitingForResourceClaim => gate_reason(r),
+        | GateReason::WaitingForResourceClaim
+        | GateReason::WaitingForProvisioning => gate_reason(r),
     }
 }

@@ -32,9 +32,10 @@ pub const CLUSTER_PERMISSIONS: &[Permission] = &[
     Permission {
         api_group: "",
         resources: &["pods"],
-        verbs: &["get", "list", "watch", "delete"],
+        verbs: &["get", "list", "watch", "patch", "delete"],
         used_by: "store (pod cache); driver::evict (preemption victims); controllers::recovery \
-                  (RestartGroup deletes a gang's bound members)",
+                  (RestartGroup deletes a gang's bound members); controllers::provisioning (Cluster \
+                  Autoscaler's consume-provisioning-request annotations on a gang's members)",
     },
     Permission {
         api_group: "",
@@ -132,6 +133,20 @@ pub const CLUSTER_PERMISSIONS: &[Permission] = &[
         used_by: "store; controllers (finalizers); controllers::integrations (server-side apply of an annotated \
                   owner's Workload and PodGroup, and delete_stale: deletes them once the pods join an owner \
                   above)",
+    },
+    Permission {
+        api_group: "",
+        resources: &["podtemplates"],
+        verbs: &["get", "list", "watch", "create", "delete"],
+        used_by: "controllers::provisioning (the PodTemplates of a gang's ProvisioningRequest; those of a \
+                  replaced attempt are deleted)",
+    },
+    Permission {
+        api_group: "autoscaling.x-k8s.io",
+        resources: &["provisioningrequests"],
+        verbs: &["get", "list", "watch", "create", "delete"],
+        used_by: "controllers::provisioning (with autoscaling.provisioningRequests: a gang's Cluster Autoscaler \
+                  ProvisioningRequest, watched by label, replaced after Failed or BookingExpired)",
     },
     Permission {
         api_group: "batch",

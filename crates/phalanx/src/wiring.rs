@@ -64,6 +64,7 @@ pub fn scheduler(
         // The controllers below run in this process and write it with their counters.
         initially_scheduled_by_controllers: true,
         preemption_delay: Duration::from_secs(u64::from(opts.config.autoscaling.preemption_delay_seconds)),
+        provisioning_requests: opts.config.autoscaling.provisioning_requests,
         ..phalanx_driver::SchedulerOptions::default()
     };
     let fut = phalanx_driver::run(
@@ -97,6 +98,11 @@ pub fn controllers(
         // The scheduler above runs in this process and leaves the condition to the PodGroup controller.
         initially_scheduled: true,
         members_wait_warning: opts.members_wait_warning,
+        provisioning: opts.config.autoscaling.provisioning_requests.then(|| {
+            phalanx_controllers::provisioning::ProvisioningOptions {
+                class_name: opts.config.autoscaling.provisioning_class_name.clone(),
+            }
+        }),
     };
     let fut = phalanx_controllers::run_controllers(
         client.clone(),

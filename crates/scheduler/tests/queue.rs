@@ -572,6 +572,33 @@ fn a_group_being_resized_holds_its_pending_pods_until_cleared() {
     assert_eq!(q.pop(t).map(|e| e.key), Some(gkey("g")));
 }
 
+/// A gang waiting for its ProvisioningRequest (the runtime sets `provisioning`) is held after its quorum, with its
+/// own reason (not `Unschedulable`, which would make an autoscaler scale up twice), and popped, whole, once the
+/// runtime clears the hold.
+#[test]
+fn a_gang_waiting_for_provisioning_is_held_after_its_quorum() {
+    let mut q = SchedulingQueue::new(&SchedulerConfig::default());
+    let t = Instant::now();
+    let mut info = (*gang("g", 2)).clone();
+    info.provisioning = Some("waiting for capacity: ProvisioningRequest ns/g-1 pending".into());
+    q.add_group(Arc::new(info), t);
+    q.add_pod(pod("a", Some("g"), 0), t);
+    let gate = q.gate(&gkey("g")).expect("held");
+    assert_eq!(
+        gate.reason,
+        GateReason::WaitingForQuorum,
+        "the quorum comes first"
+    );
+    q.add_pod(pod("b", Some("g"), 0), t);
+    let gate = q.gate(&gkey("g")).expect("held");
+    assert_eq!(gate.reason, GateReason::WaitingForProvisioning);
+    assert!(gate.message.contains("g-1"), "{}", gate.message);
+    assert!(q.pop(t).is_none());
+    q.add_group(gang("g", 2), t);
+    assert!(q.gate(&gkey("g")).is_none(), "provisioned: released");
+    assert_eq!(q.pop(t).map(|e| e.key), Some(gkey("g")));
+}
+
 /// Every pod that joins a group not created yet is announced (the runtime writes `WaitingForPodGroup` on members
 /// that do not carry it), not only the first: the gate's message is the same for all, so it never changes.
 #[test]

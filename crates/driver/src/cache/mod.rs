@@ -62,6 +62,8 @@ pub(crate) struct Cache {
     sized_groups: HashMap<String, GroupKey>,
     /// The reverse of `sized_groups`: PodGroup -> the owner uid it was sized from.
     sized_owner_of: HashMap<GroupKey, String>,
+    /// Hold gangs until their ProvisioningRequest is provisioned ([`crate::SchedulerOptions::provisioning_requests`]).
+    provisioning_requests: bool,
     /// The snapshot kept between cycles.
     snapshots: SnapshotCache,
     /// The storage facts of the next cycles; `None` after a storage event or a change of the claims in flight
@@ -122,12 +124,19 @@ impl Cache {
             composite_infos: HashMap::new(),
             sized_groups: HashMap::new(),
             sized_owner_of: HashMap::new(),
+            provisioning_requests: false,
             snapshots: SnapshotCache::default(),
             volume_catalog: None,
             device_catalog: None,
             device_revision: 0,
             device_problems: Vec::new(),
         }
+    }
+
+    /// Holds the gangs that wait for their ProvisioningRequest ([`crate::SchedulerOptions::provisioning_requests`]);
+    /// read at each PodGroup change.
+    pub(crate) fn hold_for_provisioning(&mut self, on: bool) {
+        self.provisioning_requests = on;
     }
 
     /// The handle the binding tasks finish bindings with.
@@ -360,6 +369,9 @@ impl Cache {
         } else {
             self.forget_sized(&key);
         }
+        if self.provisioning_requests && phalanx_api::provisioning::waits_for_capacity(pg) {
+            info.provisioning = Some(Arc::from(provisioning_hold(pg)));
+        }
         let info = Arc::new(info);
         self.group_infos.insert(key.clone(), info.clone());
         self.known_groups.insert(key);
@@ -466,3 +478,21 @@ pub(crate) fn node_event(
 
 #[cfg(test)]
 mod tests;
+
+/// The group message of a gang held for its ProvisioningRequest: the `CapacityProvisioned` condition's message
+/// (written by the controllers: the request's name and Cluster Autoscaler's message), or, before there is one,
+/// that the request is being made.
+fn provisioning_hold(pg: &PodGroup) -> String {
+    pg.status
+        .as_ref()
+        .and_then(|s| {
+            s.conditions
+                .iter()
+                .find(|c| c.type_ == phalanx_api::conditions::CAPACITY_PROVISIONED)
+        })
+        .filter(|c| !c.message.is_empty())
+        .map_or_else(
+            || "waiting for the gang's ProvisioningRequest to be created and Provisioned".to_string(),
+            |c| format!("waiting for capacity: {}", c.message),
+        )
+}

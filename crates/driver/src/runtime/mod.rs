@@ -79,13 +79,14 @@ impl Driver {
         leader: Leader,
         metrics: Metrics,
     ) -> Self {
-        let cache = Cache::new(
+        let mut cache = Cache::new(
             store.clone(),
             filter,
             opts.scheduler_name.clone(),
             opts.verify_snapshot,
             metrics.clone(),
         );
+        cache.hold_for_provisioning(opts.provisioning_requests);
         let dispatcher = ApiDispatcher::new(
             client.clone(),
             store.clone(),

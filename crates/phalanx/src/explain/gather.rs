@@ -150,6 +150,7 @@ pub async fn explain(
             GateReason::WaitingForPodGroup => Standing::WaitingForPodGroup,
             GateReason::WaitingForQuorum => Standing::WaitingForQuorum,
             GateReason::SchedulingGated => Standing::SchedulingGated,
+            GateReason::WaitingForProvisioning => Standing::WaitingForProvisioning,
             GateReason::InvalidHierarchy => Standing::SchedulerError,
             // The claim is kube-controller-manager's to create; the group cannot be tried before it exists.
             GateReason::WaitingForResourceClaim => Standing::Unschedulable,

@@ -30,6 +30,8 @@ pub enum Standing {
     WaitingForQuorum,
     /// Pods carry `spec.schedulingGates`.
     SchedulingGated,
+    /// The gang waits for its Cluster Autoscaler ProvisioningRequest to be `Provisioned` (opt-in).
+    WaitingForProvisioning,
     /// Tried, and it does not fit now.
     Unschedulable,
     /// It preempts lower-priority pods and waits for them to go.

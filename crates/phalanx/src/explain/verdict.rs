@@ -215,6 +215,11 @@ pub fn summary(f: &SummaryFacts<'_>) -> String {
                 f.reasons.unwrap_or("too few child groups are ready")
             ),
         },
+        Standing::WaitingForProvisioning => format!(
+            "Waiting for capacity: {}; it is placed once its ProvisioningRequest is Provisioned.",
+            f.reasons
+                .unwrap_or("its ProvisioningRequest is not Provisioned yet")
+        ),
         Standing::SchedulingGated => {
             "Held by spec.schedulingGates: the pods are not scheduled until the gates are removed.".into()
         }

@@ -99,6 +99,11 @@ pub struct GroupInfo {
     /// unschedulable attempt, for a cluster autoscaler to add nodes. The runtime applies it (it has the clock) through
     /// [`crate::Snapshot::delay_preemption`]; `None` takes the scheduler configuration's default.
     pub preemption_delay_seconds: Option<u32>,
+    /// Set by the runtime while the gang waits for its Cluster Autoscaler ProvisioningRequest (Phalanx addition,
+    /// opt-in): the message, e.g. `waiting for ProvisioningRequest ns/train-1 to be Provisioned`. PreEnqueue
+    /// holds the group's pending pods (`WaitingForProvisioning`, never `Unschedulable`, so that no autoscaler scales
+    /// up for them a second time) until it is cleared; then the gang is placed as usual, all or nothing.
+    pub provisioning: Option<Arc<str>>,
 }
 
 impl GroupInfo {
@@ -118,6 +123,7 @@ impl GroupInfo {
             workload: None,
             resizing: None,
             preemption_delay_seconds: None,
+            provisioning: None,
         }
     }
 }
@@ -219,6 +225,7 @@ impl CompositeGroupInfo {
             workload: self.workload.clone(),
             resizing: None,
             preemption_delay_seconds: self.preemption_delay_seconds,
+            provisioning: None,
         }
     }
 }

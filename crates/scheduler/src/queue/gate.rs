@@ -21,6 +21,9 @@ pub enum GateReason {
     /// A pod's resource claim from a template has not been created yet (upstream DynamicResources `PreEnqueue`);
     /// kube-controller-manager's resourceclaim controller creates it and names it in the pod's status.
     WaitingForResourceClaim,
+    /// The gang opted in to a Cluster Autoscaler ProvisioningRequest and waits for it to be provisioned
+    /// ([`crate::GroupInfo::provisioning`]); checked after the quorum.
+    WaitingForProvisioning,
     /// The group's parent chain is a cycle or too long: the hierarchy is invalid, a SchedulerError (upstream's
     /// `validatePodGroup`), not a wait.
     InvalidHierarchy,
@@ -106,6 +109,13 @@ impl SchedulingQueue {
                 message: format!("{present} of {min_count} pods present (minCount {min_count})"),
                 pod_message: "waiting for minCount pods from a gang to appear in scheduling queue"
                     .to_string(),
+            });
+        }
+        if let Some(m) = &group.provisioning {
+            return Some(Gate {
+                reason: GateReason::WaitingForProvisioning,
+                message: m.to_string(),
+                pod_message: "waiting for the gang's ProvisioningRequest to be Provisioned".to_string(),
             });
         }
         None
