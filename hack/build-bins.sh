@@ -124,7 +124,12 @@ if have kwok helm && have_stages; then progress "kwok $KWOK_VERSION, helm $HELM_
     hmod="helm.sh/helm/$(echo "$HELM_VERSION" | cut -d. -f1)"
     grep -q "$hmod $HELM_VERSION" go.mod 2>/dev/null || go get -tool "$hmod/cmd/helm@$HELM_VERSION"
     have kwok || gobuild "$out/kwok" sigs.k8s.io/kwok/cmd/kwok
-    have helm || gobuild "$out/helm" "$hmod/cmd/helm" "-s -w -X $hmod/internal/version.version=$HELM_VERSION"
+    # The Kubernetes version helm assumes offline (`helm template`, `helm lint`) is stamped from its client-go, as
+    # helm's Makefile does; unstamped it is v1.20, which the chart's kubeVersion (1.34 to 1.38) refuses.
+    kv=$(go list -m -f '{{.Version}}' k8s.io/client-go | cut -d. -f2)
+    hl="-s -w -X $hmod/internal/version.version=$HELM_VERSION"
+    for p in "$hmod/pkg/chartutil" "$hmod/pkg/lint/rules"; do hl+=" -X $p.k8sVersionMajor=1 -X $p.k8sVersionMinor=$kv"; done
+    have helm || gobuild "$out/helm" "$hmod/cmd/helm" "$hl"
     kdir=$(go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)
     mkdir -p "$out/kwok-stages"
     for s in "${kwok_stages[@]}"; do
