@@ -45,7 +45,7 @@ test: bins lint ## bins, fmt check, clippy, then all unit and integration tests 
 test-compat: ## Compatibility suite on one version: K8S_VERSION=v1.34.4 make test-compat (hack/test-compat.sh --list)
 	hack/test-compat.sh
 
-test-compat-all: ## Compatibility suite on v1.34.4, v1.35.4, v1.36.3 and v1.37.2 (builds each control plane once, ~20 min each cold)
+test-compat-all: ## Compatibility suite on v1.34.4, v1.35.4, v1.36.3, v1.37.2 and v1.38.0-beta.0 (builds each control plane once, ~20 min each cold; 1.38 with Go 1.27)
 	hack/test-compat.sh --all
 
 test-kueue: bins kueue ## Phalanx under Kueue: Kueue admits by quota, Phalanx gang-schedules (not in `make test`: cold Kueue build)

@@ -18,6 +18,7 @@
 #   --watch-pid PID                               tear the cluster down once process PID exits
 #   --upstream-workload-api   UPSTREAM_WORKLOAD_API=1  serve scheduling.k8s.io v1beta1+v1alpha3 with the
 #                                                 GenericWorkload, CompositePodGroup, TopologyAwareWorkloadScheduling gates
+#                                                 (1.37+; 1.38 serves CompositePodGroup in v1beta1 too)
 #   --with-kube-scheduler     WITH_KUBE_SCHEDULER=1    also run upstream kube-scheduler (identity system:kube-scheduler)
 # Environment only: PHALANX_BIN_DIR (binaries, see versions.sh), PHALANX_START_TIMEOUT (seconds, default 180),
 # APISERVER_EXTRA_ARGS / KCM_EXTRA_ARGS / KWOK_EXTRA_ARGS / SCHEDULER_EXTRA_ARGS (word-split, appended),
@@ -34,7 +35,7 @@ source "$here/lib.sh"
 # shellcheck source=hack/versions.sh
 source "$here/versions.sh"
 
-usage() { sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//' >&2; exit "${1:-2}"; }
+usage() { sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//' >&2; exit "${1:-2}"; }
 
 cmd=${1:-}
 [ $# -gt 0 ] && shift

@@ -7,7 +7,8 @@
 # other dependencies are then the ones that Kubernetes version asks for (minimal version selection never lowers a
 # version already required, so a module generated for 1.37 cannot build 1.34). hack/build-bins.sh keeps one such
 # module per minor version in hack/k8s-bins/<v1.minor>/ (commit them) and calls this for a version it has none of.
-# Needs Go and the module proxy; builds nothing.
+# Needs Go and the module proxy; builds nothing. 1.38 needs Go >= 1.27: phalanx::k8s_go_env pins the toolchain
+# hack/versions.sh names for that version (K8S_GOTOOLCHAIN), so the generated go.mod says `go 1.27.0`.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=hack/lib.sh
@@ -16,7 +17,7 @@ dir=${1:?usage: hack/gen-k8s-mod.sh DIR [VERSION]}
 if [ -n "${2:-}" ]; then K8S_VERSION=$2; fi
 # shellcheck source=hack/versions.sh
 source "$here/versions.sh"
-phalanx::go_env
+phalanx::k8s_go_env
 mkdir -p "$dir"
 cd "$dir"
 printf 'module example.invalid/phalanx/k8sbins\n\ngo 1.26.0\n' >go.mod

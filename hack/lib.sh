@@ -107,3 +107,12 @@ phalanx::go_env() {
   export GOFLAGS="${GOFLAGS:-} -mod=mod"
   export CGO_ENABLED=0
 }
+
+# phalanx::k8s_go_env: phalanx::go_env for the Kubernetes build (hack/build-bins.sh step 2, hack/gen-k8s-mod.sh),
+# with the toolchain that version needs ($K8S_GOTOOLCHAIN of hack/versions.sh: go1.27.3 for 1.38) unless
+# GOTOOLCHAIN_OVERRIDE names one.
+phalanx::k8s_go_env() {
+  phalanx::go_env
+  # shellcheck disable=SC2031 # set by hack/versions.sh in this shell (phalanx::bin_dir's subshell is another one)
+  if [ -z "${GOTOOLCHAIN_OVERRIDE:-}" ] && [ -n "${K8S_GOTOOLCHAIN:-}" ]; then export GOTOOLCHAIN=$K8S_GOTOOLCHAIN; fi
+}

@@ -4,7 +4,7 @@
 # tests, selected by name, so the suite checks the same assertions `make test` checks on v1.37.
 #
 #   K8S_VERSION=v1.34.4 hack/test-compat.sh          one version (builds its control plane first if not cached)
-#   hack/test-compat.sh --all                         v1.34.4, v1.35.4, v1.36.3 and v1.37.2 in turn
+#   hack/test-compat.sh --all                         v1.34.4, v1.35.4, v1.36.3, v1.37.2, v1.38.0-beta.0 in turn
 #   hack/test-compat.sh --oldest                      the oldest supported version only (what .ci/run adds)
 #   hack/test-compat.sh --list                        the groups and their tests, without running them
 #
@@ -15,8 +15,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
 cd "$root"
 
-# The versions `--all` runs: the newest patch release of each supported minor that the Go module proxy serves.
-ALL_VERSIONS=(v1.34.4 v1.35.4 v1.36.3 v1.37.2)
+# The versions `--all` runs: the newest patch release of each supported minor that the Go module proxy serves (for
+# 1.38, released 2026-12-16, its newest pre-release until then; its build uses Go 1.27, see hack/versions.sh).
+ALL_VERSIONS=(v1.34.4 v1.35.4 v1.36.3 v1.37.2 v1.38.0-beta.0)
 
 # name | cargo test arguments | test-name filters (substring matches, as libtest's). `--workspace --test NAME`
 # (test target names are unique in the workspace) keeps cargo's feature resolution that of `make test`, so the

@@ -1,10 +1,19 @@
 # shellcheck shell=bash
 # Versions of the control-plane binaries that tests and the quick start use.
 # Sourced by the hack/ scripts; the cache directory is keyed by these.
-# Kubernetes 1.34-1.37 build (a wrapper module per minor version in hack/k8s-bins/, see hack/gen-k8s-mod.sh); the
-# staging modules' version follows: v1.M.P -> v0.M.P.
+# Kubernetes 1.34-1.38 build (a wrapper module per minor version in hack/k8s-bins/, see hack/gen-k8s-mod.sh); the
+# staging modules' version follows: v1.M.P -> v0.M.P (v1.38.0-beta.0 -> v0.38.0-beta.0).
 K8S_VERSION=${K8S_VERSION:-v1.37.2}
 K8S_STAGING_VERSION=${K8S_STAGING_VERSION:-v0.${K8S_VERSION#v1.}}
+# The Go toolchain of the Kubernetes build alone (etcd, kwok and helm keep the default): 1.38's modules say
+# `go 1.27.0` in their go.mod, so Go 1.26 refuses them; the build pins go1.27.3 (fetched from the module proxy as
+# golang.org/toolchain) instead of whatever GOTOOLCHAIN=auto would pick from the wrapper module's go line. Empty:
+# the default of hack/lib.sh (phalanx::go_env). GOTOOLCHAIN_OVERRIDE still wins over both.
+# shellcheck disable=SC2034 # read by the scripts that source this file (phalanx::k8s_go_env of hack/lib.sh)
+case "$K8S_VERSION" in
+  v1.38.*) K8S_GOTOOLCHAIN=go1.27.3 ;;
+  *) K8S_GOTOOLCHAIN= ;;
+esac
 # The commands built from k8s.io/kubernetes (used by the scripts that source this file).
 # shellcheck disable=SC2034
 PHALANX_K8S_BINS=(kube-apiserver kube-controller-manager kube-scheduler kubectl)

@@ -15,16 +15,26 @@ pub struct Helm {
     bin: PathBuf,
     kubeconfig: PathBuf,
     home: PathBuf,
+    /// The control plane's version (`kube-apiserver --version`), for the offline `helm template`.
+    kube_version: Option<String>,
 }
 
 impl Helm {
     /// helm for `env`; its cache, config and data directories live under the system temp directory, one set per
     /// test process.
     pub fn new(env: &TestEnv) -> Self {
+        let kube_version = Command::new(env.bin_dir().join("kube-apiserver"))
+            .arg("--version")
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8(o.stdout).ok())
+            .map(|v| v.trim().trim_start_matches("Kubernetes ").to_owned())
+            .filter(|v| v.starts_with('v'));
         Self {
             bin: env.bin_dir().join("helm"),
             kubeconfig: env.kubeconfig_path().to_owned(),
             home: std::env::temp_dir().join(format!("phalanx-e2e-helm-{}", std::process::id())),
+            kube_version,
         }
     }
 
@@ -33,8 +43,17 @@ impl Helm {
     /// # Errors
     /// helm could not be started.
     pub fn output(&self, args: &[&str]) -> anyhow::Result<Output> {
+        let mut args = args.to_vec();
+        // `helm template` asks no server: it checks the chart's kubeVersion (1.34 to 1.38) against its default,
+        // v1.20 for a helm built without the client-go stamp of helm's Makefile (`pkg/chartutil/capabilities.go`),
+        // so it is told the control plane's version.
+        if let (Some(&"template"), Some(v)) = (args.first(), &self.kube_version)
+            && !args.contains(&"--kube-version")
+        {
+            args.extend(["--kube-version", v]);
+        }
         Command::new(&self.bin)
-            .args(args)
+            .args(&args)
             .arg("--kubeconfig")
             .arg(&self.kubeconfig)
             .current_dir(repo_root())

@@ -62,9 +62,19 @@ fn helm() -> &'static Path {
     })
 }
 
+/// The Kubernetes version `helm template` and `helm lint` render for unless a test names one. The chart's
+/// `kubeVersion` admits 1.34 to 1.38 only, and a helm built without the Makefile's client-go stamp (as
+/// hack/build-bins.sh builds it) defaults to v1.20 (helm's `pkg/chartutil/capabilities.go`), so the offline
+/// commands would refuse the chart.
+const RENDER_KUBE_VERSION: &str = "v1.37.2";
+
 fn run_helm(args: &[&str]) -> std::process::Output {
+    let mut args = args.to_vec();
+    if matches!(args.first(), Some(&("template" | "lint"))) && !args.contains(&"--kube-version") {
+        args.extend(["--kube-version", RENDER_KUBE_VERSION]);
+    }
     Command::new(helm())
-        .args(args)
+        .args(&args)
         .current_dir(repo_root())
         // Keep helm from touching the user's config/cache.
         .env(
@@ -340,6 +350,29 @@ fn releases_of_one_scheduler_name_share_one_lease() {
     let (role_d, _, args_d) = lease_rbac("team-d", "ns-d", &["--set", "leaderElection.namespace=ns-d"]);
     assert_eq!(role_d["metadata"]["namespace"], "ns-d");
     assert!(args_d.contains(&"--leader-elect-lease-namespace=ns-d".to_owned()));
+}
+
+/// `kubeVersion` admits 1.34 to 1.38, pre-releases and distribution builds included (semver ranges admit a
+/// pre-release only when the bound has one: hence `-0`), and refuses the versions around them.
+#[test]
+fn kube_version_admits_1_34_to_1_38() {
+    for (version, admitted) in [
+        ("v1.33.9", false),
+        ("v1.34.0", true),
+        ("v1.35.2-gke.1000", true),
+        ("v1.37.2", true),
+        ("v1.38.0-beta.0", true),
+        ("v1.38.0", true),
+        ("v1.39.0-alpha.1", false),
+        ("v1.39.0", false),
+    ] {
+        let out = run_helm(&["template", "phalanx", "charts/phalanx", "--kube-version", version]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.success(), admitted, "{version}: {err}");
+        if !admitted {
+            assert!(err.contains("incompatible with Kubernetes"), "{version}: {err}");
+        }
+    }
 }
 
 #[test]

@@ -1,10 +1,10 @@
 //! What the API server serves, probed once at start, and what Phalanx does without it.
 //!
-//! Phalanx supports Kubernetes 1.34 to 1.37. Most of what it reads and writes is GA in all of them; what is not is
+//! Phalanx supports Kubernetes 1.34 to 1.38. Most of what it reads and writes is GA in all of them; what is not is
 //! listed by [`ServerFeatures::gaps`], each with the plain sentence the binary logs once at start and the way the
 //! feature degrades. Nothing here writes to the cluster: a probe is `GET /version` plus discovery (`GET /apis` and
-//! `GET /apis/<group>/<version>` for Phalanx's own group), which every authenticated user may read (the
-//! `system:discovery` ClusterRole).
+//! `GET /apis/<group>/<version>` for Phalanx's own group and, where served, upstream's workload API), which every
+//! authenticated user may read (the `system:discovery` ClusterRole).
 //!
 //! Where a feature depends on a server feature gate rather than on the version or discovery, the sentence says so:
 //! a pod field behind a gate that is off is dropped by the server on write, and nothing a client can read tells the
@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use kube::Client;
 
 /// The oldest and newest minor versions the compatibility suite runs on (`make test-compat-all`, docs/testing.md).
-pub const SUPPORTED_MINORS: std::ops::RangeInclusive<u32> = 34..=37;
+pub const SUPPORTED_MINORS: std::ops::RangeInclusive<u32> = 34..=38;
 
 /// Phalanx's own kinds: (group/version, plural, kind). The store watches each; without them nothing schedules.
 const PHALANX_KINDS: [(&str, &str, &str); 3] = [
@@ -27,6 +27,19 @@ const PHALANX_KINDS: [(&str, &str, &str); 3] = [
         "CompositePodGroup",
     ),
 ];
+
+/// Upstream's workload API (KEP-4671), the kinds Phalanx mirrors in its own group: (plural, kind), and the
+/// group-versions that may serve them, newest first. The server serves them only with the `GenericWorkload` gate
+/// (`CompositePodGroup` for compositepodgroups) and the beta/alpha versions turned on by `--runtime-config`. 1.37
+/// serves Workload and PodGroup in v1beta1 and CompositePodGroup in v1alpha3 only; 1.38 adds CompositePodGroup to
+/// v1beta1 (the gate went beta; `pkg/registry/scheduling/rest/storage_scheduling.go`), v1alpha3 still serving all
+/// three.
+const UPSTREAM_KINDS: [(&str, &str); 3] = [
+    ("workloads", "Workload"),
+    ("podgroups", "PodGroup"),
+    ("compositepodgroups", "CompositePodGroup"),
+];
+const UPSTREAM_GROUP_VERSIONS: [&str; 2] = ["scheduling.k8s.io/v1beta1", "scheduling.k8s.io/v1alpha3"];
 
 /// Dynamic Resource Allocation's GA API (Kubernetes 1.34+, KEP-4381); absent when the cluster turns it off.
 pub const DRA_GROUP_VERSION: &str = "resource.k8s.io/v1";
@@ -90,7 +103,8 @@ pub struct ServerFeatures {
     pub version: Option<ServerVersion>,
     /// Every served `group/version` of the named groups (`GET /apis`); the core group is left out.
     pub group_versions: BTreeSet<String>,
-    /// Resource plurals served in Phalanx's group-versions, by group-version.
+    /// Resource plurals served in Phalanx's group-versions and in upstream's workload group-versions, by
+    /// group-version.
     pub resources: BTreeMap<String, BTreeSet<String>>,
 }
 
@@ -107,7 +121,8 @@ impl ServerFeatures {
             group_versions.extend(group.versions.into_iter().map(|v| v.group_version));
         }
         let mut resources = BTreeMap::new();
-        let ours: BTreeSet<&str> = PHALANX_KINDS.iter().map(|(gv, _, _)| *gv).collect();
+        let mut ours: BTreeSet<&str> = PHALANX_KINDS.iter().map(|(gv, _, _)| *gv).collect();
+        ours.extend(UPSTREAM_GROUP_VERSIONS);
         for gv in ours.into_iter().filter(|gv| group_versions.contains(*gv)) {
             match client.list_api_group_resources(gv).await {
                 Ok(list) => {
@@ -136,6 +151,15 @@ impl ServerFeatures {
         self.serves(DRA_GROUP_VERSION)
     }
 
+    /// The group-version in which the server serves upstream's kind `plural` (`workloads`, `podgroups`,
+    /// `compositepodgroups`), the newest when several do: `scheduling.k8s.io/v1beta1` for a CompositePodGroup on
+    /// 1.38, `scheduling.k8s.io/v1alpha3` on 1.37. `None` when upstream's workload API is off (the default).
+    pub fn upstream_version(&self, plural: &str) -> Option<&'static str> {
+        UPSTREAM_GROUP_VERSIONS
+            .into_iter()
+            .find(|gv| self.resources.get(*gv).is_some_and(|p| p.contains(plural)))
+    }
+
     /// Phalanx's kinds that are not served, as `Kind (group/version)`.
     pub fn missing_crds(&self) -> Vec<String> {
         PHALANX_KINDS
@@ -146,7 +170,8 @@ impl ServerFeatures {
     }
 
     /// Everything this server lacks that Phalanx would use, most severe first. Empty on a 1.36+ server with the
-    /// CRDs and DRA served, apart from the `spec.schedulingGroup` note.
+    /// CRDs and DRA served, apart from the `spec.schedulingGroup` note (and, where upstream's workload API is on,
+    /// a note naming its kinds' group-versions).
     pub fn gaps(&self) -> Vec<FeatureGap> {
         let mut gaps = Vec::new();
         let missing = self.missing_crds();
@@ -214,6 +239,22 @@ impl ServerFeatures {
             severity: Severity::Info,
             message,
         });
+        let upstream: Vec<String> = UPSTREAM_KINDS
+            .iter()
+            .filter_map(|(plural, kind)| self.upstream_version(plural).map(|gv| format!("{kind} ({gv})")))
+            .collect();
+        if !upstream.is_empty() {
+            gaps.push(FeatureGap {
+                feature: "upstream-workload-api",
+                severity: Severity::Info,
+                message: format!(
+                    "the server also serves upstream's workload API: {}; Phalanx schedules only its own kinds \
+                     (scheduling.phalanx.dev, same names): `kubectl get podgroups` may list upstream's, so use the \
+                     full names (podgroups.scheduling.phalanx.dev) or the short names (ppg, pcpg)",
+                    upstream.join(", ")
+                ),
+            });
+        }
         gaps.sort_by_key(|g| std::cmp::Reverse(g.severity));
         gaps
     }
@@ -296,12 +337,69 @@ mod tests {
                 .message
                 .contains("older than the oldest supported version (v1.34)")
         );
-        let new = features("38", &[DRA_GROUP_VERSION], true);
+        let new = features("39", &[DRA_GROUP_VERSION], true);
         assert_eq!(new.gaps()[0].severity, Severity::Info);
         assert!(
             new.gaps()[0]
                 .message
-                .contains("newer than the newest tested version (v1.37)")
+                .contains("newer than the newest tested version (v1.38)")
         );
+        let supported = features("38", &[DRA_GROUP_VERSION], true);
+        assert_eq!(names(&supported), ["pod-scheduling-group"]);
+    }
+
+    fn with_upstream(mut f: ServerFeatures, served: &[(&str, &[&str])]) -> ServerFeatures {
+        for (gv, plurals) in served {
+            f.group_versions.insert((*gv).to_owned());
+            let set = f.resources.entry((*gv).to_owned()).or_default();
+            set.extend(plurals.iter().map(|p| (*p).to_owned()));
+        }
+        f
+    }
+
+    #[test]
+    fn upstream_workload_api_by_version() {
+        let all: &[&str] = &["workloads", "podgroups", "compositepodgroups"];
+        // 1.37: CompositePodGroup in v1alpha3 only.
+        let f37 = with_upstream(
+            features("37", &[DRA_GROUP_VERSION], true),
+            &[
+                ("scheduling.k8s.io/v1beta1", &["workloads", "podgroups"]),
+                ("scheduling.k8s.io/v1alpha3", all),
+            ],
+        );
+        assert_eq!(
+            f37.upstream_version("podgroups"),
+            Some("scheduling.k8s.io/v1beta1")
+        );
+        assert_eq!(
+            f37.upstream_version("compositepodgroups"),
+            Some("scheduling.k8s.io/v1alpha3")
+        );
+        // 1.38: CompositePodGroup in v1beta1 too, which wins.
+        let f38 = with_upstream(
+            features("38", &[DRA_GROUP_VERSION], true),
+            &[
+                ("scheduling.k8s.io/v1beta1", all),
+                ("scheduling.k8s.io/v1alpha3", all),
+            ],
+        );
+        assert_eq!(
+            f38.upstream_version("compositepodgroups"),
+            Some("scheduling.k8s.io/v1beta1")
+        );
+        assert_eq!(names(&f38), ["pod-scheduling-group", "upstream-workload-api"]);
+        let note = &f38.gaps()[1].message;
+        assert!(
+            note.contains("CompositePodGroup (scheduling.k8s.io/v1beta1)"),
+            "{note}"
+        );
+        // Off (the default): a served group-version without the kinds (the runtime-config without the gate).
+        let off = with_upstream(
+            features("38", &[DRA_GROUP_VERSION], true),
+            &[("scheduling.k8s.io/v1beta1", &[])],
+        );
+        assert_eq!(off.upstream_version("workloads"), None);
+        assert_eq!(names(&off), ["pod-scheduling-group"]);
     }
 }

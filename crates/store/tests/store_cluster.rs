@@ -303,7 +303,11 @@ async fn server_probe_matches_the_control_plane() -> anyhow::Result<()> {
     let features = ServerFeatures::probe(&client).await?;
     let version = features.version.clone().expect("a parsable /version");
     assert_eq!(version.git_version, built);
-    assert_eq!(format!("v1.{}", version.minor), built.rsplit_once('.').unwrap().0);
+    // `v1.37.2` or a pre-release such as `v1.38.0-beta.0` (more dots): the minor is the second component.
+    assert_eq!(
+        format!("v1.{}", version.minor),
+        built.split('.').take(2).collect::<Vec<_>>().join(".")
+    );
     assert!(
         features.missing_crds().is_empty(),
         "{:?}",
@@ -311,6 +315,8 @@ async fn server_probe_matches_the_control_plane() -> anyhow::Result<()> {
     );
     assert!(features.serves_dra(), "resource.k8s.io/v1 not served on {built}");
     assert!(features.serves("policy/v1") && features.serves("coordination.k8s.io/v1"));
+    // Upstream's workload API is off by default on every supported version (GenericWorkload is beta, off).
+    assert_eq!(features.upstream_version("podgroups"), None);
 
     let gaps = features.gaps();
     assert!(gaps.iter().all(|g| g.severity < Severity::Error), "{gaps:?}");
@@ -324,6 +330,62 @@ async fn server_probe_matches_the_control_plane() -> anyhow::Result<()> {
         "{}",
         note.message
     );
+    Ok(())
+}
+
+/// With upstream's workload API on (a control plane of its own: the gates and `--runtime-config` of
+/// `UPSTREAM_WORKLOAD_API=1`, hack/cluster.sh) the probe finds each upstream kind at its newest served version:
+/// Workload and PodGroup in `scheduling.k8s.io/v1beta1`, CompositePodGroup in v1alpha3 on 1.37 and in v1beta1 from
+/// 1.38 (its gate went beta: `pkg/registry/scheduling/rest/storage_scheduling.go` serves it in v1beta1 too). Before
+/// 1.37 there is no CompositePodGroup gate (kube-apiserver refuses unknown gates), so the test checks 1.37 and later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_probe_matches_the_control_plane_with_upstreams_workload_api() -> anyhow::Result<()> {
+    use phalanx_store::server::ServerFeatures;
+    let out = std::process::Command::new(TestEnv::shared().bin_dir().join("kube-apiserver"))
+        .arg("--version")
+        .output()?;
+    let built = String::from_utf8(out.stdout)?;
+    let minor: u32 = built
+        .trim()
+        .trim_start_matches("Kubernetes v1.")
+        .split('.')
+        .next()
+        .and_then(|m| m.parse().ok())
+        .ok_or_else(|| anyhow::anyhow!("no minor version in {built:?}"))?;
+    if minor < 37 {
+        eprintln!(
+            "{}: no CompositePodGroup gate before 1.37; nothing to check",
+            built.trim()
+        );
+        return Ok(());
+    }
+    let env = tokio::task::spawn_blocking(|| {
+        TestEnv::dedicated(
+            "upstream-workload-api",
+            &[
+                "--feature-gates=GenericWorkload=true,CompositePodGroup=true,TopologyAwareWorkloadScheduling=true",
+                "--runtime-config=scheduling.k8s.io/v1beta1=true,scheduling.k8s.io/v1alpha3=true",
+            ],
+        )
+    })
+    .await??;
+    let features = ServerFeatures::probe(&env.client().await?).await?;
+    let (beta, alpha) = ("scheduling.k8s.io/v1beta1", "scheduling.k8s.io/v1alpha3");
+    assert_eq!(features.upstream_version("workloads"), Some(beta));
+    assert_eq!(features.upstream_version("podgroups"), Some(beta));
+    let composite = if minor >= 38 { beta } else { alpha };
+    assert_eq!(features.upstream_version("compositepodgroups"), Some(composite));
+    let note = features
+        .gaps()
+        .into_iter()
+        .find(|g| g.feature == "upstream-workload-api")
+        .expect("the upstream workload API note");
+    assert!(
+        note.message.contains(&format!("CompositePodGroup ({composite})")),
+        "{}",
+        note.message
+    );
+    tokio::task::spawn_blocking(move || drop(env)).await?;
     Ok(())
 }
 
