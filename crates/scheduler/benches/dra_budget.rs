@@ -1,4 +1,4 @@
-//! What the DRA allocator's step budget costs (`dra::scheduling::ALLOCATION_BUDGET`, the bound on the
+//! What the DRA allocator's step budget costs (`dra::allocator::ALLOCATION_BUDGET`, the bound on the
 //! backtracking of k/k#138765). Three cases on one node of 8 devices, each timed over `BENCH_CALLS` calls
 //! (default 2,000), best of `BENCH_REPEAT` runs (default 3):
 //! - `dra-first-fit`: 8 claims of 1 device; the first choice of every claim works (the common case);
@@ -13,7 +13,7 @@
 
 use std::time::Instant;
 
-use phalanx_scheduler::dra::scheduling::ALLOCATION_BUDGET;
+use phalanx_scheduler::dra::allocator::ALLOCATION_BUDGET;
 use phalanx_scheduler::dra::{
     AllocationMode, AllocationOutcome, AttributeValue, ClaimRequests, Device, DeviceId, DeviceRequest,
     DeviceSelector, allocate,

@@ -16,12 +16,6 @@ use super::{
 use crate::model::{NodeInfo, PodClaimSource, PodInfo};
 use crate::volumes::ClaimKey;
 
-/// Candidates one joint allocation may try before the node counts as not fitting (see
-/// [`super::allocator`]). Measured by `benches/dra_budget.rs` on a 2-core machine: 8 claims on 8 devices take about
-/// 3-6 µs whether first fit works or the greedy trap of k/k#138765 has to be undone, and a search that exhausts
-/// this budget about 0.35 ms (35 ns a step): the most one Filter call of a pod with claims can cost a node.
-pub const ALLOCATION_BUDGET: u64 = 10_000;
-
 /// Most entries of a claim's `status.reservedFor` (upstream `ResourceClaimReservedForMaxSize`): a claim shared by
 /// more pods cannot be reserved for the rest.
 pub const RESERVED_FOR_MAX: usize = 256;
@@ -318,7 +312,13 @@ fn allocate_on(plan: &ClaimPlan, node: &NodeInfo) -> Result<Option<NodeAllocatio
                     .get(d)
                     .is_some_and(|c| !joint.iter().any(|j| j.key == *c)))
     };
-    match allocate_until(&requests, &devices, in_use, ALLOCATION_BUDGET, plan.deadline) {
+    match allocate_until(
+        &requests,
+        &devices,
+        in_use,
+        super::allocator::ALLOCATION_BUDGET,
+        plan.deadline,
+    ) {
         AllocationOutcome::Allocated(result) => Ok(Some(NodeAllocations {
             claims: joint.iter().map(|c| c.key.clone()).zip(result).collect(),
         })),

@@ -13,7 +13,7 @@
 //!   of any two selector sets are the same or disjoint, and each set has enough. Then the allocator's search
 //!   ([`super::allocator`]) fills the slots first fit without ever undoing a choice (each set's slots take a
 //!   prefix of its free devices), in fewer steps than the square of the slots, which is kept within
-//!   [`super::scheduling::ALLOCATION_BUDGET`];
+//!   [`super::allocator::ALLOCATION_BUDGET`];
 //! - otherwise the allocator runs (constraints, `All`, admin access, overlapping sets, a selector that fails to
 //!   evaluate, a node with more than [`MAX_DEVICES`] devices, shared slices, a passed deadline).
 //!
@@ -36,8 +36,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 use std::time::Instant;
 
+use super::allocator::ALLOCATION_BUDGET;
 use super::overlay::DeviceOverlay;
-use super::scheduling::ALLOCATION_BUDGET;
 use super::{AllocationMode, ClaimRequests, DeviceCatalog, DeviceId, DeviceSelector, NodeDevices};
 use crate::model::NodeInfo;
 
