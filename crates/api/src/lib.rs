@@ -28,7 +28,7 @@ pub mod schema;
 pub mod v1alpha3;
 pub mod v1beta1;
 
-pub use pod::pod_group_name;
+pub use pod::{GroupRef, pod_group_name, pod_group_ref};
 
 /// The API group of every Phalanx kind.
 pub const GROUP: &str = "scheduling.phalanx.dev";

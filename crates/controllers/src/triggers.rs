@@ -34,6 +34,12 @@ pub struct Queues {
 
 impl Queues {
     fn group(&self, key: &GroupKey) {
+        // Upstream's `scheduling.k8s.io` groups keep their own controllers (kube-controller-manager's): Phalanx's
+        // reconcile only Phalanx's objects, and a native group must never reach a reconciler that would look up a
+        // Phalanx group of the same name.
+        if key.is_upstream() {
+            return;
+        }
         // A closed queue means the controller is shutting down; nothing to do.
         if key.kind == GroupKind::PodGroup
             && let Some(p) = &self.provisioning
@@ -175,6 +181,9 @@ impl Mapper {
     }
 
     fn group_changed(&mut self, key: &GroupKey) {
+        if key.is_upstream() {
+            return;
+        }
         let now = facts(&self.store, key);
         let before = match &now {
             Some(f) => self.seen.insert(key.clone(), f.clone()),

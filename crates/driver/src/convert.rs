@@ -53,8 +53,20 @@ fn says_never(policy: Option<phalanx_api::v1beta1::PreemptionPolicy>) -> bool {
 }
 
 /// A PodGroup as the core sees it. `parent` is set from `spec.parentCompositePodGroupName`; priority and preemption
-/// policy come from the PriorityClass (`classes`), or `Never` from the spec (see [`resolved`]).
+/// policy come from the PriorityClass (`classes`), or `Never` from the spec (see [`resolved`]). A Phalanx PodGroup;
+/// [`group_info_in`] for either API group.
 pub fn group_info(g: &PodGroup, classes: &[Arc<PriorityClass>]) -> GroupInfo {
+    group_info_in(phalanx_scheduler::GroupApi::Phalanx, g, classes)
+}
+
+/// [`group_info`] of a PodGroup of the API group `api`: an upstream `scheduling.k8s.io` PodGroup is cached in
+/// Phalanx's type (the fields are upstream's, see `phalanx_store::upstream`), and its key and its parent's key
+/// carry `api`, so that it is never confused with a Phalanx group of the same name.
+pub fn group_info_in(
+    api: phalanx_scheduler::GroupApi,
+    g: &PodGroup,
+    classes: &[Arc<PriorityClass>],
+) -> GroupInfo {
     let (priority, preemption_policy) = resolved(
         g.spec.priority_class_name.as_deref(),
         g.spec.priority.is_some(),
@@ -70,7 +82,10 @@ pub fn group_info(g: &PodGroup, classes: &[Arc<PriorityClass>]) -> GroupInfo {
         None => GroupPolicy::Basic,
     };
     GroupInfo {
-        key: phalanx_scheduler::GroupKey::pod_group(&ns, &name),
+        key: phalanx_scheduler::GroupKey {
+            api,
+            ..phalanx_scheduler::GroupKey::pod_group(&ns, &name)
+        },
         uid: g.metadata.uid.as_deref().unwrap_or_default().into(),
         generation: g.metadata.generation.unwrap_or(0),
         policy,
@@ -94,9 +109,8 @@ pub fn group_info(g: &PodGroup, classes: &[Arc<PriorityClass>]) -> GroupInfo {
             .as_deref()
             .filter(|p| !p.is_empty())
             .map(|p| phalanx_scheduler::GroupKey {
-                kind: phalanx_scheduler::GroupKind::CompositePodGroup,
-                namespace: ns.as_str().into(),
-                name: p.into(),
+                api,
+                ..phalanx_scheduler::GroupKey::composite(&ns, p)
             }),
         disruption_mode: if g.spec.disruption_mode.as_ref().is_some_and(|d| d.all.is_some()) {
             DisruptionMode::All
@@ -180,6 +194,30 @@ pub fn pod_group_conditions(g: &PodGroup) -> &[k8s_openapi::apimachinery::pkg::a
         .unwrap_or_default()
 }
 
+/// The part of a cached upstream PodGroup (held in Phalanx's type, `phalanx_store::upstream`) that a status write
+/// of `scheduling.k8s.io/v1beta1` needs: its metadata (name, uid, generation, resourceVersion) and conditions. The
+/// spec is left empty: the write sends only `status.conditions`, and Phalanx never writes an upstream spec.
+pub fn native_view(g: &PodGroup) -> k8s_openapi::api::scheduling::v1beta1::PodGroup {
+    k8s_openapi::api::scheduling::v1beta1::PodGroup {
+        metadata: g.metadata.clone(),
+        spec: Default::default(),
+        status: Some(k8s_openapi::api::scheduling::v1beta1::PodGroupStatus {
+            conditions: Some(pod_group_conditions(g).to_vec()),
+            ..Default::default()
+        }),
+    }
+}
+
+/// Conditions of an upstream PodGroup.
+pub fn native_conditions(
+    g: &k8s_openapi::api::scheduling::v1beta1::PodGroup,
+) -> &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition] {
+    g.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_deref())
+        .unwrap_or_default()
+}
+
 /// Conditions of a cached CompositePodGroup.
 pub fn composite_conditions(
     g: &CompositePodGroup,
@@ -205,7 +243,9 @@ impl ModelCache {
     /// with that group, cached while the record's model and the group stay the same. The copy shares the labels
     /// and the scheduling data (`Arc`s) with the record.
     pub fn pod(&mut self, p: &PodRecord, group: Option<phalanx_scheduler::GroupKey>) -> Arc<PodInfo> {
-        let Some(group) = group.filter(|g| p.info.group_name.as_deref() != Some(&*g.name)) else {
+        let Some(group) =
+            group.filter(|g| p.info.group_name.as_deref() != Some(&*g.name) || p.info.group_api != g.api)
+        else {
             self.pods.remove(p.key());
             return p.info.clone();
         };
@@ -217,6 +257,7 @@ impl ModelCache {
         }
         let c = Arc::new(PodInfo {
             group_name: Some(group.name.clone()),
+            group_api: group.api,
             ..(*p.info).clone()
         });
         self.pods

@@ -196,17 +196,17 @@ impl EventHandlers<'_> {
         // first-seen order is a tree's sibling order and decides who wins under contention, so it must not depend
         // on the hash order of the caches.
         enum Obj {
-            Pg(Arc<PodGroup>),
+            Pg(GroupKey, Arc<PodGroup>),
             Cpg(Arc<CompositePodGroup>),
         }
         let mut objs: Vec<(Option<Timestamp>, String, String, Obj)> = Vec::new();
-        for g in self.store.pod_groups().state() {
+        for (key, g) in self.store.all_pod_groups() {
             let created = g.metadata.creation_timestamp.as_ref().map(|t| t.0);
             objs.push((
                 created,
                 g.namespace().unwrap_or_default(),
                 g.name_any(),
-                Obj::Pg(g),
+                Obj::Pg(key, g),
             ));
         }
         for c in self.store.composite_pod_groups().state() {
@@ -222,8 +222,8 @@ impl EventHandlers<'_> {
         let mut seen_groups = HashSet::new();
         for (_, ns, name, obj) in &objs {
             match obj {
-                Obj::Pg(g) => {
-                    let key = GroupKey::pod_group(ns, name);
+                Obj::Pg(key, g) => {
+                    let key = key.clone();
                     seen_groups.insert(key.clone());
                     let info = self.cache.record_pod_group(key, g, &classes);
                     self.queue.add_group(info, now);

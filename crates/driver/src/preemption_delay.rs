@@ -58,14 +58,14 @@ pub(crate) fn shown_hold(
     };
     let msg = match key.kind {
         phalanx_scheduler::GroupKind::PodGroup => {
-            let pg = store.pod_group(&key.namespace, &key.name)?;
+            let pg = store.pod_group_at(key)?;
             condition(
                 crate::convert::pod_group_conditions(&pg),
                 POD_GROUP_INITIALLY_SCHEDULED,
             )?
         }
         phalanx_scheduler::GroupKind::CompositePodGroup => {
-            let cpg = store.composite_pod_group(&key.namespace, &key.name)?;
+            let cpg = store.composite_pod_group_at(key)?;
             condition(
                 crate::convert::composite_conditions(&cpg),
                 COMPOSITE_POD_GROUP_INITIALLY_SCHEDULED,

@@ -80,6 +80,18 @@ pub const CLUSTER_PERMISSIONS: &[Permission] = &[
         used_by: "store (PriorityClass cache)",
     },
     Permission {
+        api_group: "scheduling.k8s.io",
+        resources: &["podgroups"],
+        verbs: READ,
+        used_by: "store::upstream (upstream's PodGroups, watched where scheduling.k8s.io/v1beta1 is served)",
+    },
+    Permission {
+        api_group: "scheduling.k8s.io",
+        resources: &["podgroups/status"],
+        verbs: &["patch"],
+        used_by: "driver::dispatcher::conditions (PodGroupInitiallyScheduled on upstream's PodGroups)",
+    },
+    Permission {
         api_group: "",
         resources: &["persistentvolumeclaims", "persistentvolumes"],
         verbs: &["get", "list", "watch", "patch"],

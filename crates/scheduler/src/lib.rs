@@ -57,8 +57,8 @@ pub use decision::{
 };
 pub use hierarchy::{GroupTree, HierarchyError, TreeNode};
 pub use model::{
-    CompositeGroupInfo, CompositePolicy, EntityKey, GroupInfo, GroupKey, GroupKind, GroupPolicy, NodeInfo,
-    NodeStatic, PodInfo, PodKey,
+    CompositeGroupInfo, CompositePolicy, EntityKey, GroupApi, GroupInfo, GroupKey, GroupKind, GroupPolicy,
+    NodeInfo, NodeStatic, PodInfo, PodKey,
 };
 pub use preemption::{DefaultPreemption, Pdb};
 pub use queue::{ClusterEvent, Gate, GateReason, QueuedEntity, SchedulingQueue};

@@ -8,8 +8,8 @@ use std::time::Instant;
 use phalanx_scheduler::model::NodeStatic;
 use phalanx_scheduler::queue::QueuedEntity;
 use phalanx_scheduler::{
-    EntityKey, FailureReason, GroupInfo, GroupKey, GroupKind, GroupPolicy, Outcome, PodInfo, RequeueMode,
-    Scheduler, SchedulerConfig, Snapshot,
+    EntityKey, FailureReason, GroupInfo, GroupKey, GroupPolicy, Outcome, PodInfo, RequeueMode, Scheduler,
+    SchedulerConfig, Snapshot,
 };
 
 fn snap() -> Snapshot {
@@ -80,11 +80,7 @@ fn child_of_a_composite_group_alone_is_an_error() {
     // A PodGroup with a parent is scheduled with its root's tree; handed alone it is an error.
     let mut s = snap();
     let mut g = GroupInfo::new("ns", "g", GroupPolicy::Basic);
-    g.parent = Some(GroupKey {
-        kind: GroupKind::CompositePodGroup,
-        namespace: "ns".into(),
-        name: "root".into(),
-    });
+    g.parent = Some(GroupKey::composite("ns", "root"));
     let d = Scheduler::new(SchedulerConfig::default()).schedule(&mut s, &entity(g, vec![member("p", "g")]));
     assert_eq!(d.outcome, Outcome::Error);
     assert!(

@@ -151,7 +151,7 @@ fn main() {
     // One interner for the cache, as the store keeps one: the 8 pods of a gang share their labels and names.
     let mut interner = phalanx_store::intern::Interner::default();
     let (store_pod, cached) = per_object(pods, |i| {
-        Arc::new(PodRecord::from_pod_shared(&decode_pod(i), &mut interner))
+        Arc::new(PodRecord::from_pod_shared(&decode_pod(i), &mut interner, false))
     });
     // The driver hands the record's own model to the core (an `Arc` clone, no heap); only a pod that joins its
     // owner's group (no label of its own) gets a copy of the model with that group, sharing labels and spec.

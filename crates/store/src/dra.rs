@@ -15,10 +15,7 @@
 //! `kubectl apply` copy ([`crate::slim::storage_object`]); every change is published as
 //! [`crate::StoreEvent::Devices`].
 
-use std::{
-    sync::{Arc, atomic::Ordering},
-    time::Duration,
-};
+use std::sync::{Arc, atomic::Ordering};
 
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice};
 use kube::{
@@ -49,9 +46,7 @@ const PLURALS: [&str; DRA_KINDS] = [
 ];
 
 /// How long a failing discovery request (other than 404) is retried before the store goes on without DRA: 30 s.
-pub const DISCOVERY_PATIENCE: Duration = Duration::from_secs(30);
-const RETRY_BASE: Duration = Duration::from_secs(1);
-const RETRY_MAX: Duration = Duration::from_secs(8);
+pub use crate::discovery::DISCOVERY_PATIENCE;
 
 /// Readers of the DRA caches (`resource.k8s.io/v1`), see the module docs.
 #[derive(Clone)]
@@ -91,53 +86,20 @@ impl DraReaders {
     }
 }
 
-/// Whether the server serves [`DRA_GROUP_VERSION`] with the four kinds: `GET /apis/resource.k8s.io/v1`, a 404
-/// meaning no. Errors: any other failure of that request (network, 5xx, 403).
+/// Whether the server serves [`DRA_GROUP_VERSION`] with the four kinds ([`crate::discovery::discover`]).
 pub(crate) async fn discover(client: &Client) -> Result<bool, kube::Error> {
-    match client.list_api_group_resources(DRA_GROUP_VERSION).await {
-        Ok(list) => Ok(PLURALS
-            .iter()
-            .all(|p| list.resources.iter().any(|r| r.name == *p))),
-        // By code: the server answers a group-version it does not serve with a plain-text `404 page not found`,
-        // which kube turns into a Status without reason, and `Status::is_not_found` (kube-core 5.0) then says no.
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
-        Err(e) => Err(e),
-    }
+    crate::discovery::discover(client, DRA_GROUP_VERSION, &PLURALS).await
 }
 
-/// [`discover`], retried for up to [`DISCOVERY_PATIENCE`]; logs once when the answer is no or no answer came.
+/// [`discover`], retried for up to [`DISCOVERY_PATIENCE`] ([`crate::discovery::served`]).
 async fn served(client: &Client) -> bool {
-    let started = tokio::time::Instant::now();
-    let mut failures = 0;
-    loop {
-        match discover(client).await {
-            Ok(true) => return true,
-            Ok(false) => {
-                let version = client.apiserver_version().await.map(|v| v.git_version);
-                tracing::info!(
-                    server_version = version.as_deref().unwrap_or("unknown"),
-                    "{DRA_GROUP_VERSION} is not served by this API server: Dynamic Resource Allocation is off, and \
-                     pods with resource claims are not scheduled"
-                );
-                return false;
-            }
-            Err(e) => {
-                failures += 1;
-                let wait = crate::retry::backoff(RETRY_BASE, failures, RETRY_MAX);
-                if started.elapsed() + wait > DISCOVERY_PATIENCE {
-                    tracing::warn!(
-                        error = %e,
-                        "could not discover {DRA_GROUP_VERSION} within {}s: Dynamic Resource Allocation is off, and \
-                         pods with resource claims are not scheduled (restart the scheduler to try again)",
-                        DISCOVERY_PATIENCE.as_secs()
-                    );
-                    return false;
-                }
-                tracing::debug!(error = %e, retry_in = ?wait, "discovery of {DRA_GROUP_VERSION} failed");
-                tokio::time::sleep(wait).await;
-            }
-        }
-    }
+    crate::discovery::served(
+        client,
+        DRA_GROUP_VERSION,
+        &PLURALS,
+        "Dynamic Resource Allocation is off, and pods with resource claims are not scheduled",
+    )
+    .await
 }
 
 /// Starts the one task that discovers DRA and then runs the four watches (in a [`JoinSet`] it owns, so that aborting

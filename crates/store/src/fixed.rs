@@ -39,7 +39,7 @@ use tokio::sync::{broadcast, watch};
 
 use crate::kind_watch::reader;
 use crate::owners::{OwnerKind, OwnerObject};
-use crate::{AssumeCache, ClusterIndex, GroupKey, GroupKind, Inner, KINDS, Shared, Store};
+use crate::{AssumeCache, ClusterIndex, GroupApi, GroupKey, GroupKind, Inner, KINDS, Shared, Store};
 
 /// Every object the scheduler's store watches, as one list per kind (the kinds of [`Store::start`]).
 #[derive(Clone, Debug, Default)]
@@ -285,6 +285,7 @@ fn group_keys<K: Resource<DynamicType = ()>>(
         .map(|o| {
             let key = GroupKey {
                 kind,
+                api: GroupApi::Phalanx,
                 namespace: o.namespace().unwrap_or_default().into(),
                 name: o.name_any().into(),
             };
@@ -308,13 +309,13 @@ impl Store {
             ))
         }));
         index.reset_groups(
-            GroupKind::PodGroup,
+            (GroupKind::PodGroup, GroupApi::Phalanx),
             group_keys(&state.pod_groups, GroupKind::PodGroup, |g: &PodGroup| {
                 g.spec.parent_composite_pod_group_name.clone()
             }),
         );
         index.reset_groups(
-            GroupKind::CompositePodGroup,
+            (GroupKind::CompositePodGroup, GroupApi::Phalanx),
             group_keys(
                 &state.composite_pod_groups,
                 GroupKind::CompositePodGroup,
@@ -330,7 +331,7 @@ impl Store {
             state
                 .pods
                 .iter()
-                .map(|p| crate::PodRecord::from_pod_shared(p, &mut interner))
+                .map(|p| crate::PodRecord::from_pod_shared(p, &mut interner, false))
                 .collect(),
         );
         let owners = crate::reflectors::OwnerReaders::from_objects(&state.owners);
@@ -340,6 +341,8 @@ impl Store {
                 nodes: reader(state.nodes.iter().map(crate::NodeRecord::from_node).collect()),
                 pods: pods.clone(),
                 pod_groups: reader(state.pod_groups),
+                // A fixed state holds Phalanx's objects only (see `crate::upstream` for the live store's).
+                upstream_pod_groups: reader(Vec::new()),
                 composite_pod_groups: reader(state.composite_pod_groups),
                 workloads: reader(state.workloads),
                 priority_classes: reader(state.priority_classes),
@@ -363,6 +366,7 @@ impl Store {
                     forbidden: Mutex::new(Default::default()),
                     forbidden_devices: Mutex::new(Default::default()),
                     dra_served: AtomicBool::new(dra_served),
+                    upstream_groups: AtomicBool::new(false),
                     ready_target: AtomicUsize::new(target),
                 }),
                 ready,

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Pod;
 
 use phalanx_api::owners::MemberSelector;
-use phalanx_scheduler::model::{GroupKey, GroupKind, PodKey};
+use phalanx_scheduler::model::{GroupApi, GroupKey, GroupKind, PodKey};
 
 use crate::record::PodRecord;
 
@@ -210,9 +210,10 @@ impl ClusterIndex {
 
     /// Adds or updates a group and its parent CompositePodGroup name (same namespace).
     pub fn apply_group(&mut self, key: GroupKey, parent: Option<&str>) {
-        let parent = parent
-            .filter(|p| !p.is_empty())
-            .map(|p| GroupKey::composite(&key.namespace, p));
+        let parent = parent.filter(|p| !p.is_empty()).map(|p| GroupKey {
+            api: key.api,
+            ..GroupKey::composite(&key.namespace, p)
+        });
         self.remove_group(&key);
         if let Some(p) = &parent {
             self.children.entry(p.clone()).or_default().insert(key.clone());
@@ -227,13 +228,18 @@ impl ClusterIndex {
         }
     }
 
-    /// Replaces every group of `kind` (after a relist). Items are `(key, parent name)`.
+    /// Replaces every group of `kind` in the API group `api` (after a relist). Items are `(key, parent name)`.
     pub fn reset_groups(
         &mut self,
-        kind: GroupKind,
+        (kind, api): (GroupKind, GroupApi),
         groups: impl IntoIterator<Item = (GroupKey, Option<String>)>,
     ) {
-        let old: Vec<GroupKey> = self.parent.keys().filter(|k| k.kind == kind).cloned().collect();
+        let old: Vec<GroupKey> = self
+            .parent
+            .keys()
+            .filter(|k| k.kind == kind && k.api == api)
+            .cloned()
+            .collect();
         for k in old {
             self.remove_group(&k);
         }
@@ -501,7 +507,7 @@ mod tests {
         let r = ix.root_of(&leaf, 10);
         assert!(r == root || r == mid);
         assert_eq!(ix.subtree(&mid).len(), 3);
-        ix.reset_groups(GroupKind::CompositePodGroup, []);
+        ix.reset_groups((GroupKind::CompositePodGroup, GroupApi::Phalanx), []);
         assert_eq!(ix.root_of(&leaf, 10), leaf, "missing parent stops the walk");
     }
 }

@@ -13,6 +13,7 @@
 
 pub mod assumed;
 mod custom_owners;
+pub mod discovery;
 pub mod dra;
 pub mod events;
 pub mod fixed;
@@ -31,6 +32,7 @@ mod reflectors;
 pub mod retry;
 pub mod server;
 pub mod slim;
+pub mod upstream;
 pub mod volumes;
 
 use std::sync::{
@@ -57,7 +59,7 @@ pub use record::{KeptCondition, NodeRecord, PodRecord};
 pub use phalanx_scheduler::hierarchy::{
     Ancestry, GroupNode, HierarchyError, MAX_TREE_DEPTH, check_edge, validate_ancestry, validate_tree,
 };
-pub use phalanx_scheduler::model::{GroupKey, GroupKind, PodKey};
+pub use phalanx_scheduler::model::{GroupApi, GroupKey, GroupKind, PodKey};
 
 /// Settings for [`Store::start`].
 #[derive(Clone, Debug)]
@@ -117,6 +119,8 @@ pub(crate) struct Inner {
     nodes: Reader<NodeRecord>,
     pods: Reader<PodRecord>,
     pod_groups: Reader<PodGroup>,
+    /// Upstream's `scheduling.k8s.io` PodGroups in Phalanx's type; empty unless served ([`upstream`]).
+    upstream_pod_groups: Reader<PodGroup>,
     composite_pod_groups: Reader<CompositePodGroup>,
     workloads: Reader<Workload>,
     priority_classes: Reader<PriorityClass>,
@@ -144,6 +148,8 @@ pub(crate) struct Shared {
     forbidden_devices: Mutex<std::collections::BTreeSet<String>>,
     /// Whether the DRA kinds are watched: set once, before discovery counts toward readiness ([`dra`]).
     dra_served: AtomicBool,
+    /// Whether upstream's PodGroups are watched: set once, before the pod watch starts ([`upstream`]).
+    upstream_groups: AtomicBool,
     /// How many counts readiness waits for: [`KINDS`], plus [`dra::DRA_KINDS`] once discovery found DRA served
     /// (raised before the discovery's own count, so readiness is never reached without them).
     ready_target: AtomicUsize,
@@ -275,9 +281,10 @@ pub struct Store {
     inner: Arc<Inner>,
 }
 
-/// Counts readiness always waits for: one initial list per kind watched unconditionally, and the discovery of DRA
-/// (one count once it decided). When DRA is served its four kinds add [`dra::DRA_KINDS`] (`Shared::ready_target`).
-const KINDS: usize = 7 + volumes::VOLUME_KINDS + owners::WATCHED_OWNERS.len() + 1;
+/// Counts readiness always waits for: one initial list per kind watched unconditionally, and the discoveries of DRA
+/// and of upstream's PodGroups (one count each once it decided). When DRA is served its four kinds add
+/// [`dra::DRA_KINDS`], when upstream's PodGroups are, their watch adds one (`Shared::ready_target`).
+const KINDS: usize = 7 + volumes::VOLUME_KINDS + owners::WATCHED_OWNERS.len() + 2;
 
 impl Store {
     /// Spawns one watch per kind on the current tokio runtime and returns at once.
@@ -413,6 +420,69 @@ impl Store {
         self.inner.pod_groups.get(&ObjectRef::new(name).within(namespace))
     }
 
+    /// Reader of the cache of upstream's `scheduling.k8s.io` PodGroups, in Phalanx's type ([`upstream`]); empty
+    /// when the server does not serve them ([`Store::upstream_served`]).
+    pub fn upstream_pod_groups(&self) -> &Reader<PodGroup> {
+        &self.inner.upstream_pod_groups
+    }
+
+    /// Whether upstream's PodGroups are watched (`scheduling.k8s.io/v1beta1` served). False until discovery
+    /// decided; settled once [`Store::wait_ready`] resolved.
+    pub fn upstream_served(&self) -> bool {
+        self.inner.shared.upstream_groups.load(Ordering::SeqCst)
+    }
+
+    /// The PodGroup `key` names, from the cache of its API group (`key.kind` must be `PodGroup`, else `None`).
+    pub fn pod_group_at(&self, key: &GroupKey) -> Option<Arc<PodGroup>> {
+        if key.kind != GroupKind::PodGroup {
+            return None;
+        }
+        let at = ObjectRef::new(&key.name).within(&key.namespace);
+        match key.api {
+            GroupApi::Phalanx => self.inner.pod_groups.get(&at),
+            GroupApi::Upstream => self.inner.upstream_pod_groups.get(&at),
+        }
+    }
+
+    /// The CompositePodGroup `key` names (`None` for upstream's, which are not cached yet).
+    pub fn composite_pod_group_at(&self, key: &GroupKey) -> Option<Arc<CompositePodGroup>> {
+        match (key.kind, key.api) {
+            (GroupKind::CompositePodGroup, GroupApi::Phalanx) => {
+                self.composite_pod_group(&key.namespace, &key.name)
+            }
+            _ => None,
+        }
+    }
+
+    /// Every cached PodGroup of both API groups, with its key.
+    pub fn all_pod_groups(&self) -> Vec<(GroupKey, Arc<PodGroup>)> {
+        let of = |api: GroupApi, g: Arc<PodGroup>| {
+            let key = GroupKey {
+                api,
+                ..GroupKey::pod_group(
+                    &kube::ResourceExt::namespace(&*g).unwrap_or_default(),
+                    &kube::ResourceExt::name_any(&*g),
+                )
+            };
+            (key, g)
+        };
+        let mut all: Vec<_> = self
+            .inner
+            .pod_groups
+            .state()
+            .into_iter()
+            .map(|g| of(GroupApi::Phalanx, g))
+            .collect();
+        all.extend(
+            self.inner
+                .upstream_pod_groups
+                .state()
+                .into_iter()
+                .map(|g| of(GroupApi::Upstream, g)),
+        );
+        all
+    }
+
     /// One CompositePodGroup by namespace and name.
     pub fn composite_pod_group(&self, namespace: &str, name: &str) -> Option<Arc<CompositePodGroup>> {
         self.inner
@@ -485,10 +555,10 @@ impl Store {
     pub fn group_node(&self, key: &GroupKey) -> Option<GroupNode> {
         match key.kind {
             GroupKind::PodGroup => self
-                .pod_group(&key.namespace, &key.name)
-                .map(|g| reflectors::pod_group_node(&g)),
+                .pod_group_at(key)
+                .map(|g| reflectors::pod_group_node(&g, key.api)),
             GroupKind::CompositePodGroup => self
-                .composite_pod_group(&key.namespace, &key.name)
+                .composite_pod_group_at(key)
                 .map(|g| reflectors::composite_node(&g)),
         }
     }

@@ -20,8 +20,9 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod, PodCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use kube::runtime::reflector::Lookup;
+use phalanx_api::GroupRef;
 use phalanx_scheduler::model::NodeStatic;
-use phalanx_scheduler::{ConvertError, GroupKey, PodInfo, PodKey};
+use phalanx_scheduler::{ConvertError, GroupApi, GroupKey, PodInfo, PodKey};
 
 use crate::intern::Interner;
 
@@ -110,16 +111,43 @@ pub struct PodRecord {
 /// The API's pod phases (`PodPhase`, `k8s.io/api/core/v1/types.go`), so that a record points at one static copy.
 const PHASES: [&str; 5] = ["Pending", "Running", "Succeeded", "Failed", "Unknown"];
 
+/// The group `pod` names, the API group it lives in, and the message refusing the pod when its reference is
+/// ambiguous. The rule: Phalanx's label names a `scheduling.phalanx.dev` PodGroup; `spec.schedulingGroup.podGroupName`
+/// names a `scheduling.k8s.io` PodGroup where the server serves them (`upstream`), else a Phalanx one (as it did
+/// before); where upstream's API is served, a pod setting both is ambiguous (upstream's controllers would count it in
+/// one group and Phalanx in another) and is not scheduled (it stays in the label's group, which waits for it).
+pub fn group_of(pod: &Pod, upstream: bool) -> (Option<&str>, GroupApi, Option<String>) {
+    match phalanx_api::pod_group_ref(pod) {
+        None => (None, GroupApi::Phalanx, None),
+        Some(GroupRef::Label(n)) => (Some(n), GroupApi::Phalanx, None),
+        Some(GroupRef::Field(n)) if upstream => (Some(n), GroupApi::Upstream, None),
+        Some(GroupRef::Field(n)) => (Some(n), GroupApi::Phalanx, None),
+        Some(GroupRef::Both { label, field }) if upstream => (
+            Some(label),
+            GroupApi::Phalanx,
+            Some(format!(
+                "the pod names two PodGroups: {label:?} of scheduling.phalanx.dev by the label {} and {field:?} of \
+                 scheduling.k8s.io by spec.schedulingGroup.podGroupName; keep one of them",
+                phalanx_api::labels::POD_GROUP
+            )),
+        ),
+        Some(GroupRef::Both { label, .. }) => (Some(label), GroupApi::Phalanx, None),
+    }
+}
+
 impl PodRecord {
     /// The record of an API pod: the scheduler's model ([`PodInfo::from_pod`], with the pod's own group) and the
     /// fields listed on the struct. Never fails: what the model cannot convert lands in `info.invalid`.
     pub fn from_pod(pod: &Pod) -> PodRecord {
-        PodRecord::from_pod_shared(pod, &mut Interner::default())
+        PodRecord::from_pod_shared(pod, &mut Interner::default(), false)
     }
 
     /// [`PodRecord::from_pod`] with the labels, namespace, scheduler name and group name shared through `interner`
     /// with the cache's other records ([`crate::intern`]).
-    pub fn from_pod_shared(pod: &Pod, interner: &mut Interner) -> PodRecord {
+    ///
+    /// `upstream` says whether the server serves `scheduling.k8s.io` PodGroups: then `spec.schedulingGroup` names
+    /// one of those, and a pod naming groups by both the label and the field is refused (see [`group_of`]).
+    pub fn from_pod_shared(pod: &Pod, interner: &mut Interner, upstream: bool) -> PodRecord {
         let meta = &pod.metadata;
         let status = pod.status.as_ref();
         let mut annotations = meta.annotations.clone().unwrap_or_default();
@@ -130,7 +158,12 @@ impl PodRecord {
             .flatten()
             .filter_map(KeptCondition::of)
             .collect();
-        let mut info = PodInfo::from_pod(pod, phalanx_api::pod_group_name(pod));
+        let (group, group_api, ambiguous) = group_of(pod, upstream);
+        let mut info = PodInfo::from_pod(pod, group);
+        info.group_api = group_api;
+        if ambiguous.is_some() {
+            info.invalid = ambiguous;
+        }
         info.labels = interner.labels(&info.labels);
         info.key.namespace = interner.string(&info.key.namespace);
         info.scheduler_name = interner.string(&info.scheduler_name);
@@ -197,8 +230,7 @@ impl PodRecord {
     }
     /// The pod's own PodGroup, in its namespace.
     pub fn group_key(&self) -> Option<GroupKey> {
-        self.group_name()
-            .map(|g| GroupKey::pod_group(self.namespace(), g))
+        self.info.group_key()
     }
     /// Phase Succeeded or Failed (`phalanx_scheduler::is_terminal` on the object).
     pub fn is_terminal(&self) -> bool {

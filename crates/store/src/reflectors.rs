@@ -11,7 +11,7 @@ use std::{
     fmt::Debug,
     sync::{
         Arc, Mutex, RwLock,
-        atomic::{AtomicBool, AtomicUsize},
+        atomic::{AtomicBool, AtomicUsize, Ordering},
     },
 };
 
@@ -41,8 +41,8 @@ use tokio::sync::{broadcast, watch};
 
 use crate::kind_watch::{Hook, Tolerate, watch_converted, watch_kind};
 use crate::{
-    AssumeCache, ClusterIndex, GroupKey, GroupKind, GroupNode, Inner, PodKey, Shared, Store, StoreConfig,
-    StoreEvent,
+    AssumeCache, ClusterIndex, GroupApi, GroupKey, GroupKind, GroupNode, Inner, PodKey, Shared, Store,
+    StoreConfig, StoreEvent,
     owners::{Lookup, OwnerRef},
     record::{NodeRecord, PodRecord},
 };
@@ -159,6 +159,7 @@ pub(crate) fn start(client: Client, config: StoreConfig) -> Store {
         forbidden: Mutex::new(Default::default()),
         forbidden_devices: Mutex::new(Default::default()),
         dra_served: AtomicBool::new(false),
+        upstream_groups: AtomicBool::new(false),
         ready_target: AtomicUsize::new(crate::KINDS),
     });
     let (ready_tx, ready) = watch::channel(0usize);
@@ -185,24 +186,35 @@ pub(crate) fn start(client: Client, config: StoreConfig) -> Store {
         (Box::new(node_hook), to_node_record, Tolerate::No),
     ));
     tasks.push(task.abort_handle());
+    // Upstream's PodGroups are discovered before the pods are watched: a pod's `spec.schedulingGroup` names one of
+    // them only where they are served (`crate::record::group_of`).
+    let (upstream_pod_groups, mut upstream_decided) =
+        crate::upstream::spawn(&client, &wc, &shared, &ready_tx, &mut tasks);
     // Pods are cached as records (see `crate::record`); a status-only update keeps the model already shared.
     let interner = std::cell::RefCell::new(crate::intern::Interner::default());
+    let upstream_shared = shared.clone();
     let to_record = move |p: Pod, cached: &Reader<PodRecord>| {
-        let record = PodRecord::from_pod_shared(&p, &mut interner.borrow_mut());
+        let upstream = upstream_shared.upstream_groups.load(Ordering::SeqCst);
+        let record = PodRecord::from_pod_shared(&p, &mut interner.borrow_mut(), upstream);
         match cached.get(&ObjectRef::new(record.name()).within(record.namespace())) {
             Some(previous) => record.sharing_model_of(&previous),
             None => record,
         }
     };
     let pods = pods_reader.clone();
-    let task = tokio::spawn(watch_converted::<Pod, PodRecord, _>(
+    let pod_watch = watch_converted::<Pod, PodRecord, _>(
         (pods_reader, pods_writer),
         Api::all(client.clone()),
         wc.clone(),
         shared.clone(),
         ready_tx.clone(),
         (Box::new(pod_hook), to_record, Tolerate::No),
-    ));
+    );
+    let task = tokio::spawn(async move {
+        // The sender lives in the discovery task, which decides before it ends (at most the discovery patience).
+        let _ = upstream_decided.wait_for(Option::is_some).await;
+        pod_watch.await;
+    });
     tasks.push(task.abort_handle());
     spawn_owner::<Job>(
         jobs_w,
@@ -252,11 +264,7 @@ pub(crate) fn start(client: Client, config: StoreConfig) -> Store {
         &ready_tx,
         &mut tasks,
         (
-            Box::new(|ev, r, s| {
-                group_hook(ev, r, s, GroupKind::PodGroup, |g: &PodGroup| {
-                    g.spec.parent_composite_pod_group_name.clone()
-                })
-            }),
+            Box::new(|ev, r, s| pod_group_hook(ev, r, s, GroupApi::Phalanx)),
             crate::slim::group_managed_fields::<PodGroup>,
             Tolerate::No,
         ),
@@ -270,9 +278,13 @@ pub(crate) fn start(client: Client, config: StoreConfig) -> Store {
         &mut tasks,
         (
             Box::new(|ev, r, s| {
-                group_hook(ev, r, s, GroupKind::CompositePodGroup, |g: &CompositePodGroup| {
-                    g.spec.parent_composite_pod_group_name.clone()
-                })
+                group_hook(
+                    ev,
+                    r,
+                    s,
+                    (GroupKind::CompositePodGroup, GroupApi::Phalanx),
+                    |g: &CompositePodGroup| g.spec.parent_composite_pod_group_name.clone(),
+                )
             }),
             crate::slim::group_managed_fields::<CompositePodGroup>,
             Tolerate::No,
@@ -359,6 +371,7 @@ pub(crate) fn start(client: Client, config: StoreConfig) -> Store {
             nodes,
             pods,
             pod_groups,
+            upstream_pod_groups,
             composite_pod_groups,
             workloads,
             priority_classes,
@@ -577,23 +590,32 @@ pub(crate) fn pod_hook(ev: &watcher::Event<PodRecord>, reader: &Reader<PodRecord
     }
 }
 
+/// The hook of a PodGroup watch of the API group `api` (Phalanx's or upstream's, [`crate::upstream`]).
+pub(crate) fn pod_group_hook(ev: &watcher::Event<PodGroup>, r: &Reader<PodGroup>, s: &Shared, api: GroupApi) {
+    group_hook(ev, r, s, (GroupKind::PodGroup, api), |g: &PodGroup| {
+        g.spec.parent_composite_pod_group_name.clone()
+    });
+}
+
 fn group_hook<K>(
     ev: &watcher::Event<K>,
     reader: &Reader<K>,
     s: &Shared,
-    kind: GroupKind,
+    (kind, api): (GroupKind, GroupApi),
     parent: fn(&K) -> Option<String>,
 ) where
     K: Resource<DynamicType = ()> + Clone,
 {
     let key_of = |o: &K| GroupKey {
         kind,
+        api,
         namespace: o.namespace().unwrap_or_default().into(),
         name: o.name_any().into(),
     };
-    // Only PodGroups take pods, so only their owner label links pods of custom owners (see crate::owners).
+    // Only Phalanx's PodGroups take pods of owners, so only their owner label links pods of custom owners (see
+    // crate::owners); upstream's groups are created by upstream's controllers, which name them in the pods.
     let owner_of = |o: &K| {
-        (kind == GroupKind::PodGroup)
+        (kind == GroupKind::PodGroup && api == GroupApi::Phalanx)
             .then(|| o.labels().get(phalanx_api::owners::OWNER_UID_LABEL).cloned())
             .flatten()
     };
@@ -621,8 +643,8 @@ fn group_hook<K>(
         watcher::Event::InitDone => {
             let all: Vec<(GroupKey, Option<String>)> =
                 reader.state().iter().map(|o| (key_of(o), parent(o))).collect();
-            s.index_mut().reset_groups(kind, all);
-            if kind == GroupKind::PodGroup {
+            s.index_mut().reset_groups((kind, api), all);
+            if kind == GroupKind::PodGroup && api == GroupApi::Phalanx {
                 let owned: Vec<(GroupKey, String, Option<String>)> = reader
                     .state()
                     .iter()
@@ -654,9 +676,12 @@ fn other_hook<K: Resource<DynamicType = ()> + Clone>(ev: &watcher::Event<K>, _: 
 }
 
 /// Hierarchy facts of a PodGroup.
-pub(crate) fn pod_group_node(g: &PodGroup) -> GroupNode {
+pub(crate) fn pod_group_node(g: &PodGroup, api: GroupApi) -> GroupNode {
     GroupNode {
-        key: GroupKey::pod_group(&g.namespace().unwrap_or_default(), &g.name_any()),
+        key: GroupKey {
+            api,
+            ..GroupKey::pod_group(&g.namespace().unwrap_or_default(), &g.name_any())
+        },
         parent: g.spec.parent_composite_pod_group_name.clone(),
         workload: g.spec.workload_ref.as_ref().map(|w| w.workload_name.clone()),
         gang: g.spec.scheduling_policy.gang.is_some(),

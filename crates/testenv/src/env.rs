@@ -92,7 +92,7 @@ impl TestEnv {
         }
         ensure_binaries(&bin_dir)?;
         let run = target_dir().join("testenv").join(std::process::id().to_string());
-        start(bin_dir, run, &[])
+        start(bin_dir, run, &[], &[])
     }
 
     /// A control plane of its own for one test, whose kube-apiserver gets `apiserver_args` appended to its flags
@@ -105,19 +105,18 @@ impl TestEnv {
     /// # Errors
     /// When the binaries cannot be built or the control plane does not start; the message names the logs.
     pub fn dedicated(name: &str, apiserver_args: &[&str]) -> anyhow::Result<TestEnv> {
-        anyhow::ensure!(
-            !name.is_empty() && !name.contains(['/', '\\']) && name != "." && name != "..",
-            "phalanx-testenv: dedicated control plane name {name:?} is not a single path component"
-        );
-        let bin_dir = bin_dir()?;
-        ensure_binaries(&bin_dir)?;
-        let run = target_dir()
-            .join("testenv")
-            .join(std::process::id().to_string())
-            .join(name);
-        let mut env = start(bin_dir, run, apiserver_args)?;
-        env.dedicated = true;
-        Ok(env)
+        dedicated_with(name, apiserver_args, &[])
+    }
+
+    /// A dedicated control plane ([`TestEnv::dedicated`]) that serves upstream's Workload API:
+    /// `hack/cluster.sh up --upstream-workload-api` (`scheduling.k8s.io/v1beta1` and `v1alpha3`, with the
+    /// `GenericWorkload`, `CompositePodGroup` and `TopologyAwareWorkloadScheduling` gates on the API server and
+    /// kube-controller-manager), for the tests of Phalanx scheduling upstream's own PodGroups.
+    ///
+    /// # Errors
+    /// As [`TestEnv::dedicated`].
+    pub fn dedicated_upstream_api(name: &str) -> anyhow::Result<TestEnv> {
+        dedicated_with(name, &[], &["--upstream-workload-api"])
     }
 
     /// A kube client configured from the admin kubeconfig (user `phalanx-admin`, group `system:masters`).
@@ -300,9 +299,31 @@ impl Drop for TestEnv {
     }
 }
 
+/// [`TestEnv::dedicated`] with `cluster_flags` for `hack/cluster.sh up`.
+fn dedicated_with(name: &str, apiserver_args: &[&str], cluster_flags: &[&str]) -> anyhow::Result<TestEnv> {
+    anyhow::ensure!(
+        !name.is_empty() && !name.contains(['/', '\\']) && name != "." && name != "..",
+        "phalanx-testenv: dedicated control plane name {name:?} is not a single path component"
+    );
+    let bin_dir = bin_dir()?;
+    ensure_binaries(&bin_dir)?;
+    let run = target_dir()
+        .join("testenv")
+        .join(std::process::id().to_string())
+        .join(name);
+    let mut env = start(bin_dir, run, apiserver_args, cluster_flags)?;
+    env.dedicated = true;
+    Ok(env)
+}
+
 /// Starts a control plane in `run` (`target/testenv/<pid>/`, or a subdirectory of it for a dedicated one) through
-/// `hack/cluster.sh up --watch-pid <pid>`, the API server with `apiserver_args` appended.
-fn start(bin_dir: PathBuf, run: PathBuf, apiserver_args: &[&str]) -> anyhow::Result<TestEnv> {
+/// `hack/cluster.sh up --watch-pid <pid>` with `cluster_flags`, the API server with `apiserver_args` appended.
+fn start(
+    bin_dir: PathBuf,
+    run: PathBuf,
+    apiserver_args: &[&str],
+    cluster_flags: &[&str],
+) -> anyhow::Result<TestEnv> {
     let root = repo_root();
     let base = target_dir().join("testenv");
     let pid = std::process::id();
@@ -329,6 +350,7 @@ fn start(bin_dir: PathBuf, run: PathBuf, apiserver_args: &[&str]) -> anyhow::Res
     let status = cmd
         .arg(root.join("hack/cluster.sh"))
         .arg("up")
+        .args(cluster_flags)
         .arg("--state-dir")
         .arg(&state_dir)
         .arg("--log-dir")

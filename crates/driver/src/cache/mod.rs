@@ -337,11 +337,11 @@ impl Cache {
     pub(crate) fn observe_group(&mut self, g: &GroupKey) -> GroupChange {
         let classes = self.store.priority_classes().state();
         match g.kind {
-            GroupKind::PodGroup => match self.store.pod_group(&g.namespace, &g.name) {
+            GroupKind::PodGroup => match self.store.pod_group_at(g) {
                 Some(pg) => GroupChange::PodGroup(self.record_pod_group(g.clone(), &pg, &classes)),
                 None => GroupChange::Gone(self.forget_group(g)),
             },
-            GroupKind::CompositePodGroup => match self.store.composite_pod_group(&g.namespace, &g.name) {
+            GroupKind::CompositePodGroup => match self.store.composite_pod_group_at(g) {
                 Some(cpg) => GroupChange::Composite(self.record_composite(g.clone(), &cpg, &classes)),
                 None => GroupChange::Gone(self.forget_group(g)),
             },
@@ -356,7 +356,7 @@ impl Cache {
         pg: &PodGroup,
         classes: &[Arc<k8s_openapi::api::scheduling::v1::PriorityClass>],
     ) -> Arc<GroupInfo> {
-        let mut info = crate::convert::group_info(pg, classes);
+        let mut info = crate::convert::group_info_in(key.api, pg, classes);
         // The controller reference does not change, so the map changes only for a new or a deleted group (and
         // a PodGroup object replaced under its name); no scan on the hot path of status updates.
         if let Some((owner, _)) = crate::resize::sized_owner(pg) {

@@ -46,13 +46,12 @@ impl ApiDispatcher {
             self.catch_up_trees();
             return;
         }
-        for pg in self.store.pod_groups().state() {
+        for (key, pg) in self.store.all_pod_groups() {
             if pg.spec.parent_composite_pod_group_name.is_some()
                 || is_condition_true(convert::pod_group_conditions(&pg), POD_GROUP_INITIALLY_SCHEDULED)
             {
                 continue;
             }
-            let key = GroupKey::pod_group(&pg.namespace().unwrap_or_default(), &pg.name_any());
             let members = self.store.group_members(&key);
             if !members.iter().any(|p| self.ours(p)) {
                 continue;
@@ -99,7 +98,7 @@ impl ApiDispatcher {
             .map(|(g, _)| g.clone())
             .collect();
         for g in due {
-            let shown = self.store.pod_group(&g.namespace, &g.name).is_none_or(|pg| {
+            let shown = self.store.pod_group_at(&g).is_none_or(|pg| {
                 is_condition_true(convert::pod_group_conditions(&pg), POD_GROUP_INITIALLY_SCHEDULED)
             });
             if !shown {
@@ -264,10 +263,17 @@ impl ApiDispatcher {
         reason: &'static str,
         message: String,
     ) {
+        // An upstream group is Phalanx's only while one of its members names this scheduler: upstream's groups of
+        // kube-scheduler (or of no pod yet) are never written.
+        if g.is_upstream() && !self.store.group_members(&g).iter().any(|p| self.ours(p)) {
+            return;
+        }
         let mut by_controllers = false;
         let uid = match g.kind {
-            GroupKind::PodGroup => self.store.pod_group(&g.namespace, &g.name).and_then(|o| {
+            GroupKind::PodGroup => self.store.pod_group_at(&g).and_then(|o| {
+                // Phalanx's controllers never reconcile upstream's objects: the driver writes their condition.
                 by_controllers = status
+                    && !g.is_upstream()
                     && self.opts.initially_scheduled_by_controllers
                     && type_ == phalanx_api::conditions::POD_GROUP_INITIALLY_SCHEDULED
                     && o.spec.parent_composite_pod_group_name.is_none();
@@ -275,7 +281,7 @@ impl ApiDispatcher {
             }),
             GroupKind::CompositePodGroup => self
                 .store
-                .composite_pod_group(&g.namespace, &g.name)
+                .composite_pod_group_at(&g)
                 .and_then(|o| o.metadata.uid.clone()),
         };
         let Some(uid) = uid else { return };
@@ -357,6 +363,16 @@ impl ApiDispatcher {
             loop {
                 let fresh = conflicts + unavailable > 0;
                 let res = match g.kind {
+                    // Upstream's PodGroup: the same conditions, written to its own API group's status.
+                    GroupKind::PodGroup if g.is_upstream() => {
+                        let cached = || {
+                            store
+                                .pod_group_at(&g)
+                                .map(|pg| Arc::new(convert::native_view(&pg)))
+                        };
+                        write_conditions(&writer, &g, fresh, cached, &uid, &ws, convert::native_conditions)
+                            .await
+                    }
                     GroupKind::PodGroup => {
                         let cached = || store.pod_group(&g.namespace, &g.name);
                         write_conditions(
@@ -565,7 +581,7 @@ pub(crate) fn name_group_claim_template(
         {
             return None;
         }
-        let group = store.pod_group(&g.namespace, &g.name)?;
+        let group = store.pod_group_at(&g)?;
         group.spec.resource_claims.iter().flatten().find_map(|entry| {
             let t = entry.resource_claim_template_name.as_deref()?;
             let exists = dra

@@ -121,14 +121,15 @@ impl ApiDispatcher {
     fn object_of(&self, entity: &EntityKey) -> Option<ObjectReference> {
         match entity {
             EntityKey::Pod(p) => self.store.pod(p).map(|o| o.object_ref()),
-            EntityKey::Group(g) if g.kind == GroupKind::PodGroup => self
-                .store
-                .pod_group(&g.namespace, &g.name)
-                .map(|o| o.object_ref(&())),
-            EntityKey::Group(g) => self
-                .store
-                .composite_pod_group(&g.namespace, &g.name)
-                .map(|o| o.object_ref(&())),
+            EntityKey::Group(g) if g.kind == GroupKind::PodGroup => self.store.pod_group_at(g).map(|o| {
+                let mut r = o.object_ref(&());
+                if g.is_upstream() {
+                    // Cached in Phalanx's type; the event names upstream's object.
+                    r.api_version = Some(phalanx_store::upstream::UPSTREAM_GROUP_VERSION.to_owned());
+                }
+                r
+            }),
+            EntityKey::Group(g) => self.store.composite_pod_group_at(g).map(|o| o.object_ref(&())),
         }
     }
 }

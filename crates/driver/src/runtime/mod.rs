@@ -196,10 +196,8 @@ impl Driver {
                 self.dispatcher.catch_up_conditions();
                 let store = &self.store;
                 self.delays.retain(|g| match g.kind {
-                    GroupKind::PodGroup => store.pod_group(&g.namespace, &g.name).is_some(),
-                    GroupKind::CompositePodGroup => {
-                        store.composite_pod_group(&g.namespace, &g.name).is_some()
-                    }
+                    GroupKind::PodGroup => store.pod_group_at(g).is_some(),
+                    GroupKind::CompositePodGroup => store.composite_pod_group_at(g).is_some(),
                 });
             }
             // A group whose preemption delay ended is tried again now: no cluster event need come (an autoscaler

@@ -102,8 +102,11 @@ impl Sched {
 }
 
 pub async fn setup(prefix: &str) -> anyhow::Result<Ctx> {
-    let env = TestEnv::shared();
-    let client = env.client().await?;
+    setup_on(TestEnv::shared().client().await?, prefix).await
+}
+
+/// [`setup`] on the control plane of `client` (a dedicated one).
+pub async fn setup_on(client: Client, prefix: &str) -> anyhow::Result<Ctx> {
     phalanx_testenv::apply_crds(&client, &phalanx_api::crds::to_yaml()).await?;
     let ns = create_namespace(&client, prefix).await?;
     let sched = format!("phalanx-{ns}");

@@ -80,6 +80,7 @@ impl PodInfo {
             },
             node_name: spec.node_name.as_deref().filter(|s| !s.is_empty()).map(Arc::from),
             group_name,
+            group_api: crate::model::GroupApi::Phalanx,
             deleting: meta.deletion_timestamp.is_some(),
             scheduling_gates: spec
                 .scheduling_gates

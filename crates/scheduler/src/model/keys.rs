@@ -51,11 +51,35 @@ impl GroupKind {
     }
 }
 
-/// Identity of a group (upstream entity key `pg-type/namespace/name`).
+/// The API group a group object lives in. A pod names a group of one of them (see `phalanx_api::pod_group_ref`),
+/// so a Phalanx PodGroup and a `scheduling.k8s.io` PodGroup of the same name in one namespace are two groups.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum GroupApi {
+    /// Phalanx's own objects, `scheduling.phalanx.dev`.
+    #[default]
+    Phalanx,
+    /// Upstream's objects, `scheduling.k8s.io` (served with the `GenericWorkload` gate, KEP-4671), scheduled by
+    /// Phalanx when their pods name `phalanx-scheduler`.
+    Upstream,
+}
+
+impl GroupApi {
+    /// The API group, e.g. `scheduling.k8s.io`.
+    pub fn group(self) -> &'static str {
+        match self {
+            GroupApi::Phalanx => "scheduling.phalanx.dev",
+            GroupApi::Upstream => "scheduling.k8s.io",
+        }
+    }
+}
+
+/// Identity of a group (upstream entity key `pg-type/namespace/name`, plus the API group it lives in).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct GroupKey {
     /// Kind.
     pub kind: GroupKind,
+    /// API group of the object.
+    pub api: GroupApi,
     /// Namespace.
     pub namespace: Arc<str>,
     /// Name.
@@ -67,15 +91,30 @@ impl GroupKey {
     pub fn pod_group(namespace: &str, name: &str) -> GroupKey {
         GroupKey {
             kind: GroupKind::PodGroup,
+            api: GroupApi::Phalanx,
             namespace: namespace.into(),
             name: name.into(),
         }
+    }
+
+    /// A `scheduling.k8s.io` PodGroup key.
+    pub fn upstream_pod_group(namespace: &str, name: &str) -> GroupKey {
+        GroupKey {
+            api: GroupApi::Upstream,
+            ..GroupKey::pod_group(namespace, name)
+        }
+    }
+
+    /// Whether the object is upstream's (`scheduling.k8s.io`).
+    pub fn is_upstream(&self) -> bool {
+        self.api == GroupApi::Upstream
     }
 
     /// A CompositePodGroup key.
     pub fn composite(namespace: &str, name: &str) -> GroupKey {
         GroupKey {
             kind: GroupKind::CompositePodGroup,
+            api: GroupApi::Phalanx,
             namespace: namespace.into(),
             name: name.into(),
         }
@@ -88,7 +127,10 @@ impl fmt::Display for GroupKey {
             GroupKind::PodGroup => "podgroup",
             GroupKind::CompositePodGroup => "compositepodgroup",
         };
-        write!(f, "{k}/{}/{}", self.namespace, self.name)
+        match self.api {
+            GroupApi::Phalanx => write!(f, "{k}/{}/{}", self.namespace, self.name),
+            GroupApi::Upstream => write!(f, "{k}.scheduling.k8s.io/{}/{}", self.namespace, self.name),
+        }
     }
 }
 

@@ -14,7 +14,7 @@ mod pod;
 pub use group::{
     CompositeGroupInfo, CompositePolicy, DisruptionMode, GroupInfo, GroupPolicy, PreemptionPolicy,
 };
-pub use keys::{EntityKey, GroupKey, GroupKind, PodKey};
+pub use keys::{EntityKey, GroupApi, GroupKey, GroupKind, PodKey};
 pub use node::{NodeInfo, NodeStatic};
 pub use pod::{
     AffinityTerm, DiskKind, HostPort, InlineDisk, PodAffinitySpec, PodClaimSource, PodInfo, PodResourceClaim,

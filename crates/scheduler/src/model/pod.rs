@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::{GroupKey, GroupKind, PodKey, PreemptionPolicy};
+use super::{GroupApi, GroupKey, GroupKind, PodKey, PreemptionPolicy};
 use crate::resources::{DEFAULT_MEMORY_REQUEST, DEFAULT_MILLI_CPU_REQUEST, Resources};
 use crate::selectors::{LabelSelector, NodeSelectorTerm, Requirement, Toleration};
 
@@ -268,6 +268,9 @@ pub struct PodInfo {
     pub node_name: Option<Arc<str>>,
     /// PodGroup name (label first, then `spec.schedulingGroup.podGroupName`), same namespace.
     pub group_name: Option<Arc<str>>,
+    /// The API group of the PodGroup `group_name` names (the label names a Phalanx group, the field an upstream one
+    /// where the server serves them; see `phalanx_api::pod_group_ref`).
+    pub group_api: GroupApi,
     /// metadata.deletionTimestamp is set.
     pub deleting: bool,
     /// spec.schedulingGates names (PreEnqueue SchedulingGates).
@@ -304,6 +307,7 @@ impl PodInfo {
             preemption_policy: PreemptionPolicy::PreemptLowerPriority,
             node_name: None,
             group_name: None,
+            group_api: GroupApi::Phalanx,
             deleting: false,
             scheduling_gates: vec![],
             spec: Arc::new(spec),
@@ -315,6 +319,7 @@ impl PodInfo {
     pub fn group_key(&self) -> Option<GroupKey> {
         self.group_name.as_ref().map(|n| GroupKey {
             kind: GroupKind::PodGroup,
+            api: self.group_api,
             namespace: self.key.namespace.clone(),
             name: n.clone(),
         })

@@ -1,0 +1,215 @@
+//! Phalanx schedules upstream's own PodGroups (`scheduling.k8s.io/v1beta1`, KEP-4671) on a control plane that
+//! serves them: a dedicated one (`hack/cluster.sh up --upstream-workload-api`: kube-apiserver, etcd and
+//! kube-controller-manager v1.37.2 with the `GenericWorkload` gates, and kwok nodes). Pods join a native group
+//! through `spec.schedulingGroup.podGroupName`, as upstream's pods do; Phalanx's label keeps naming Phalanx's
+//! groups; the scheduler writes the native group's `PodGroupInitiallyScheduled` condition as upstream's
+//! scheduler does (`pkg/scheduler/framework/plugins/gangscheduling`, 1.37), and never touches a native group whose
+//! pods name another scheduler.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use anyhow::{Context as _, ensure};
+use k8s_openapi::api::{core::v1::Pod, scheduling::v1beta1::PodGroup as NativePodGroup};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{Api, api::PostParams};
+use phalanx_api::conditions::POD_GROUP_INITIALLY_SCHEDULED;
+use phalanx_testenv::{TestEnv, wait_for};
+use serde_json::json;
+
+use common::cluster::{Ctx, SETTLE, setup_on};
+
+/// A native gang PodGroup of `min` pods.
+async fn native_group(ctx: &Ctx, name: &str, min: i32) -> anyhow::Result<()> {
+    let g: NativePodGroup = serde_json::from_value(json!({
+        "apiVersion": "scheduling.k8s.io/v1beta1",
+        "kind": "PodGroup",
+        "metadata": { "name": name },
+        "spec": { "schedulingPolicy": { "gang": { "minCount": min } } },
+    }))?;
+    native(ctx)
+        .create(&PostParams::default(), &g)
+        .await
+        .with_context(|| format!("creating scheduling.k8s.io PodGroup {name}"))?;
+    Ok(())
+}
+
+fn native(ctx: &Ctx) -> Api<NativePodGroup> {
+    Api::namespaced(ctx.client.clone(), &ctx.ns)
+}
+
+/// `n` pods `<prefix>-<i>` of `scheduler` requesting `cpu`, naming `field` by `spec.schedulingGroup` and `label` by
+/// Phalanx's label (either may be absent).
+async fn pods(
+    ctx: &Ctx,
+    prefix: &str,
+    n: usize,
+    cpu: &str,
+    (field, label): (Option<&str>, Option<&str>),
+    scheduler: &str,
+) -> anyhow::Result<Vec<String>> {
+    let mut names = Vec::new();
+    for i in 1..=n {
+        let name = format!("{prefix}-{i}");
+        let labels: BTreeMap<String, String> = label
+            .map(|l| (phalanx_api::labels::POD_GROUP.to_owned(), l.to_owned()))
+            .into_iter()
+            .collect();
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": { "name": name, "labels": labels },
+            "spec": {
+                "schedulerName": scheduler,
+                "schedulingGroup": field.map(|f| json!({ "podGroupName": f })),
+                "terminationGracePeriodSeconds": 0,
+                "containers": [{ "name": "c", "image": "busybox", "resources": { "requests": { "cpu": cpu } } }],
+            }
+        }))?;
+        ctx.pods()
+            .create(&PostParams::default(), &pod)
+            .await
+            .with_context(|| format!("creating pod {name}"))?;
+        names.push(name);
+    }
+    Ok(names)
+}
+
+/// The native group's `PodGroupInitiallyScheduled`, once it has `status` and `reason`.
+async fn wait_native(ctx: &Ctx, name: &str, status: &str, reason: &str) -> anyhow::Result<Condition> {
+    let api = native(ctx);
+    wait_for(
+        &format!("scheduling.k8s.io PodGroup {name} {status}/{reason}"),
+        SETTLE,
+        || {
+            let api = api.clone();
+            async move {
+                let g = api.get(name).await?;
+                Ok(initially_scheduled(&g).filter(|c| c.status == status && c.reason == reason))
+            }
+        },
+    )
+    .await
+}
+
+fn initially_scheduled(g: &NativePodGroup) -> Option<Condition> {
+    g.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == POD_GROUP_INITIALLY_SCHEDULED)
+        .cloned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_pod_groups_are_scheduled_beside_phalanx_groups() -> anyhow::Result<()> {
+    let env = tokio::task::spawn_blocking(|| TestEnv::dedicated_upstream_api("upstream-api")).await??;
+    let client = env.client().await?;
+    let result = scenarios(client).await;
+    // Stops the dedicated control plane (hack/cluster.sh down); blocking, so off the runtime's threads.
+    tokio::task::spawn_blocking(move || drop(env)).await?;
+    result
+}
+
+async fn scenarios(client: kube::Client) -> anyhow::Result<()> {
+    // A native gang binds whole, with upstream's condition on the native object.
+    let ctx = setup_on(client.clone(), "native-gang").await?;
+    for i in 0..2 {
+        ctx.node(&format!("n{i}"), "4").await?;
+    }
+    let sched = ctx.start();
+    native_group(&ctx, "train", 3).await?;
+    let members = pods(&ctx, "train", 3, "2", (Some("train"), None), &ctx.sched).await?;
+    ctx.wait_bound(&members).await?;
+    let c = wait_native(&ctx, "train", "True", "Scheduled").await?;
+    let generation = native(&ctx).get("train").await?.metadata.generation;
+    ensure!(
+        c.observed_generation == generation,
+        "observedGeneration {:?}, the object's generation {generation:?}",
+        c.observed_generation
+    );
+
+    // One that cannot fit (2 pods of 3 CPUs; `train` left 0 and 2 CPUs free) binds nothing and says Unschedulable
+    // on the native object.
+    native_group(&ctx, "big", 2).await?;
+    let big = pods(&ctx, "big", 2, "3", (Some("big"), None), &ctx.sched).await?;
+    let c = wait_native(&ctx, "big", "False", "Unschedulable").await?;
+    ensure!(
+        !c.message.is_empty(),
+        "an Unschedulable condition without a message"
+    );
+    ctx.stays_unbound_after_cycle(&sched, &big).await?;
+    sched.stop().await?;
+
+    // The same name in both API groups: the label joins Phalanx's group (minCount 2, two pods: binds), the field
+    // joins upstream's (minCount 3, two pods: waits for its quorum). Counted in one group, all four would bind.
+    let ctx = setup_on(client.clone(), "same-name").await?;
+    ctx.node("n0", "16").await?;
+    let sched = ctx.start();
+    ctx.pod_group_with("same", 2, None, serde_json::Value::Null)
+        .await?;
+    native_group(&ctx, "same", 3).await?;
+    let ours = pods(&ctx, "phalanx", 2, "1", (None, Some("same")), &ctx.sched).await?;
+    let theirs = pods(&ctx, "upstream", 2, "1", (Some("same"), None), &ctx.sched).await?;
+    ctx.wait_bound(&ours).await?;
+    ctx.wait_pg("same", "True", "Scheduled").await?;
+    ctx.wait_pod_waiting(&theirs[0], "WaitingForQuorum").await?;
+    let api = native(&ctx);
+    wait_for("the native group counts its own 2 of 3 members", SETTLE, || {
+        let api = api.clone();
+        async move {
+            let g = api.get("same").await?;
+            Ok(initially_scheduled(&g).filter(|c| {
+                c.status == "False"
+                    && c.reason == "WaitingForQuorum"
+                    && c.message.contains("2 of 3 pods present")
+            }))
+        }
+    })
+    .await?;
+    // The group is gated (no cycle runs for it), so its count is the sign: none of its members is bound.
+    let bound = ctx.bindings().await?;
+    ensure!(
+        theirs.iter().all(|p| !bound.contains_key(p)),
+        "a member of the native gang was bound before its quorum: {bound:?}"
+    );
+    // The third member completes the native gang.
+    let third = pods(&ctx, "upstream-late", 1, "1", (Some("same"), None), &ctx.sched).await?;
+    let mut all = theirs.clone();
+    all.extend(third);
+    ctx.wait_bound(&all).await?;
+    wait_native(&ctx, "same", "True", "Scheduled").await?;
+
+    // A pod naming a group by both is refused, with a message naming both.
+    let both = pods(&ctx, "both", 1, "1", (Some("same"), Some("same")), &ctx.sched).await?;
+    let refused = ctx.wait_pod_waiting(&both[0], "SchedulerError").await?;
+    ensure!(
+        refused.contains("names two PodGroups") && refused.contains("spec.schedulingGroup.podGroupName"),
+        "ambiguous pod's message: {refused}"
+    );
+
+    // A native group whose pods name another scheduler is never touched: no condition, no bind, while Phalanx
+    // binds its own gang placed after it.
+    native_group(&ctx, "theirs", 1).await?;
+    let foreign = pods(
+        &ctx,
+        "foreign",
+        1,
+        "1",
+        (Some("theirs"), None),
+        "default-scheduler",
+    )
+    .await?;
+    native_group(&ctx, "after", 1).await?;
+    let after = pods(&ctx, "after", 1, "1", (Some("after"), None), &ctx.sched).await?;
+    ctx.wait_bound(&after).await?;
+    wait_native(&ctx, "after", "True", "Scheduled").await?;
+    ctx.stays_unbound_after_cycle(&sched, &foreign).await?;
+    let g = native(&ctx).get("theirs").await?;
+    ensure!(
+        initially_scheduled(&g).is_none(),
+        "Phalanx wrote a condition on a group of another scheduler: {:?}",
+        initially_scheduled(&g)
+    );
+    sched.stop().await
+}
