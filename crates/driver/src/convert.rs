@@ -132,6 +132,15 @@ pub fn group_info_in(
 /// `minGroupCount` from the gang policy (values below 1 are read as 1; the CRD schema already rejects them), priority
 /// and preemption policy from the PriorityClass as for a PodGroup.
 pub fn composite_info(g: &CompositePodGroup, classes: &[Arc<PriorityClass>]) -> CompositeGroupInfo {
+    composite_info_in(phalanx_scheduler::GroupApi::Phalanx, g, classes)
+}
+
+/// [`composite_info`] of a CompositePodGroup of the API group `api` (see [`group_info_in`]).
+pub fn composite_info_in(
+    api: phalanx_scheduler::GroupApi,
+    g: &CompositePodGroup,
+    classes: &[Arc<PriorityClass>],
+) -> CompositeGroupInfo {
     let (priority, preemption_policy) = resolved(
         g.spec.priority_class_name.as_deref(),
         g.spec.priority.is_some(),
@@ -147,7 +156,10 @@ pub fn composite_info(g: &CompositePodGroup, classes: &[Arc<PriorityClass>]) -> 
         None => CompositePolicy::Basic,
     };
     CompositeGroupInfo {
-        key: phalanx_scheduler::GroupKey::composite(&ns, &name),
+        key: phalanx_scheduler::GroupKey {
+            api,
+            ..phalanx_scheduler::GroupKey::composite(&ns, &name)
+        },
         uid: g.metadata.uid.as_deref().unwrap_or_default().into(),
         generation: g.metadata.generation.unwrap_or(0),
         policy,
@@ -170,7 +182,10 @@ pub fn composite_info(g: &CompositePodGroup, classes: &[Arc<PriorityClass>]) -> 
             .parent_composite_pod_group_name
             .as_deref()
             .filter(|p| !p.is_empty())
-            .map(|p| phalanx_scheduler::GroupKey::composite(&ns, p)),
+            .map(|p| phalanx_scheduler::GroupKey {
+                api,
+                ..phalanx_scheduler::GroupKey::composite(&ns, p)
+            }),
         disruption_mode: if g.spec.disruption_mode.as_ref().is_some_and(|d| d.all.is_some()) {
             DisruptionMode::All
         } else {
@@ -211,6 +226,29 @@ pub fn native_view(g: &PodGroup) -> k8s_openapi::api::scheduling::v1beta1::PodGr
 /// Conditions of an upstream PodGroup.
 pub fn native_conditions(
     g: &k8s_openapi::api::scheduling::v1beta1::PodGroup,
+) -> &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition] {
+    g.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_deref())
+        .unwrap_or_default()
+}
+
+/// [`native_view`] of a cached upstream CompositePodGroup (`scheduling.k8s.io/v1alpha3`).
+pub fn native_composite_view(
+    g: &CompositePodGroup,
+) -> k8s_openapi::api::scheduling::v1alpha3::CompositePodGroup {
+    k8s_openapi::api::scheduling::v1alpha3::CompositePodGroup {
+        metadata: g.metadata.clone(),
+        spec: Default::default(),
+        status: Some(k8s_openapi::api::scheduling::v1alpha3::CompositePodGroupStatus {
+            conditions: Some(composite_conditions(g).to_vec()),
+        }),
+    }
+}
+
+/// Conditions of an upstream CompositePodGroup.
+pub fn native_composite_conditions(
+    g: &k8s_openapi::api::scheduling::v1alpha3::CompositePodGroup,
 ) -> &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition] {
     g.status
         .as_ref()

@@ -197,7 +197,7 @@ impl EventHandlers<'_> {
         // on the hash order of the caches.
         enum Obj {
             Pg(GroupKey, Arc<PodGroup>),
-            Cpg(Arc<CompositePodGroup>),
+            Cpg(GroupKey, Arc<CompositePodGroup>),
         }
         let mut objs: Vec<(Option<Timestamp>, String, String, Obj)> = Vec::new();
         for (key, g) in self.store.all_pod_groups() {
@@ -209,18 +209,18 @@ impl EventHandlers<'_> {
                 Obj::Pg(key, g),
             ));
         }
-        for c in self.store.composite_pod_groups().state() {
+        for (key, c) in self.store.all_composite_pod_groups() {
             let created = c.metadata.creation_timestamp.as_ref().map(|t| t.0);
             objs.push((
                 created,
                 c.namespace().unwrap_or_default(),
                 c.name_any(),
-                Obj::Cpg(c),
+                Obj::Cpg(key, c),
             ));
         }
         objs.sort_by(|a, b| (a.0, &a.1, &a.2).cmp(&(b.0, &b.1, &b.2)));
         let mut seen_groups = HashSet::new();
-        for (_, ns, name, obj) in &objs {
+        for (_, _, _, obj) in &objs {
             match obj {
                 Obj::Pg(key, g) => {
                     let key = key.clone();
@@ -228,8 +228,8 @@ impl EventHandlers<'_> {
                     let info = self.cache.record_pod_group(key, g, &classes);
                     self.queue.add_group(info, now);
                 }
-                Obj::Cpg(c) => {
-                    let key = GroupKey::composite(ns, name);
+                Obj::Cpg(key, c) => {
+                    let key = key.clone();
                     seen_groups.insert(key.clone());
                     let info = self.cache.record_composite(key, c, &classes);
                     self.queue.add_composite_group(info, now);

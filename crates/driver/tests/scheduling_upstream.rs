@@ -11,7 +11,13 @@ mod common;
 use std::collections::BTreeMap;
 
 use anyhow::{Context as _, ensure};
-use k8s_openapi::api::{core::v1::Pod, scheduling::v1beta1::PodGroup as NativePodGroup};
+use k8s_openapi::api::{
+    core::v1::Pod,
+    scheduling::{
+        v1::PriorityClass, v1alpha3::CompositePodGroup as NativeComposite,
+        v1beta1::PodGroup as NativePodGroup,
+    },
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{Api, api::PostParams};
 use phalanx_api::conditions::POD_GROUP_INITIALLY_SCHEDULED;
@@ -22,11 +28,21 @@ use common::cluster::{Ctx, SETTLE, setup_on};
 
 /// A native gang PodGroup of `min` pods.
 async fn native_group(ctx: &Ctx, name: &str, min: i32) -> anyhow::Result<()> {
+    native_group_with(
+        ctx,
+        name,
+        json!({ "schedulingPolicy": { "gang": { "minCount": min } } }),
+    )
+    .await
+}
+
+/// A native PodGroup of `spec`.
+async fn native_group_with(ctx: &Ctx, name: &str, spec: serde_json::Value) -> anyhow::Result<()> {
     let g: NativePodGroup = serde_json::from_value(json!({
         "apiVersion": "scheduling.k8s.io/v1beta1",
         "kind": "PodGroup",
         "metadata": { "name": name },
-        "spec": { "schedulingPolicy": { "gang": { "minCount": min } } },
+        "spec": spec,
     }))?;
     native(ctx)
         .create(&PostParams::default(), &g)
@@ -37,6 +53,21 @@ async fn native_group(ctx: &Ctx, name: &str, min: i32) -> anyhow::Result<()> {
 
 fn native(ctx: &Ctx) -> Api<NativePodGroup> {
     Api::namespaced(ctx.client.clone(), &ctx.ns)
+}
+
+/// A native CompositePodGroup (`scheduling.k8s.io/v1alpha3`) of `spec`.
+async fn native_composite(ctx: &Ctx, name: &str, spec: serde_json::Value) -> anyhow::Result<()> {
+    let g: NativeComposite = serde_json::from_value(json!({
+        "apiVersion": "scheduling.k8s.io/v1alpha3",
+        "kind": "CompositePodGroup",
+        "metadata": { "name": name },
+        "spec": spec,
+    }))?;
+    Api::<NativeComposite>::namespaced(ctx.client.clone(), &ctx.ns)
+        .create(&PostParams::default(), &g)
+        .await
+        .with_context(|| format!("creating scheduling.k8s.io CompositePodGroup {name}"))?;
+    Ok(())
 }
 
 /// `n` pods `<prefix>-<i>` of `scheduler` requesting `cpu`, naming `field` by `spec.schedulingGroup` and `label` by
@@ -211,5 +242,130 @@ async fn scenarios(client: kube::Client) -> anyhow::Result<()> {
         "Phalanx wrote a condition on a group of another scheduler: {:?}",
         initially_scheduled(&g)
     );
+    sched.stop().await?;
+
+    hierarchy_and_topology(client.clone()).await?;
+    preemption(client).await
+}
+
+/// A native CompositePodGroup with a required rack constraint over two native gangs lands in one rack, and its
+/// condition is written on the native object.
+async fn hierarchy_and_topology(client: kube::Client) -> anyhow::Result<()> {
+    let ctx = setup_on(client, "native-tree").await?;
+    for (i, rack) in ["a", "a", "b", "b"].into_iter().enumerate() {
+        ctx.node_labelled(&format!("n{i}"), "4", &[("rack", rack)])
+            .await?;
+    }
+    let sched = ctx.start();
+    native_composite(
+        &ctx,
+        "job",
+        json!({
+            "workloadRef": { "workloadName": "w", "templateName": "job" },
+            "schedulingPolicy": { "gang": { "minGroupCount": 2 } },
+            "schedulingConstraints": { "topology": [{ "key": "rack" }] },
+        }),
+    )
+    .await?;
+    let mut members = Vec::new();
+    for leaf in ["driver", "workers"] {
+        native_group_with(
+            &ctx,
+            leaf,
+            json!({
+                "parentCompositePodGroupName": "job",
+                "workloadRef": { "workloadName": "w", "templateName": leaf },
+                "schedulingPolicy": { "gang": { "minCount": 2 } },
+            }),
+        )
+        .await?;
+        members.extend(pods(&ctx, leaf, 2, "2", (Some(leaf), None), &ctx.sched).await?);
+    }
+    let bound = ctx.wait_bound(&members).await?;
+    let racks: std::collections::BTreeSet<&str> = members
+        .iter()
+        .map(|p| {
+            if bound[p].ends_with("n0") || bound[p].ends_with("n1") {
+                "a"
+            } else {
+                "b"
+            }
+        })
+        .collect();
+    ensure!(racks.len() == 1, "the tree spans racks {racks:?}: {bound:?}");
+    wait_native(&ctx, "driver", "True", "Scheduled").await?;
+    let api: Api<NativeComposite> = Api::namespaced(ctx.client.clone(), &ctx.ns);
+    wait_for("native CompositePodGroup job scheduled", SETTLE, || {
+        let api = api.clone();
+        async move {
+            let g = api.get("job").await?;
+            let c = g.status.and_then(|s| s.conditions).unwrap_or_default();
+            Ok(c.into_iter().find(|c| {
+                c.type_ == phalanx_api::conditions::COMPOSITE_POD_GROUP_INITIALLY_SCHEDULED
+                    && c.status == "True"
+                    && c.reason == "Scheduled"
+            }))
+        }
+    })
+    .await?;
     sched.stop().await
+}
+
+/// A high-priority native gang preempts a low-priority native gang that holds the node.
+async fn preemption(client: kube::Client) -> anyhow::Result<()> {
+    let ctx = setup_on(client.clone(), "native-preempt").await?;
+    let classes: Api<PriorityClass> = Api::all(client);
+    for (short, value) in [("low", 10), ("high", 1000)] {
+        let pc: PriorityClass = serde_json::from_value(json!({
+            "metadata": { "name": format!("{}-{short}", ctx.ns) },
+            "value": value,
+        }))?;
+        classes.create(&PostParams::default(), &pc).await?;
+    }
+    ctx.node("n0", "4").await?;
+    let sched = ctx.start();
+    let victims = priority_gang(&ctx, "low").await?;
+    ctx.wait_bound(&victims).await?;
+    let winners = priority_gang(&ctx, "high").await?;
+    ctx.wait_bound(&winners).await?;
+    let left = ctx.bindings().await?;
+    ensure!(
+        victims.iter().all(|v| !left.contains_key(v)),
+        "a low-priority member still holds the node: {left:?}"
+    );
+    wait_native(&ctx, "high", "True", "Scheduled").await?;
+    let result = sched.stop().await;
+    for short in ["low", "high"] {
+        classes
+            .delete(&format!("{}-{short}", ctx.ns), &Default::default())
+            .await?;
+    }
+    result
+}
+
+/// A native gang `name` of 2 pods of 2 CPUs, group and pods of the PriorityClass `<ns>-<name>`.
+async fn priority_gang(ctx: &Ctx, name: &str) -> anyhow::Result<Vec<String>> {
+    let class = format!("{}-{name}", ctx.ns);
+    native_group_with(
+        ctx,
+        name,
+        json!({ "schedulingPolicy": { "gang": { "minCount": 2 } }, "priorityClassName": class }),
+    )
+    .await?;
+    let mut names = Vec::new();
+    for i in 1..=2 {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": { "name": format!("{name}-{i}") },
+            "spec": {
+                "schedulerName": ctx.sched,
+                "priorityClassName": class,
+                "schedulingGroup": { "podGroupName": name },
+                "terminationGracePeriodSeconds": 0,
+                "containers": [{ "name": "c", "image": "busybox", "resources": { "requests": { "cpu": "2" } } }],
+            }
+        }))?;
+        ctx.pods().create(&PostParams::default(), &pod).await?;
+        names.push(format!("{name}-{i}"));
+    }
+    Ok(names)
 }

@@ -81,15 +81,15 @@ pub const CLUSTER_PERMISSIONS: &[Permission] = &[
     },
     Permission {
         api_group: "scheduling.k8s.io",
-        resources: &["podgroups"],
+        resources: &["podgroups", "compositepodgroups"],
         verbs: READ,
-        used_by: "store::upstream (upstream's PodGroups, watched where scheduling.k8s.io/v1beta1 is served)",
+        used_by: "store::upstream (upstream's PodGroups and CompositePodGroups, watched where served)",
     },
     Permission {
         api_group: "scheduling.k8s.io",
-        resources: &["podgroups/status"],
+        resources: &["podgroups/status", "compositepodgroups/status"],
         verbs: &["patch"],
-        used_by: "driver::dispatcher::conditions (PodGroupInitiallyScheduled on upstream's PodGroups)",
+        used_by: "driver::dispatcher::conditions (…InitiallyScheduled on upstream's groups)",
     },
     Permission {
         api_group: "",

@@ -342,7 +342,10 @@ impl Store {
                 pods: pods.clone(),
                 pod_groups: reader(state.pod_groups),
                 // A fixed state holds Phalanx's objects only (see `crate::upstream` for the live store's).
-                upstream_pod_groups: reader(Vec::new()),
+                upstream: crate::upstream::UpstreamReaders {
+                    pod_groups: reader(Vec::new()),
+                    composites: reader(Vec::new()),
+                },
                 composite_pod_groups: reader(state.composite_pod_groups),
                 workloads: reader(state.workloads),
                 priority_classes: reader(state.priority_classes),

@@ -119,8 +119,8 @@ pub(crate) struct Inner {
     nodes: Reader<NodeRecord>,
     pods: Reader<PodRecord>,
     pod_groups: Reader<PodGroup>,
-    /// Upstream's `scheduling.k8s.io` PodGroups in Phalanx's type; empty unless served ([`upstream`]).
-    upstream_pod_groups: Reader<PodGroup>,
+    /// Upstream's `scheduling.k8s.io` groups in Phalanx's types; empty unless served ([`upstream`]).
+    upstream: upstream::UpstreamReaders,
     composite_pod_groups: Reader<CompositePodGroup>,
     workloads: Reader<Workload>,
     priority_classes: Reader<PriorityClass>,
@@ -423,7 +423,13 @@ impl Store {
     /// Reader of the cache of upstream's `scheduling.k8s.io` PodGroups, in Phalanx's type ([`upstream`]); empty
     /// when the server does not serve them ([`Store::upstream_served`]).
     pub fn upstream_pod_groups(&self) -> &Reader<PodGroup> {
-        &self.inner.upstream_pod_groups
+        &self.inner.upstream.pod_groups
+    }
+
+    /// Reader of the cache of upstream's `scheduling.k8s.io/v1alpha3` CompositePodGroups, in Phalanx's type; empty
+    /// when not served.
+    pub fn upstream_composite_pod_groups(&self) -> &Reader<CompositePodGroup> {
+        &self.inner.upstream.composites
     }
 
     /// Whether upstream's PodGroups are watched (`scheduling.k8s.io/v1beta1` served). False until discovery
@@ -440,18 +446,40 @@ impl Store {
         let at = ObjectRef::new(&key.name).within(&key.namespace);
         match key.api {
             GroupApi::Phalanx => self.inner.pod_groups.get(&at),
-            GroupApi::Upstream => self.inner.upstream_pod_groups.get(&at),
+            GroupApi::Upstream => self.inner.upstream.pod_groups.get(&at),
         }
     }
 
-    /// The CompositePodGroup `key` names (`None` for upstream's, which are not cached yet).
+    /// The CompositePodGroup `key` names, from the cache of its API group (`key.kind` must be `CompositePodGroup`).
     pub fn composite_pod_group_at(&self, key: &GroupKey) -> Option<Arc<CompositePodGroup>> {
-        match (key.kind, key.api) {
-            (GroupKind::CompositePodGroup, GroupApi::Phalanx) => {
-                self.composite_pod_group(&key.namespace, &key.name)
-            }
-            _ => None,
+        if key.kind != GroupKind::CompositePodGroup {
+            return None;
         }
+        let at = ObjectRef::new(&key.name).within(&key.namespace);
+        match key.api {
+            GroupApi::Phalanx => self.inner.composite_pod_groups.get(&at),
+            GroupApi::Upstream => self.inner.upstream.composites.get(&at),
+        }
+    }
+
+    /// Every cached CompositePodGroup of both API groups, with its key.
+    pub fn all_composite_pod_groups(&self) -> Vec<(GroupKey, Arc<CompositePodGroup>)> {
+        let of = |api: GroupApi, g: Arc<CompositePodGroup>| {
+            let key = GroupKey {
+                api,
+                ..GroupKey::composite(
+                    &kube::ResourceExt::namespace(&*g).unwrap_or_default(),
+                    &kube::ResourceExt::name_any(&*g),
+                )
+            };
+            (key, g)
+        };
+        let phalanx = self.inner.composite_pod_groups.state().into_iter();
+        let upstream = self.inner.upstream.composites.state().into_iter();
+        phalanx
+            .map(|g| of(GroupApi::Phalanx, g))
+            .chain(upstream.map(|g| of(GroupApi::Upstream, g)))
+            .collect()
     }
 
     /// Every cached PodGroup of both API groups, with its key.
@@ -475,7 +503,8 @@ impl Store {
             .collect();
         all.extend(
             self.inner
-                .upstream_pod_groups
+                .upstream
+                .pod_groups
                 .state()
                 .into_iter()
                 .map(|g| of(GroupApi::Upstream, g)),
@@ -559,7 +588,7 @@ impl Store {
                 .map(|g| reflectors::pod_group_node(&g, key.api)),
             GroupKind::CompositePodGroup => self
                 .composite_pod_group_at(key)
-                .map(|g| reflectors::composite_node(&g)),
+                .map(|g| reflectors::composite_node(&g, key.api)),
         }
     }
 

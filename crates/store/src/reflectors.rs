@@ -188,7 +188,7 @@ pub(crate) fn start(client: Client, config: StoreConfig) -> Store {
     tasks.push(task.abort_handle());
     // Upstream's PodGroups are discovered before the pods are watched: a pod's `spec.schedulingGroup` names one of
     // them only where they are served (`crate::record::group_of`).
-    let (upstream_pod_groups, mut upstream_decided) =
+    let (upstream, mut upstream_decided) =
         crate::upstream::spawn(&client, &wc, &shared, &ready_tx, &mut tasks);
     // Pods are cached as records (see `crate::record`); a status-only update keeps the model already shared.
     let interner = std::cell::RefCell::new(crate::intern::Interner::default());
@@ -277,15 +277,7 @@ pub(crate) fn start(client: Client, config: StoreConfig) -> Store {
         &ready_tx,
         &mut tasks,
         (
-            Box::new(|ev, r, s| {
-                group_hook(
-                    ev,
-                    r,
-                    s,
-                    (GroupKind::CompositePodGroup, GroupApi::Phalanx),
-                    |g: &CompositePodGroup| g.spec.parent_composite_pod_group_name.clone(),
-                )
-            }),
+            Box::new(|ev, r, s| composite_hook(ev, r, s, GroupApi::Phalanx)),
             crate::slim::group_managed_fields::<CompositePodGroup>,
             Tolerate::No,
         ),
@@ -371,7 +363,7 @@ pub(crate) fn start(client: Client, config: StoreConfig) -> Store {
             nodes,
             pods,
             pod_groups,
-            upstream_pod_groups,
+            upstream,
             composite_pod_groups,
             workloads,
             priority_classes,
@@ -597,6 +589,22 @@ pub(crate) fn pod_group_hook(ev: &watcher::Event<PodGroup>, r: &Reader<PodGroup>
     });
 }
 
+/// The hook of a CompositePodGroup watch of the API group `api`.
+pub(crate) fn composite_hook(
+    ev: &watcher::Event<CompositePodGroup>,
+    r: &Reader<CompositePodGroup>,
+    s: &Shared,
+    api: GroupApi,
+) {
+    group_hook(
+        ev,
+        r,
+        s,
+        (GroupKind::CompositePodGroup, api),
+        |g: &CompositePodGroup| g.spec.parent_composite_pod_group_name.clone(),
+    );
+}
+
 fn group_hook<K>(
     ev: &watcher::Event<K>,
     reader: &Reader<K>,
@@ -690,9 +698,12 @@ pub(crate) fn pod_group_node(g: &PodGroup, api: GroupApi) -> GroupNode {
 }
 
 /// Hierarchy facts of a CompositePodGroup.
-pub(crate) fn composite_node(g: &CompositePodGroup) -> GroupNode {
+pub(crate) fn composite_node(g: &CompositePodGroup, api: GroupApi) -> GroupNode {
     GroupNode {
-        key: GroupKey::composite(&g.namespace().unwrap_or_default(), &g.name_any()),
+        key: GroupKey {
+            api,
+            ..GroupKey::composite(&g.namespace().unwrap_or_default(), &g.name_any())
+        },
         parent: g.spec.parent_composite_pod_group_name.clone(),
         workload: Some(g.spec.workload_ref.workload_name.clone()),
         gang: g.spec.scheduling_policy.gang.is_some(),

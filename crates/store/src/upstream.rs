@@ -12,12 +12,12 @@
 
 use std::sync::{Arc, atomic::Ordering};
 
-use k8s_openapi::api::scheduling::v1beta1 as native;
+use k8s_openapi::api::scheduling::{v1alpha3 as native_alpha, v1beta1 as native};
 use kube::{
-    Api, Client, ResourceExt,
+    Api, Client,
     runtime::reflector::{self, Store as Reader},
 };
-use phalanx_api::v1beta1::PodGroup;
+use phalanx_api::{v1alpha3::CompositePodGroup, v1beta1::PodGroup};
 use phalanx_scheduler::GroupApi;
 use tokio::sync::watch;
 
@@ -27,20 +27,36 @@ use crate::kind_watch::{Tolerate, watch_converted};
 /// The group-version of upstream's PodGroups Phalanx schedules.
 pub const UPSTREAM_GROUP_VERSION: &str = "scheduling.k8s.io/v1beta1";
 
-/// Starts the task that discovers [`UPSTREAM_GROUP_VERSION`] and, when served, watches its PodGroups. Returns the
-/// cache (empty when not served) and a receiver that turns `Some(served)` once discovery decided. Counts once
-/// toward readiness when it decided, after raising the target by one for the watch when served.
+/// The group-version of upstream's CompositePodGroups Phalanx schedules (KEP-6012): `v1alpha3`, served by 1.37
+/// and, beside `v1beta1`, by 1.38 (both with the `CompositePodGroup` gate and `--runtime-config`).
+pub const UPSTREAM_COMPOSITE_GROUP_VERSION: &str = "scheduling.k8s.io/v1alpha3";
+
+/// The caches of upstream's objects, in Phalanx's types; empty where not served.
+#[derive(Clone)]
+pub(crate) struct UpstreamReaders {
+    pub(crate) pod_groups: Reader<PodGroup>,
+    pub(crate) composites: Reader<CompositePodGroup>,
+}
+
+/// Starts the task that discovers [`UPSTREAM_GROUP_VERSION`] (and, where it is served,
+/// [`UPSTREAM_COMPOSITE_GROUP_VERSION`]) and watches what is served. Returns the caches (empty when not served) and
+/// a receiver that turns `Some(served)` once discovery decided about the PodGroups. Counts once toward readiness
+/// when it decided, after raising the target by one per watch it starts.
 pub(crate) fn spawn(
     client: &Client,
     wc: &kube::runtime::watcher::Config,
     shared: &Arc<Shared>,
     ready_tx: &watch::Sender<usize>,
     tasks: &mut Vec<tokio::task::AbortHandle>,
-) -> (Reader<PodGroup>, watch::Receiver<Option<bool>>) {
-    let (reader, writer) = reflector::store::<PodGroup>();
+) -> (UpstreamReaders, watch::Receiver<Option<bool>>) {
+    let (pod_groups, pg_writer) = reflector::store::<PodGroup>();
+    let (composites, cpg_writer) = reflector::store::<CompositePodGroup>();
+    let readers = UpstreamReaders {
+        pod_groups: pod_groups.clone(),
+        composites: composites.clone(),
+    };
     let (decided_tx, decided) = watch::channel(None);
     let (client, wc, shared, ready_tx) = (client.clone(), wc.clone(), shared.clone(), ready_tx.clone());
-    let cache = reader.clone();
     let task = tokio::spawn(async move {
         let served = crate::discovery::served(
             &client,
@@ -50,56 +66,114 @@ pub(crate) fn spawn(
              of those",
         )
         .await;
+        let composites_served = served
+            && crate::discovery::served(
+                &client,
+                UPSTREAM_COMPOSITE_GROUP_VERSION,
+                &["compositepodgroups"],
+                "upstream's PodGroups under a CompositePodGroup wait for their parent",
+            )
+            .await;
         if served {
-            // Target first, then discovery's count: readiness can never be reached without the watch.
-            shared.ready_target.fetch_add(1, Ordering::SeqCst);
+            // Targets first, then discovery's count: readiness can never be reached without the watches.
+            shared
+                .ready_target
+                .fetch_add(1 + usize::from(composites_served), Ordering::SeqCst);
             shared.upstream_groups.store(true, Ordering::SeqCst);
-            tracing::info!("{UPSTREAM_GROUP_VERSION} is served: Phalanx also schedules its PodGroups");
+            tracing::info!(
+                composites_served,
+                "{UPSTREAM_GROUP_VERSION} is served: Phalanx also schedules its groups"
+            );
         }
         decided_tx.send_replace(Some(served));
         ready_tx.send_modify(|n| *n += 1);
         if !served {
             return;
         }
-        watch_converted::<native::PodGroup, PodGroup, _>(
-            (cache, writer),
+        let pgs = watch_converted::<native::PodGroup, PodGroup, _>(
+            (pod_groups, pg_writer),
+            Api::all(client.clone()),
+            wc.clone(),
+            shared.clone(),
+            ready_tx.clone(),
+            (
+                Box::new(|ev, r, s| crate::reflectors::pod_group_hook(ev, r, s, GroupApi::Upstream)),
+                |o, _| converted(o),
+                Tolerate::No,
+            ),
+        );
+        if !composites_served {
+            return pgs.await;
+        }
+        let cpgs = watch_converted::<native_alpha::CompositePodGroup, CompositePodGroup, _>(
+            (composites, cpg_writer),
             Api::all(client),
             wc,
             shared,
             ready_tx,
             (
-                Box::new(|ev, r, s| crate::reflectors::pod_group_hook(ev, r, s, GroupApi::Upstream)),
-                |o, _| from_native(o),
+                Box::new(|ev, r, s| crate::reflectors::composite_hook(ev, r, s, GroupApi::Upstream)),
+                |o, _| converted(o),
                 Tolerate::No,
             ),
-        )
-        .await;
+        );
+        tokio::join!(pgs, cpgs);
     });
     tasks.push(task.abort_handle());
-    (reader, decided)
+    (readers, decided)
 }
 
-/// An upstream PodGroup in Phalanx's type, without managed fields. The schemas agree field for field, so this
-/// fails only on a server that adds a field of a different shape; then the object keeps its metadata and a gang
-/// policy no group can meet (its pods wait, and the error is logged), rather than scheduling it under a policy
-/// it did not ask for.
-pub fn from_native(mut o: native::PodGroup) -> PodGroup {
-    o.metadata.managed_fields = None;
-    let name = o.name_any();
-    let metadata = o.metadata.clone();
-    match serde_json::to_value(&o).and_then(serde_json::from_value::<PodGroup>) {
+/// An upstream object (`N`) in Phalanx's type of the same kind (`P`), without managed fields. The schemas agree
+/// field for field, so this fails only on a server that adds a field of a different shape; then the error is
+/// logged and the object keeps its metadata and a gang policy no group can meet ([`Unplaceable`]): its pods wait,
+/// rather than being scheduled under a policy the object did not ask for.
+pub fn converted<N, P>(mut o: N) -> P
+where
+    N: kube::Resource + serde::Serialize,
+    P: kube::Resource + serde::de::DeserializeOwned + Unplaceable,
+{
+    o.meta_mut().managed_fields = None;
+    let metadata = o.meta().clone();
+    match serde_json::to_value(&o).and_then(serde_json::from_value::<P>) {
         Ok(mut g) => {
-            g.metadata = metadata;
+            *g.meta_mut() = metadata;
             g
         }
         Err(e) => {
-            tracing::error!(podgroup = %name, error = %e, "cannot read a {UPSTREAM_GROUP_VERSION} PodGroup");
-            let mut g = PodGroup::new(&name, Default::default());
-            g.metadata = metadata;
-            g.spec.scheduling_policy.gang =
-                Some(phalanx_api::v1beta1::GangSchedulingPolicy { min_count: i32::MAX });
+            tracing::error!(
+                name = metadata.name.as_deref().unwrap_or_default(),
+                error = %e,
+                "cannot read an upstream scheduling.k8s.io object"
+            );
+            let mut g = P::unplaceable();
+            *g.meta_mut() = metadata;
             g
         }
+    }
+}
+
+/// A group object whose gang policy no group can meet (`minCount`/`minGroupCount` of `i32::MAX`).
+pub trait Unplaceable {
+    /// The object, with default metadata.
+    fn unplaceable() -> Self;
+}
+
+impl Unplaceable for PodGroup {
+    fn unplaceable() -> Self {
+        let mut g = PodGroup::default();
+        g.spec.scheduling_policy.gang =
+            Some(phalanx_api::v1beta1::GangSchedulingPolicy { min_count: i32::MAX });
+        g
+    }
+}
+
+impl Unplaceable for CompositePodGroup {
+    fn unplaceable() -> Self {
+        let mut g = CompositePodGroup::default();
+        g.spec.scheduling_policy.gang = Some(phalanx_api::v1beta1::CompositeGangSchedulingPolicy {
+            min_group_count: i32::MAX,
+        });
+        g
     }
 }
 
@@ -123,7 +197,7 @@ mod tests {
                                          "lastTransitionTime": "2026-12-07T00:00:00Z" }] },
         }))
         .unwrap();
-        let g = from_native(o);
+        let g: PodGroup = converted(o);
         assert_eq!(g.name_any(), "g");
         assert_eq!(g.metadata.uid.as_deref(), Some("u1"));
         assert!(g.metadata.managed_fields.is_none());

@@ -385,7 +385,7 @@ impl Cache {
         cpg: &CompositePodGroup,
         classes: &[Arc<k8s_openapi::api::scheduling::v1::PriorityClass>],
     ) -> Arc<CompositeGroupInfo> {
-        let info = Arc::new(crate::convert::composite_info(cpg, classes));
+        let info = Arc::new(crate::convert::composite_info_in(key.api, cpg, classes));
         self.composite_infos.insert(key.clone(), info.clone());
         self.known_groups.insert(key);
         info

@@ -6,7 +6,6 @@
 
 use std::sync::Arc;
 
-use kube::ResourceExt;
 use phalanx_api::conditions::reasons;
 use phalanx_scheduler::{EntityKey, Gate, GateReason, GroupKey, GroupKind, GroupPolicy, PodKey};
 use phalanx_store::PodRecord;
@@ -116,7 +115,7 @@ impl ApiDispatcher {
             COMPOSITE_POD_GROUP_INITIALLY_SCHEDULED, POD_GROUP_INITIALLY_SCHEDULED,
         };
         let classes = self.store.priority_classes().state();
-        for root in self.store.composite_pod_groups().state() {
+        for (key, root) in self.store.all_composite_pod_groups() {
             if root.spec.parent_composite_pod_group_name.is_some() {
                 continue;
             }
@@ -124,7 +123,6 @@ impl ApiDispatcher {
                 convert::composite_conditions(&root),
                 COMPOSITE_POD_GROUP_INITIALLY_SCHEDULED,
             );
-            let key = GroupKey::composite(&root.namespace().unwrap_or_default(), &root.name_any());
             let mut placed = Vec::new();
             let mut ours = false;
             if !self.tree_placed(&key, 1, &classes, &mut placed, &mut ours) || !ours || root_done {
@@ -155,7 +153,7 @@ impl ApiDispatcher {
         }
         let ok = match key.kind {
             GroupKind::PodGroup => {
-                let Some(pg) = self.store.pod_group(&key.namespace, &key.name) else {
+                let Some(pg) = self.store.pod_group_at(key) else {
                     return false;
                 };
                 let members = self.store.group_members(key);
@@ -167,7 +165,7 @@ impl ApiDispatcher {
                 bound >= convert::group_info(&pg, classes).policy.min_count().max(1) as usize
             }
             GroupKind::CompositePodGroup => {
-                let Some(cpg) = self.store.composite_pod_group(&key.namespace, &key.name) else {
+                let Some(cpg) = self.store.composite_pod_group_at(key) else {
                     return false;
                 };
                 let children = self.store.hierarchy().children(key);
@@ -265,7 +263,11 @@ impl ApiDispatcher {
     ) {
         // An upstream group is Phalanx's only while one of its members names this scheduler: upstream's groups of
         // kube-scheduler (or of no pod yet) are never written.
-        if g.is_upstream() && !self.store.group_members(&g).iter().any(|p| self.ours(p)) {
+        if g.is_upstream()
+            && !members::entity_leaves(&self.store, &EntityKey::Group(g.clone()))
+                .iter()
+                .any(|l| self.store.group_members(l).iter().any(|p| self.ours(p)))
+        {
             return;
         }
         let mut by_controllers = false;
@@ -383,6 +385,23 @@ impl ApiDispatcher {
                             &uid,
                             &ws,
                             convert::pod_group_conditions,
+                        )
+                        .await
+                    }
+                    GroupKind::CompositePodGroup if g.is_upstream() => {
+                        let cached = || {
+                            store
+                                .composite_pod_group_at(&g)
+                                .map(|c| Arc::new(convert::native_composite_view(&c)))
+                        };
+                        write_conditions(
+                            &writer,
+                            &g,
+                            fresh,
+                            cached,
+                            &uid,
+                            &ws,
+                            convert::native_composite_conditions,
                         )
                         .await
                     }

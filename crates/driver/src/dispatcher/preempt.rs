@@ -121,15 +121,28 @@ impl ApiDispatcher {
     fn object_of(&self, entity: &EntityKey) -> Option<ObjectReference> {
         match entity {
             EntityKey::Pod(p) => self.store.pod(p).map(|o| o.object_ref()),
-            EntityKey::Group(g) if g.kind == GroupKind::PodGroup => self.store.pod_group_at(g).map(|o| {
-                let mut r = o.object_ref(&());
-                if g.is_upstream() {
-                    // Cached in Phalanx's type; the event names upstream's object.
-                    r.api_version = Some(phalanx_store::upstream::UPSTREAM_GROUP_VERSION.to_owned());
-                }
-                r
-            }),
-            EntityKey::Group(g) => self.store.composite_pod_group_at(g).map(|o| o.object_ref(&())),
+            EntityKey::Group(g) if g.kind == GroupKind::PodGroup => self
+                .store
+                .pod_group_at(g)
+                .map(|o| upstream_ref(g, o.object_ref(&()))),
+            EntityKey::Group(g) => self
+                .store
+                .composite_pod_group_at(g)
+                .map(|o| upstream_ref(g, o.object_ref(&()))),
         }
     }
+}
+
+/// `r` naming upstream's object for a group of upstream's API (cached in Phalanx's type, whose reference names
+/// Phalanx's group-version).
+fn upstream_ref(g: &phalanx_scheduler::GroupKey, mut r: ObjectReference) -> ObjectReference {
+    use phalanx_store::upstream::{UPSTREAM_COMPOSITE_GROUP_VERSION, UPSTREAM_GROUP_VERSION};
+    if g.is_upstream() {
+        let version = match g.kind {
+            GroupKind::PodGroup => UPSTREAM_GROUP_VERSION,
+            GroupKind::CompositePodGroup => UPSTREAM_COMPOSITE_GROUP_VERSION,
+        };
+        r.api_version = Some(version.to_owned());
+    }
+    r
 }
