@@ -219,6 +219,20 @@ async fn scenarios(client: kube::Client) -> anyhow::Result<()> {
         "ambiguous pod's message: {refused}"
     );
 
+    // A native gang with a member of another scheduler is refused whole, with the reason and message of 1.38's
+    // runtime validation (`pkg/scheduler/schedule_one_podgroup.go`, `validatePodGroupHierarchy`).
+    native_group(&ctx, "mixed", 1).await?;
+    // The other scheduler's member first: created after ours, it could come after our member's cycle.
+    pods(&ctx, "mixed-other", 1, "1", (Some("mixed"), None), "default-scheduler").await?;
+    let mixed = pods(&ctx, "mixed", 1, "1", (Some("mixed"), None), &ctx.sched).await?;
+    let c = wait_native(&ctx, "mixed", "False", "PodGroupError").await?;
+    ensure!(
+        c.message.contains("should have the same .spec.schedulerName"),
+        "mixed gang's message: {}",
+        c.message
+    );
+    ctx.stays_unbound_after_cycle(&sched, &mixed).await?;
+
     // A native group whose pods name another scheduler is never touched: no condition, no bind, while Phalanx
     // binds its own gang placed after it.
     native_group(&ctx, "theirs", 1).await?;
