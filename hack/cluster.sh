@@ -18,6 +18,7 @@
 #   --watch-pid PID                               tear the cluster down once process PID exits
 #   --upstream-workload-api   UPSTREAM_WORKLOAD_API=1  serve scheduling.k8s.io v1beta1+v1alpha3 with the
 #                                                 GenericWorkload, CompositePodGroup, TopologyAwareWorkloadScheduling gates
+#                                                 (and WorkloadWithJob from 1.37)
 #                                                 (1.37+; 1.38 serves CompositePodGroup in v1beta1 too)
 #   --with-kube-scheduler     WITH_KUBE_SCHEDULER=1    also run upstream kube-scheduler (identity system:kube-scheduler)
 # Environment only: PHALANX_BIN_DIR (binaries, see versions.sh), PHALANX_START_TIMEOUT (seconds, default 180),
@@ -298,7 +299,12 @@ port_conflict() { grep -qis "address already in use" "$LOGS"/etcd.log "$LOGS"/ku
 
 gates_args() {
   if [ "$UPSTREAM_WORKLOAD_API" = 1 ]; then
-    echo "--feature-gates=GenericWorkload=true,CompositePodGroup=true,TopologyAwareWorkloadScheduling=true"
+    local gates=GenericWorkload=true,CompositePodGroup=true,TopologyAwareWorkloadScheduling=true minor
+    # WorkloadWithJob (KEP-6089: a Job's spec.scheduling, from which the Job controller creates the Workload and the
+    # PodGroup) exists from 1.37; kube-apiserver refuses a gate it does not know.
+    minor=$("$BIN/kube-apiserver" --version 2>/dev/null | sed -n 's/^Kubernetes v1\.\([0-9]*\).*/\1/p')
+    if [ "${minor:-0}" -ge 37 ]; then gates+=,WorkloadWithJob=true; fi
+    echo "--feature-gates=$gates"
   fi
 }
 

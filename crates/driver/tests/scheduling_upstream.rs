@@ -26,6 +26,9 @@ use serde_json::json;
 
 use common::cluster::{Ctx, SETTLE, setup_on};
 
+/// A scheduler name no scheduler of the test cluster answers to (kube-scheduler runs as `default-scheduler`).
+const ELSEWHERE: &str = "elsewhere";
+
 /// A native gang PodGroup of `min` pods.
 async fn native_group(ctx: &Ctx, name: &str, min: i32) -> anyhow::Result<()> {
     native_group_with(
@@ -134,7 +137,17 @@ fn initially_scheduled(g: &NativePodGroup) -> Option<Condition> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_pod_groups_are_scheduled_beside_phalanx_groups() -> anyhow::Result<()> {
-    let env = tokio::task::spawn_blocking(|| TestEnv::dedicated_upstream_api("upstream-api")).await??;
+    // The compatibility suite runs this on every supported version: before 1.37 there is no PodGroup parent, no
+    // CompositePodGroup and no WorkloadWithJob gate (kube-apiserver refuses gates it does not know), and upstream's
+    // objects are not what Phalanx schedules there.
+    let minor = tokio::task::spawn_blocking(TestEnv::binaries_minor).await??;
+    if minor < 37 {
+        eprintln!(
+            "1.{minor}: upstream's Workload API before 1.37 is not scheduled by Phalanx; nothing to check"
+        );
+        return Ok(());
+    }
+    let env = tokio::task::spawn_blocking(|| TestEnv::dedicated_upstream_api("upstream-api", true)).await??;
     let client = env.client().await?;
     let result = scenarios(client).await;
     // Stops the dedicated control plane (hack/cluster.sh down); blocking, so off the runtime's threads.
@@ -223,7 +236,7 @@ async fn scenarios(client: kube::Client) -> anyhow::Result<()> {
     // runtime validation (`pkg/scheduler/schedule_one_podgroup.go`, `validatePodGroupHierarchy`).
     native_group(&ctx, "mixed", 1).await?;
     // The other scheduler's member first: created after ours, it could come after our member's cycle.
-    pods(&ctx, "mixed-other", 1, "1", (Some("mixed"), None), "default-scheduler").await?;
+    pods(&ctx, "mixed-other", 1, "1", (Some("mixed"), None), ELSEWHERE).await?;
     let mixed = pods(&ctx, "mixed", 1, "1", (Some("mixed"), None), &ctx.sched).await?;
     let c = wait_native(&ctx, "mixed", "False", "PodGroupError").await?;
     ensure!(
@@ -236,15 +249,7 @@ async fn scenarios(client: kube::Client) -> anyhow::Result<()> {
     // A native group whose pods name another scheduler is never touched: no condition, no bind, while Phalanx
     // binds its own gang placed after it.
     native_group(&ctx, "theirs", 1).await?;
-    let foreign = pods(
-        &ctx,
-        "foreign",
-        1,
-        "1",
-        (Some("theirs"), None),
-        "default-scheduler",
-    )
-    .await?;
+    let foreign = pods(&ctx, "foreign", 1, "1", (Some("theirs"), None), ELSEWHERE).await?;
     native_group(&ctx, "after", 1).await?;
     let after = pods(&ctx, "after", 1, "1", (Some("after"), None), &ctx.sched).await?;
     ctx.wait_bound(&after).await?;
@@ -258,8 +263,119 @@ async fn scenarios(client: kube::Client) -> anyhow::Result<()> {
     );
     sched.stop().await?;
 
+    side_by_side(client.clone()).await?;
     hierarchy_and_topology(client.clone()).await?;
-    preemption(client).await
+    preemption(client.clone()).await?;
+    job_with_scheduling(client).await
+}
+
+/// A Job with `spec.scheduling.schedulingPolicy.gang` (KEP-6089, the `WorkloadWithJob` gate, 1.37 alpha and 1.38):
+/// kube-controller-manager's Job controller creates the Workload, the PodGroup and the pods naming it
+/// (`pkg/controller/job/job_scheduling_manager.go`); Phalanx, named by the pod template, binds them as one gang
+/// and writes the PodGroup's condition. With 3 of 4 CPUs per member on 2 nodes, the gang of 3 never fits: nothing
+/// binds, then a third node completes it.
+async fn job_with_scheduling(client: kube::Client) -> anyhow::Result<()> {
+    let ctx = setup_on(client.clone(), "native-job").await?;
+    for i in 0..2 {
+        ctx.node(&format!("n{i}"), "4").await?;
+    }
+    let sched = ctx.start();
+    let job: k8s_openapi::api::batch::v1::Job = serde_json::from_value(json!({
+        "metadata": { "name": "train" },
+        "spec": {
+            "parallelism": 3,
+            "completions": 3,
+            "scheduling": { "schedulingPolicy": { "gang": { "minCount": 3 } } },
+            "template": { "spec": {
+                "schedulerName": ctx.sched,
+                "restartPolicy": "Never",
+                "terminationGracePeriodSeconds": 0,
+                "containers": [{ "name": "c", "image": "busybox", "resources": { "requests": { "cpu": "3" } } }],
+            } },
+        },
+    }))?;
+    Api::<k8s_openapi::api::batch::v1::Job>::namespaced(client.clone(), &ctx.ns)
+        .create(&PostParams::default(), &job)
+        .await
+        .context("creating a Job with spec.scheduling (is WorkloadWithJob on?)")?;
+    // The Job controller names the PodGroup; find it through the pods it creates.
+    let group = wait_for("the Job's pods naming a PodGroup", SETTLE, || async {
+        let pods = ctx.pods().list(&Default::default()).await?;
+        let groups: std::collections::BTreeSet<String> = pods
+            .items
+            .iter()
+            .filter_map(|p| p.spec.as_ref()?.scheduling_group.as_ref()?.pod_group_name.clone())
+            .collect();
+        Ok((pods.items.len() == 3 && groups.len() == 1)
+            .then(|| groups.into_iter().next().unwrap_or_default()))
+    })
+    .await?;
+    let c = wait_native(&ctx, &group, "False", "Unschedulable").await?;
+    ensure!(
+        !c.message.is_empty(),
+        "an Unschedulable condition without a message"
+    );
+    ensure!(
+        ctx.bindings().await?.is_empty(),
+        "a member of the unplaceable gang was bound"
+    );
+    ctx.node("n2", "4").await?;
+    let members: Vec<String> = ctx
+        .pods()
+        .list(&Default::default())
+        .await?
+        .items
+        .iter()
+        .map(kube::ResourceExt::name_any)
+        .collect();
+    ctx.wait_bound(&members).await?;
+    wait_native(&ctx, &group, "True", "Scheduled").await?;
+    sched.stop().await
+}
+
+/// kube-scheduler (gates on, `default-scheduler`) and Phalanx on one cluster: each binds the native gang whose pods
+/// name it, Phalanx binds none of kube-scheduler's pods and never writes kube-scheduler's group.
+async fn side_by_side(client: kube::Client) -> anyhow::Result<()> {
+    let ctx = setup_on(client, "side-by-side").await?;
+    ctx.node("n0", "8").await?;
+    let sched = ctx.start();
+    native_group(&ctx, "upstreams", 2).await?;
+    native_group(&ctx, "ours", 2).await?;
+    let theirs = pods(
+        &ctx,
+        "upstreams",
+        2,
+        "1",
+        (Some("upstreams"), None),
+        "default-scheduler",
+    )
+    .await?;
+    let ours = pods(&ctx, "ours", 2, "1", (Some("ours"), None), &ctx.sched).await?;
+    let mut all = theirs.clone();
+    all.extend(ours.iter().cloned());
+    ctx.wait_bound(&all).await?;
+    wait_native(&ctx, "ours", "True", "Scheduled").await?;
+    // Phalanx's binds are exactly its own two pods (`phalanx_scheduler_binds_total` of this instance, whose nodes
+    // are this namespace's).
+    wait_for("Phalanx counted its two binds", SETTLE, || async {
+        Ok((sched.counter("phalanx_scheduler_binds_total", "") == 2.0).then_some(()))
+    })
+    .await?;
+    let g = native(&ctx).get("upstreams").await?;
+    let managers: Vec<String> = g
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter_map(|m| m.manager.clone())
+        .collect();
+    ensure!(
+        !managers
+            .iter()
+            .any(|m| m == phalanx_api::field_managers::SCHEDULER),
+        "Phalanx wrote kube-scheduler's group: managers {managers:?}"
+    );
+    sched.stop().await
 }
 
 /// A native CompositePodGroup with a required rack constraint over two native gangs lands in one rack, and its

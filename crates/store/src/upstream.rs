@@ -198,7 +198,7 @@ mod tests {
         }))
         .unwrap();
         let g: PodGroup = converted(o);
-        assert_eq!(g.name_any(), "g");
+        assert_eq!(kube::ResourceExt::name_any(&g), "g");
         assert_eq!(g.metadata.uid.as_deref(), Some("u1"));
         assert!(g.metadata.managed_fields.is_none());
         assert_eq!(

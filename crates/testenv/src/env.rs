@@ -111,12 +111,18 @@ impl TestEnv {
     /// A dedicated control plane ([`TestEnv::dedicated`]) that serves upstream's Workload API:
     /// `hack/cluster.sh up --upstream-workload-api` (`scheduling.k8s.io/v1beta1` and `v1alpha3`, with the
     /// `GenericWorkload`, `CompositePodGroup` and `TopologyAwareWorkloadScheduling` gates on the API server and
-    /// kube-controller-manager), for the tests of Phalanx scheduling upstream's own PodGroups.
+    /// kube-controller-manager, and `WorkloadWithJob` from 1.37), for the tests of Phalanx scheduling upstream's own
+    /// PodGroups; `with_kube_scheduler` also runs upstream kube-scheduler (`--with-kube-scheduler`) beside it.
     ///
     /// # Errors
     /// As [`TestEnv::dedicated`].
-    pub fn dedicated_upstream_api(name: &str) -> anyhow::Result<TestEnv> {
-        dedicated_with(name, &[], &["--upstream-workload-api"])
+    pub fn dedicated_upstream_api(name: &str, with_kube_scheduler: bool) -> anyhow::Result<TestEnv> {
+        let flags: &[&str] = if with_kube_scheduler {
+            &["--upstream-workload-api", "--with-kube-scheduler"]
+        } else {
+            &["--upstream-workload-api"]
+        };
+        dedicated_with(name, &[], flags)
     }
 
     /// A kube client configured from the admin kubeconfig (user `phalanx-admin`, group `system:masters`).
@@ -164,6 +170,29 @@ impl TestEnv {
     /// `None` when it reuses one through `$PHALANX_TEST_KUBECONFIG`.
     pub fn state_dir(&self) -> Option<&Path> {
         self.state_dir.as_deref()
+    }
+
+    /// The minor version of the cached control-plane binaries (`kube-apiserver --version`, e.g. 37 for v1.37.2),
+    /// built first if missing; for tests of features a version lacks, which then say so and check what that
+    /// version does instead.
+    ///
+    /// # Errors
+    /// When the binaries cannot be built or the version cannot be read.
+    pub fn binaries_minor() -> anyhow::Result<u32> {
+        let bin_dir = bin_dir()?;
+        ensure_binaries(&bin_dir)?;
+        let out = Command::new(bin_dir.join("kube-apiserver"))
+            .arg("--version")
+            .output()
+            .context("phalanx-testenv: running kube-apiserver --version")?;
+        let built = String::from_utf8_lossy(&out.stdout);
+        built
+            .trim()
+            .trim_start_matches("Kubernetes v1.")
+            .split('.')
+            .next()
+            .and_then(|m| m.parse().ok())
+            .ok_or_else(|| anyhow::anyhow!("phalanx-testenv: no minor version in {built:?}"))
     }
 
     /// The repository root (the directory holding `hack/` and `Cargo.toml`).
