@@ -36,7 +36,7 @@ SUITE=(
   "chart|--workspace --test chart_cluster|"
   "explain|--workspace --test explain|explain_quorum explain_resources explain_topology explain_preemption"
   "admission-policies|--workspace --test admission_policies|"
-  "upstream-api|--workspace --test scheduling_upstream|"
+  "upstream-api|--workspace --test scheduling_upstream --test explain_upstream|"
 )
 
 list=0; all=0

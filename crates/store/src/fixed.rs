@@ -65,6 +65,10 @@ pub struct ClusterState {
     /// manifests until it holds such an object. [`Store::from_state`] has DRA caches ([`Store::dra`]) exactly when
     /// this is `Some`.
     pub dra: Option<crate::dra::DraObjects>,
+    /// Upstream's own groups (`scheduling.k8s.io`), in Phalanx's types; `None` when the server does not serve
+    /// `scheduling.k8s.io/v1beta1` PodGroups. [`Store::from_state`] schedules them, and reads a pod's
+    /// `spec.schedulingGroup` as naming one of them, exactly when this is `Some` (see [`crate::upstream`]).
+    pub upstream: Option<UpstreamObjects>,
     /// The metadata of the pods' owners: every Job, ReplicaSet, Deployment and StatefulSet, and every object of the
     /// custom kinds in [`ClusterState::owner_kinds`]. Empty in a state read from manifests: pods of an owner then
     /// wait for the group derived from their controller's name.
@@ -72,6 +76,15 @@ pub struct ClusterState {
     /// The custom owner kinds listed in full. A custom kind not listed here is one the cluster does not serve or
     /// the reader may not list: as in the live store, its pods join only a PodGroup labelled with their owner's uid.
     pub owner_kinds: Vec<OwnerKind>,
+}
+
+/// Upstream's PodGroups and CompositePodGroups of a [`ClusterState`], converted ([`crate::upstream::converted`]).
+#[derive(Clone, Debug, Default)]
+pub struct UpstreamObjects {
+    /// `scheduling.k8s.io/v1beta1` PodGroups.
+    pub pod_groups: Vec<PodGroup>,
+    /// `scheduling.k8s.io/v1alpha3` CompositePodGroups (empty when not served).
+    pub composite_pod_groups: Vec<CompositePodGroup>,
 }
 
 impl ClusterState {
@@ -106,6 +119,7 @@ impl ClusterState {
                 capacities: list_all(client).await?,
             },
             dra: list_dra(client).await?,
+            upstream: list_upstream(client).await?,
             owners,
             owner_kinds,
         })
@@ -126,6 +140,35 @@ async fn list_dra(client: &Client) -> Result<Option<crate::dra::DraObjects>, Lis
         slices: list_all(client).await?,
         claims: list_all(client).await?,
         templates: list_all(client).await?,
+    }))
+}
+
+/// Upstream's groups, `None` when `scheduling.k8s.io/v1beta1` PodGroups are not served (one discovery request per
+/// group-version, not retried; a failure other than 404 is an error).
+async fn list_upstream(client: &Client) -> Result<Option<UpstreamObjects>, ListError> {
+    use crate::upstream::{UPSTREAM_COMPOSITE_GROUP_VERSION, UPSTREAM_GROUP_VERSION, converted};
+    use k8s_openapi::api::scheduling::{v1alpha3, v1beta1};
+    let discover = |gv: &'static str, plural: &'static str| async move {
+        crate::discovery::discover(client, gv, &[plural])
+            .await
+            .map_err(|source| ListError {
+                kind: format!("{gv} discovery"),
+                source,
+            })
+    };
+    if !discover(UPSTREAM_GROUP_VERSION, "podgroups").await? {
+        return Ok(None);
+    }
+    let pod_groups: Vec<v1beta1::PodGroup> = list_all(client).await?;
+    let composites: Vec<v1alpha3::CompositePodGroup> =
+        if discover(UPSTREAM_COMPOSITE_GROUP_VERSION, "compositepodgroups").await? {
+            list_all(client).await?
+        } else {
+            Vec::new()
+        };
+    Ok(Some(UpstreamObjects {
+        pod_groups: pod_groups.into_iter().map(converted).collect(),
+        composite_pod_groups: composites.into_iter().map(converted).collect(),
     }))
 }
 
@@ -277,7 +320,7 @@ where
 
 fn group_keys<K: Resource<DynamicType = ()>>(
     objects: &[K],
-    kind: GroupKind,
+    (kind, api): (GroupKind, GroupApi),
     parent: fn(&K) -> Option<String>,
 ) -> Vec<(GroupKey, Option<String>)> {
     objects
@@ -285,7 +328,7 @@ fn group_keys<K: Resource<DynamicType = ()>>(
         .map(|o| {
             let key = GroupKey {
                 kind,
-                api: GroupApi::Phalanx,
+                api,
                 namespace: o.namespace().unwrap_or_default().into(),
                 name: o.name_any().into(),
             };
@@ -310,15 +353,35 @@ impl Store {
         }));
         index.reset_groups(
             (GroupKind::PodGroup, GroupApi::Phalanx),
-            group_keys(&state.pod_groups, GroupKind::PodGroup, |g: &PodGroup| {
-                g.spec.parent_composite_pod_group_name.clone()
-            }),
+            group_keys(
+                &state.pod_groups,
+                (GroupKind::PodGroup, GroupApi::Phalanx),
+                |g: &PodGroup| g.spec.parent_composite_pod_group_name.clone(),
+            ),
         );
         index.reset_groups(
             (GroupKind::CompositePodGroup, GroupApi::Phalanx),
             group_keys(
                 &state.composite_pod_groups,
-                GroupKind::CompositePodGroup,
+                (GroupKind::CompositePodGroup, GroupApi::Phalanx),
+                |g: &CompositePodGroup| g.spec.parent_composite_pod_group_name.clone(),
+            ),
+        );
+        let upstream_served = state.upstream.is_some();
+        let upstream = state.upstream.unwrap_or_default();
+        index.reset_groups(
+            (GroupKind::PodGroup, GroupApi::Upstream),
+            group_keys(
+                &upstream.pod_groups,
+                (GroupKind::PodGroup, GroupApi::Upstream),
+                |g: &PodGroup| g.spec.parent_composite_pod_group_name.clone(),
+            ),
+        );
+        index.reset_groups(
+            (GroupKind::CompositePodGroup, GroupApi::Upstream),
+            group_keys(
+                &upstream.composite_pod_groups,
+                (GroupKind::CompositePodGroup, GroupApi::Upstream),
                 |g: &CompositePodGroup| g.spec.parent_composite_pod_group_name.clone(),
             ),
         );
@@ -331,7 +394,7 @@ impl Store {
             state
                 .pods
                 .iter()
-                .map(|p| crate::PodRecord::from_pod_shared(p, &mut interner, false))
+                .map(|p| crate::PodRecord::from_pod_shared(p, &mut interner, upstream_served))
                 .collect(),
         );
         let owners = crate::reflectors::OwnerReaders::from_objects(&state.owners);
@@ -341,10 +404,9 @@ impl Store {
                 nodes: reader(state.nodes.iter().map(crate::NodeRecord::from_node).collect()),
                 pods: pods.clone(),
                 pod_groups: reader(state.pod_groups),
-                // A fixed state holds Phalanx's objects only (see `crate::upstream` for the live store's).
                 upstream: crate::upstream::UpstreamReaders {
-                    pod_groups: reader(Vec::new()),
-                    composites: reader(Vec::new()),
+                    pod_groups: reader(upstream.pod_groups),
+                    composites: reader(upstream.composite_pod_groups),
                 },
                 composite_pod_groups: reader(state.composite_pod_groups),
                 workloads: reader(state.workloads),
@@ -369,7 +431,7 @@ impl Store {
                     forbidden: Mutex::new(Default::default()),
                     forbidden_devices: Mutex::new(Default::default()),
                     dra_served: AtomicBool::new(dra_served),
-                    upstream_groups: AtomicBool::new(false),
+                    upstream_groups: AtomicBool::new(upstream_served),
                     ready_target: AtomicUsize::new(target),
                 }),
                 ready,

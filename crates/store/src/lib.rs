@@ -50,7 +50,7 @@ use tokio::{sync::broadcast, time::Instant};
 
 pub use assumed::{AssumeCache, AssumedPod};
 pub use events::NoteRecorders;
-pub use fixed::{ClusterState, ListError};
+pub use fixed::{ClusterState, ListError, UpstreamObjects};
 pub use index::{ClusterIndex, pod_group_key, pod_group_name, pod_node};
 pub use leader::{Leader, LeaderFence};
 pub use owners::{OwnerKind, OwnerObject};

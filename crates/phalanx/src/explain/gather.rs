@@ -29,6 +29,16 @@ pub enum Target {
     /// A pod (its group is explained when it names one).
     #[value(alias = "pods", alias = "po")]
     Pod,
+    /// Upstream's PodGroup (`scheduling.k8s.io/v1beta1`), where the server serves it; named as kubectl
+    /// disambiguates a resource by its API group.
+    #[value(name = "podgroup.scheduling.k8s.io", alias = "podgroups.scheduling.k8s.io")]
+    UpstreamPodgroup,
+    /// Upstream's CompositePodGroup (`scheduling.k8s.io/v1alpha3`), where the server serves it.
+    #[value(
+        name = "compositepodgroup.scheduling.k8s.io",
+        alias = "compositepodgroups.scheduling.k8s.io"
+    )]
+    UpstreamCompositepodgroup,
 }
 
 /// Most events shown.
@@ -73,6 +83,19 @@ pub async fn explain(
             Some(GroupKey::composite(namespace, name)),
             None,
         ),
+        Target::UpstreamPodgroup => (
+            "PodGroup.scheduling.k8s.io",
+            Some(GroupKey::upstream_pod_group(namespace, name)),
+            None,
+        ),
+        Target::UpstreamCompositepodgroup => (
+            "CompositePodGroup.scheduling.k8s.io",
+            Some(GroupKey {
+                api: phalanx_scheduler::GroupApi::Upstream,
+                ..GroupKey::composite(namespace, name)
+            }),
+            None,
+        ),
     };
     let leaves = group.as_ref().map(|g| leaves_of(&store, g)).unwrap_or_default();
     let members: Vec<Arc<PodRecord>> = match (&group, &pod) {
@@ -109,12 +132,7 @@ pub async fn explain(
         .iter()
         .filter(|p| !p.is_terminal() && tools::is_ours(p, scheduler_name))
         .collect();
-    let quorum = match (
-        &group,
-        group
-            .as_ref()
-            .and_then(|g| store.pod_group(&g.namespace, &g.name)),
-    ) {
+    let quorum = match (&group, group.as_ref().and_then(|g| store.pod_group_at(g))) {
         (Some(g), Some(pg)) if g.kind == GroupKind::PodGroup => Some(Quorum {
             min_count: pg
                 .spec
@@ -410,7 +428,7 @@ fn has_children(store: &Store, g: Option<&GroupKey>) -> bool {
 fn deletion(store: &Store, g: &GroupKey, members: &[Arc<PodRecord>]) -> Option<DeletionFacts> {
     let (meta, waiting_for) = match g.kind {
         GroupKind::PodGroup => {
-            let pg = store.pod_group(&g.namespace, &g.name)?;
+            let pg = store.pod_group_at(g)?;
             let pods = members
                 .iter()
                 .filter(|p| !p.is_terminal())
@@ -419,7 +437,7 @@ fn deletion(store: &Store, g: &GroupKey, members: &[Arc<PodRecord>]) -> Option<D
             (pg.metadata.clone(), pods)
         }
         GroupKind::CompositePodGroup => {
-            let cpg = store.composite_pod_group(&g.namespace, &g.name)?;
+            let cpg = store.composite_pod_group_at(g)?;
             let kids = store
                 .hierarchy()
                 .children(g)
@@ -440,14 +458,9 @@ fn deletion(store: &Store, g: &GroupKey, members: &[Arc<PodRecord>]) -> Option<D
 /// The group's `Valid` condition when it is False.
 fn invalid_condition(store: &Store, g: &GroupKey) -> Option<ConditionFacts> {
     let list = match g.kind {
-        GroupKind::PodGroup => store
-            .pod_group(&g.namespace, &g.name)?
-            .status
-            .as_ref()?
-            .conditions
-            .clone(),
+        GroupKind::PodGroup => store.pod_group_at(g)?.status.as_ref()?.conditions.clone(),
         GroupKind::CompositePodGroup => store
-            .composite_pod_group(&g.namespace, &g.name)?
+            .composite_pod_group_at(g)?
             .status
             .as_ref()?
             .conditions
@@ -461,17 +474,12 @@ fn invalid_condition(store: &Store, g: &GroupKey) -> Option<ConditionFacts> {
 fn group_condition(store: &Store, g: &GroupKey) -> Option<ConditionFacts> {
     let (list, type_) = match g.kind {
         GroupKind::PodGroup => (
-            store
-                .pod_group(&g.namespace, &g.name)?
-                .status
-                .as_ref()?
-                .conditions
-                .clone(),
+            store.pod_group_at(g)?.status.as_ref()?.conditions.clone(),
             conditions::POD_GROUP_INITIALLY_SCHEDULED,
         ),
         GroupKind::CompositePodGroup => (
             store
-                .composite_pod_group(&g.namespace, &g.name)?
+                .composite_pod_group_at(g)?
                 .status
                 .as_ref()?
                 .conditions
@@ -563,11 +571,9 @@ async fn events(
     // Events name their object by uid too: an earlier object of the same name (a Job's pod recreated, a group
     // deleted and created again) keeps its events for an hour, and they are not this object's.
     let group_uid = |g: &GroupKey| match g.kind {
-        GroupKind::PodGroup => store
-            .pod_group(&g.namespace, &g.name)
-            .and_then(|o| o.metadata.uid.clone()),
+        GroupKind::PodGroup => store.pod_group_at(g).and_then(|o| o.metadata.uid.clone()),
         GroupKind::CompositePodGroup => store
-            .composite_pod_group(&g.namespace, &g.name)
+            .composite_pod_group_at(g)
             .and_then(|o| o.metadata.uid.clone()),
     };
     let target_uid = match kind {

@@ -72,7 +72,7 @@ pub fn gather(
     if g.kind != GroupKind::PodGroup {
         return None;
     }
-    let pg = store.pod_group(&g.namespace, &g.name)?;
+    let pg = store.pod_group_at(g)?;
     let status = pg.status.clone().unwrap_or_default();
     let find = |t: &str| status.conditions.iter().find(|c| c.type_ == t);
     let satisfied = find(POD_GROUP_SATISFIED);

@@ -11,11 +11,8 @@ use phalanx_store::Store;
 /// Describes the owner of the group tree under `root`, or `None` when the integration did not make it.
 pub(super) fn describe(store: &Store, root: &GroupKey) -> Option<String> {
     let meta = match root.kind {
-        GroupKind::PodGroup => store.pod_group(&root.namespace, &root.name)?.metadata.clone(),
-        GroupKind::CompositePodGroup => store
-            .composite_pod_group(&root.namespace, &root.name)?
-            .metadata
-            .clone(),
+        GroupKind::PodGroup => store.pod_group_at(root)?.metadata.clone(),
+        GroupKind::CompositePodGroup => store.composite_pod_group_at(root)?.metadata.clone(),
     };
     meta.labels.as_ref()?.get(OWNER_UID_LABEL)?;
     let owner = phalanx_store::owners::controller_of(&meta)?;
@@ -28,7 +25,7 @@ pub(super) fn describe(store: &Store, root: &GroupKey) -> Option<String> {
     let mut parts = Vec::new();
     let mut replica_group = None;
     for leaf in &leaves {
-        let Some(pg) = store.pod_group(&leaf.namespace, &leaf.name) else {
+        let Some(pg) = store.pod_group_at(leaf) else {
             continue;
         };
         let members = store.group_members(leaf);
@@ -75,11 +72,11 @@ pub(super) fn describe(store: &Store, root: &GroupKey) -> Option<String> {
     // The unit's required topology: its composite's, else its (single) group's.
     let required = match root.kind {
         GroupKind::CompositePodGroup => store
-            .composite_pod_group(&root.namespace, &root.name)
+            .composite_pod_group_at(root)
             .and_then(|c| c.spec.scheduling_constraints.clone())
             .and_then(|s| s.topology.first().map(|t| t.key.clone())),
         GroupKind::PodGroup => store
-            .pod_group(&root.namespace, &root.name)
+            .pod_group_at(root)
             .and_then(|g| g.spec.scheduling_constraints.clone())
             .and_then(|s| s.topology.first().map(|t| t.key.clone())),
     };
