@@ -211,39 +211,6 @@ pub fn score(
     if weights == 0 { 0 } else { total / weights }
 }
 
-/// Phalanx's packing score for extended resources (beyond upstream): MostAllocated (0..=100) over the extended
-/// resources the pod requests (domain-qualified names such as `nvidia.com/gpu`) that `resources`, the configured
-/// scoring resources, do not name, averaged; `None` when there is none (the configured score applies).
-///
-/// Why: a gang of GPU pods spread by LeastAllocated over cpu and memory (upstream's default, which ignores extended
-/// resources) leaves a few free GPUs on many nodes, and the next gang of 8-GPU pods finds no whole node. Filling the
-/// fullest node that fits keeps whole nodes free, as upstream's bin-packing profile (MostAllocated with the resource
-/// listed, `pkg/scheduler/framework/plugins/noderesources/most_allocated.go`) does when configured. Naming the
-/// resource in `scoringStrategy.resources` hands it back to the configured strategy. Depends on the pod's spec and
-/// the node only, as the batching cache requires. Measured: docs/scheduler.md, "Packing extended resources".
-pub fn extended_packing_score(
-    pod: &PodInfo,
-    node: &NodeInfo,
-    resources: &[(ScoredResource, i64)],
-) -> Option<i64> {
-    let (mut total, mut n) = (0i64, 0i64);
-    for (name, want) in &pod.spec.requests.scalar {
-        let configured = resources
-            .iter()
-            .any(|(r, _)| matches!(r, ScoredResource::Scalar(s) if **s == **name));
-        if !name.contains('/') || configured {
-            continue;
-        }
-        let alloc = node.node.allocatable.scalar(name);
-        if alloc == 0 {
-            continue;
-        }
-        total += most_requested(node.requested.scalar(name).saturating_add(*want), alloc);
-        n += 1;
-    }
-    (n > 0).then(|| total / n)
-}
-
 /// Whether BalancedAllocation skips the pod (upstream PreScore: best-effort pods).
 pub fn balanced_skips(pod: &PodInfo) -> bool {
     pod.spec.requests.milli_cpu == 0 && pod.spec.requests.memory == 0
@@ -333,11 +300,9 @@ impl ScorePlugin for NodeResourcesFit {
     fn pre_score(&self, _: &PodInfo, _: &Snapshot, _: &[usize]) -> Option<()> {
         Some(())
     }
-    /// Already 0..=100: no NormalizeScore, as upstream. A pod requesting extended resources the configuration does
-    /// not score is scored by [`extended_packing_score`] instead.
+    /// Already 0..=100: no NormalizeScore, as upstream.
     fn score(&self, _: &(), pod: &PodInfo, node: &NodeInfo) -> i64 {
-        extended_packing_score(pod, node, &self.resources)
-            .unwrap_or_else(|| score(pod, node, self.strategy, &self.resources))
+        score(pod, node, self.strategy, &self.resources)
     }
 }
 
