@@ -34,6 +34,7 @@ use crate::cluster::Cluster;
 use crate::workload::Case;
 
 /// End-to-end benchmark: Phalanx vs upstream kube-scheduler vs the raw bind rate on a local control plane.
+/// The packing benchmark has its own arguments: `phalanx-bench pack --help`.
 #[derive(Debug, Parser)]
 #[command(name = "phalanx-bench", version)]
 struct Args {
