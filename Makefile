@@ -5,7 +5,7 @@ SHELL := bash
 CARGO ?= cargo
 TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
 
-.PHONY: help bins kueue workloads karpenter test-kueue test-workloads test-autoscaling workloads-up workloads-down cluster-up cluster-down cluster-status test lint fmt-check clippy crds bench bench-compare bench-e2e quickstart quickstart-down chaos chaos-smoke image test-image image-reproducible release test-release test-compat test-compat-all
+.PHONY: help bins kueue workloads karpenter test-kueue test-workloads test-autoscaling workloads-up workloads-down cluster-up cluster-down cluster-status test lint fmt-check clippy crds bench bench-compare bench-e2e bench-pack quickstart quickstart-down chaos chaos-smoke image test-image image-reproducible release test-release test-compat test-compat-all
 
 help: ## Show this list
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -75,6 +75,10 @@ bench-compare: ## Core bench of BASE (default main) vs the working tree, run alt
 bench-e2e: bins ## End-to-end: Phalanx vs upstream kube-scheduler vs raw bind rate (BENCH_E2E_ARGS='--nodes 500 --gangs 500 --rounds 3')
 	$(CARGO) build --release -p phalanx --bin phalanx
 	$(CARGO) run --release -p phalanx-bench -- $(BENCH_E2E_ARGS)
+
+bench-pack: bins ## Packing: a seeded burst of GPU gang jobs, kube-scheduler (default, MostAllocated) vs Phalanx (BENCH_PACK_ARGS='--svg docs/bench-pack-occupancy.svg')
+	$(CARGO) build --release -p phalanx --bin phalanx
+	$(CARGO) run --release -p phalanx-bench -- pack $(BENCH_PACK_ARGS)
 
 chaos: bins ## Chaos suite: 2 real replicas under faults, invariants I1-I8 (CHAOS_ARGS='--only leader-kill --runs 5'); docs/testing.md
 	$(CARGO) build -p phalanx --bin phalanx

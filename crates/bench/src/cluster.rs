@@ -268,12 +268,23 @@ impl KubeScheduler {
         v: u8,
         log_name: &str,
     ) -> anyhow::Result<ChildProcess> {
+        let config = scheduler_config(&cluster.scheduler_kubeconfig, qps, burst);
+        Self::start_with_config(cluster, &config, v, log_name).await
+    }
+
+    /// [`KubeScheduler::start`] with the whole `KubeSchedulerConfiguration` given as YAML (e.g.
+    /// [`scheduler_config`] plus a `profiles:` list), written to `<work dir>/kube-scheduler.yaml`.
+    ///
+    /// # Errors
+    /// As [`KubeScheduler::start`].
+    pub async fn start_with_config(
+        cluster: &Cluster,
+        config_yaml: &str,
+        v: u8,
+        log_name: &str,
+    ) -> anyhow::Result<ChildProcess> {
         let config = cluster.work_dir.join("kube-scheduler.yaml");
-        std::fs::write(
-            &config,
-            scheduler_config(&cluster.scheduler_kubeconfig, qps, burst),
-        )
-        .with_context(|| format!("writing {}", config.display()))?;
+        std::fs::write(&config, config_yaml).with_context(|| format!("writing {}", config.display()))?;
         let mut cmd = tokio::process::Command::new(cluster.bin_dir.join("kube-scheduler"));
         cmd.arg(format!("--config={}", config.display()))
             .arg("--secure-port=0")

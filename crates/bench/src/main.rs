@@ -14,6 +14,10 @@
 mod cases;
 mod cluster;
 mod measure;
+mod pack;
+mod pack_jobs;
+mod pack_svg;
+mod pack_track;
 mod procfs;
 mod report;
 mod workload;
@@ -30,6 +34,7 @@ use crate::cluster::Cluster;
 use crate::workload::Case;
 
 /// End-to-end benchmark: Phalanx vs upstream kube-scheduler vs the raw bind rate on a local control plane.
+/// The packing benchmark has its own arguments: `phalanx-bench pack --help`.
 #[derive(Debug, Parser)]
 #[command(name = "phalanx-bench", version)]
 struct Args {
@@ -124,14 +129,20 @@ async fn main() -> anyhow::Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
-    let args = Args::parse();
+    // `phalanx-bench pack ...`: the packing benchmark (pack.rs), its own arguments.
+    let pack_args = pack::args_if_pack();
     // A SIGTERM or SIGINT drops the run, and with it the processes it started (`ChildProcess` kills its process
     // group when dropped). The default action of SIGTERM ends this process at once and left `phalanx run` behind,
     // still binding against a cluster that was gone.
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("installing the SIGTERM handler")?;
     tokio::select! {
-        res = run(args) => res,
+        res = async {
+            match pack_args {
+                Some(a) => pack::run(a).await,
+                None => run(Args::parse()).await,
+            }
+        } => res,
         _ = term.recv() => anyhow::bail!("stopped by SIGTERM; the processes this run started were killed"),
         _ = tokio::signal::ctrl_c() => anyhow::bail!("stopped by SIGINT; the processes this run started were killed"),
     }
