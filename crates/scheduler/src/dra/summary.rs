@@ -241,12 +241,17 @@ impl Positions {
 impl DeviceIndex {
     /// The index of `devices`, with the rows of the devices of `nodes` (a snapshot's) first, in their order.
     fn build(devices: &Arc<NodeDevices>, nodes: &[NodeInfo]) -> DeviceIndex {
+        // Sized up front: growing the maps of some 40,000 devices rehashed them several times.
+        let count: usize = devices
+            .values()
+            .map(|l| if l.len() > MAX_DEVICES { 0 } else { l.len() })
+            .sum();
         let mut index = DeviceIndex {
             source: Arc::downgrade(devices),
-            by_name: HashMap::default(),
+            by_name: HashMap::with_capacity_and_hasher(devices.len(), Fx::default()),
             names: Vec::with_capacity(devices.len()),
-            slots: HashMap::default(),
-            by_address: HashMap::default(),
+            slots: HashMap::with_capacity_and_hasher(count, Fx::default()),
+            by_address: HashMap::with_capacity_and_hasher(count, Fx::default()),
             groups: Mutex::default(),
             node_rows: Mutex::default(),
         };
@@ -324,14 +329,19 @@ impl Held {
         h
     }
 
-    /// The table of `catalog` from `previous`, the table of revision `changes.since` of the same devices: its
-    /// rows with the changed devices' bits read again.
-    fn update(previous: &Held, catalog: &Arc<DeviceCatalog>, changes: &HeldChanges) -> Held {
+    /// The table of `catalog` from `rows`, those of the table of revision `changes.since` in `index`, with the
+    /// changed devices' bits read again.
+    fn update(
+        rows: Vec<(u128, u128, bool)>,
+        index: &Arc<DeviceIndex>,
+        catalog: &Arc<DeviceCatalog>,
+        changes: &HeldChanges,
+    ) -> Held {
         let mut h = Held {
             catalog: Arc::downgrade(catalog),
             revision: catalog.revision,
-            rows: previous.rows.clone(),
-            index: previous.index.clone(),
+            rows,
+            index: index.clone(),
         };
         for device in &changes.devices {
             h.mark(catalog, device);
@@ -417,11 +427,23 @@ pub fn held(catalog: &Arc<DeviceCatalog>, nodes: &[NodeInfo]) -> Option<Arc<Held
     }
     let previous = catalog.held_changes.as_ref().and_then(|c| {
         kept.iter()
-            .find(|h| h.revision == c.since && Arc::ptr_eq(&h.index, &index))
-            .map(|h| (h, c))
+            .position(|h| h.revision == c.since && Arc::ptr_eq(&h.index, &index))
+            .map(|at| (at, c))
     });
     let h = Arc::new(match previous {
-        Some((p, changes)) => Held::update(p, catalog, changes),
+        Some((at, changes)) => {
+            // The previous revision's table is taken over when nothing else holds it (its catalog was changed
+            // into this one), so that its rows are not copied; else it stays for whoever holds it.
+            let p = kept.remove(at);
+            match Arc::try_unwrap(p) {
+                Ok(p) => Held::update(p.rows, &p.index, catalog, changes),
+                Err(p) => {
+                    let h = Held::update(p.rows.clone(), &p.index, catalog, changes);
+                    kept.push(p);
+                    h
+                }
+            }
+        }
         None => Held::build(catalog, index),
     });
     if kept.len() >= KEEP {
@@ -495,6 +517,8 @@ pub struct FastPlan {
     new: Demand,
     /// Nodes with claims allocated in this cycle, by index.
     cycle: HashMap<u32, CycleNode, Fx>,
+    /// Bit `i % 64` of every index in `cycle`: most nodes have none, and a clear bit says so without a lookup.
+    cycle_bits: u64,
     /// Verdicts given, for reading the clock every [`CLOCK_EVERY`] of them.
     calls: AtomicU32,
 }
@@ -508,14 +532,16 @@ impl Clone for FastPlan {
             groups: self.groups.clone(),
             new: self.new.clone(),
             cycle: self.cycle.clone(),
+            cycle_bits: self.cycle_bits,
             calls: AtomicU32::new(0),
         }
     }
 }
 
-/// How many verdicts go between two reads of the clock: reading it took a tenth of a verdict's time, and the
-/// allocator itself reads it only every 256 steps. The first verdict of a plan reads it.
-const CLOCK_EVERY: u32 = 32;
+/// How many verdicts go between two reads of the clock, as many as the allocator's steps between its reads: a
+/// verdict takes tens of nanoseconds, so the deadline is seen at most some microseconds late, and at 32 the
+/// clock was still a few percent of a cycle. The first verdict of a plan reads it.
+const CLOCK_EVERY: u32 = 256;
 
 /// What counting says of one node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -581,13 +607,14 @@ impl FastPlan {
             positions,
             groups,
             new: demand,
+            cycle_bits: cycle.keys().fold(0, |bits, i| bits | 1 << (i % 64)),
             cycle,
             calls: AtomicU32::new(0),
         })
     }
 
     /// What counting says of `node` for `catalog` (the plan's); [`Verdict::Search`] once `deadline` is seen
-    /// passed (the clock is read every 32 verdicts), so that the allocator reports the timeout.
+    /// passed (the clock is read every [`CLOCK_EVERY`] verdicts), so that the allocator reports the timeout.
     pub fn verdict(&self, catalog: &DeviceCatalog, node: &NodeInfo, deadline: Option<Instant>) -> Verdict {
         if let Some(d) = deadline {
             // A load and a store, not an atomic add: the count only paces the clock, and a count lost to a
@@ -629,7 +656,7 @@ impl FastPlan {
                 }
             }
         }
-        let here = if self.cycle.is_empty() {
+        let here = if self.cycle_bits & (1 << (i % 64)) == 0 {
             None
         } else {
             self.cycle.get(&i)
