@@ -90,7 +90,7 @@ pub fn claim_not_created(pod: &PodInfo, template_exists: impl Fn(&str) -> bool) 
 }
 
 /// PreFilter: the pod's claims, or `Ok(None)` when it has none. `nodes` are the snapshot's (Filter's counting
-/// finds their rows by address, [`super::summary::FastPlan::new`]); empty when no Filter follows.
+/// finds their rows by position, [`super::summary::FastPlan::new`]); empty when no Filter follows.
 ///
 /// # Errors
 /// DRA is not served; a claim that does not exist (`resourceclaim "x" not found`), is being deleted, or cannot
