@@ -70,13 +70,15 @@ pub fn claim_for(cat: &mut DeviceCatalog, pod: &mut PodInfo, selector: &DeviceSe
     }];
 }
 
-/// Applies a decision's allocations to the catalog (what the runtime's in-flight table does).
+/// Applies a decision's allocations to the catalog (what the runtime's in-flight table does), as the catalog's
+/// next revision, whose changes the device summary reads instead of every allocation.
 pub fn apply(cat: &mut DeviceCatalog, d: &Decision) {
+    cat.next_revision();
     for b in &d.bindings {
         for w in &b.devices {
             let Some(a) = &w.allocation else { continue };
             for (_, dev, _) in &a.devices {
-                cat.allocated.insert(dev.clone(), w.claim.clone());
+                cat.set_allocated(dev.clone(), Some(w.claim.clone()));
             }
             if let Some(c) = cat.claims.get_mut(&w.claim) {
                 Arc::make_mut(c).allocation = Some(Allocated {

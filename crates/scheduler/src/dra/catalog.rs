@@ -138,6 +138,22 @@ pub struct DeviceCatalog {
     /// The wall-clock bound on one cycle's device allocation, from the cycle's first allocation; zero for none
     /// (as upstream's `filterTimeout: 0`). [`FILTER_TIMEOUT`] by default.
     pub filter_timeout: Duration,
+    /// For a catalog changed in place from the one of an earlier revision ([`DeviceCatalog::next_revision`]):
+    /// that revision and the devices whose holding may differ from it, so that the device summary
+    /// ([`super::summary`]) updates its table of held devices instead of reading every allocation again.
+    /// `None` (the default, and every catalog the runtime builds): no such earlier catalog.
+    pub held_changes: Option<HeldChanges>,
+}
+
+/// What changed in a catalog since an earlier revision of it, as far as held devices go
+/// ([`DeviceCatalog::held_changes`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HeldChanges {
+    /// The revision ([`DeviceCatalog::revision`]) these changes are relative to.
+    pub since: u64,
+    /// Every device whose entry in [`DeviceCatalog::allocated`] was added, removed or changed since, or whose
+    /// claim's [`DeviceCatalog::holders`] changed; repeats allowed.
+    pub devices: Vec<DeviceId>,
 }
 
 impl Default for DeviceCatalog {
@@ -152,6 +168,7 @@ impl Default for DeviceCatalog {
             holders: HashMap::new(),
             unreadable: Vec::new(),
             filter_timeout: FILTER_TIMEOUT,
+            held_changes: None,
         }
     }
 }
@@ -163,6 +180,30 @@ impl PartialEq for DeviceCatalog {
 }
 
 impl DeviceCatalog {
+    /// Starts the next revision of a catalog that is changed in place (the core benchmark's way; the runtime
+    /// builds a new catalog instead): `revision` goes up by one and [`DeviceCatalog::held_changes`] starts empty,
+    /// relative to the revision before. Change `allocated` with [`DeviceCatalog::set_allocated`] from then on,
+    /// and list in `held_changes` the devices of a claim whose `holders` change.
+    pub fn next_revision(&mut self) {
+        self.held_changes = Some(HeldChanges {
+            since: self.revision,
+            devices: Vec::new(),
+        });
+        self.revision += 1;
+    }
+
+    /// Allocates `device` to `claim` (`None`: frees it) in [`DeviceCatalog::allocated`], and lists the device in
+    /// [`DeviceCatalog::held_changes`] when that is kept.
+    pub fn set_allocated(&mut self, device: DeviceId, claim: Option<ClaimKey>) {
+        if let Some(c) = &mut self.held_changes {
+            c.devices.push(device.clone());
+        }
+        match claim {
+            Some(c) => self.allocated.insert(device, c),
+            None => self.allocated.remove(&device),
+        };
+    }
+
     /// The devices `node` reaches: its own slices', then the shared slices' that select it.
     pub fn devices_for<'a>(&'a self, node: &NodeInfo) -> Vec<&'a Device> {
         let name = &node.node.name;

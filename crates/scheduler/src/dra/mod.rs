@@ -26,7 +26,8 @@ pub mod summary;
 
 pub use allocator::{AllocationOutcome, ClaimAllocation, Shortfall, allocate, allocate_until};
 pub use catalog::{
-    Allocated, Consumer, DeviceCatalog, FILTER_TIMEOUT, NodeDevices, ResourceClaimInfo, SliceScope,
+    Allocated, Consumer, DeviceCatalog, FILTER_TIMEOUT, HeldChanges, NodeDevices, ResourceClaimInfo,
+    SliceScope,
 };
 pub use overlay::{DeviceOverlay, NodeAllocations};
 pub use scheduling::{ClaimWrite, DeviceAllocation};

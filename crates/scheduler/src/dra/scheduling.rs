@@ -89,7 +89,8 @@ pub fn claim_not_created(pod: &PodInfo, template_exists: impl Fn(&str) -> bool) 
         })
 }
 
-/// PreFilter: the pod's claims, or `Ok(None)` when it has none.
+/// PreFilter: the pod's claims, or `Ok(None)` when it has none. `nodes` are the snapshot's (Filter's counting
+/// finds their rows by position, [`super::summary::FastPlan::new`]); empty when no Filter follows.
 ///
 /// # Errors
 /// DRA is not served; a claim that does not exist (`resourceclaim "x" not found`), is being deleted, or cannot
@@ -98,6 +99,7 @@ pub fn plan(
     catalog: &Arc<DeviceCatalog>,
     overlay: &DeviceOverlay,
     pod: &PodInfo,
+    nodes: &[NodeInfo],
 ) -> Result<Option<ClaimPlan>, Unresolvable> {
     if pod.spec.resource_claims.is_empty() {
         return Ok(None);
@@ -171,7 +173,10 @@ pub fn plan(
         p.taken = overlay.taken().map(|(d, c)| (d.clone(), c.clone())).collect();
         p.movable = overlay_movable(overlay, catalog);
         p.deadline = overlay.allocation_deadline(catalog.filter_timeout);
-        p.fast = FastPlan::new(catalog, overlay, &p.new);
+        // Reserve plans without nodes: it allocates on its node, and needs no counts.
+        if !nodes.is_empty() {
+            p.fast = FastPlan::new(catalog, overlay, &p.new, nodes);
+        }
     }
     Ok(Some(p))
 }
@@ -339,7 +344,7 @@ pub(crate) fn reserve(
     pod: &PodInfo,
     node: &NodeInfo,
 ) -> Option<(Vec<ClaimKey>, Option<NodeAllocations>)> {
-    let plan = plan(catalog, overlay, pod).ok()??;
+    let plan = plan(catalog, overlay, pod, &[]).ok()??;
     let now = fit(&plan, node).ok()?;
     Some((plan.claims, now))
 }

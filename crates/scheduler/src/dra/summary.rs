@@ -23,8 +23,14 @@
 //!   matching devices of each node, evaluated on a node's first visit. It outlives the catalogs that share the
 //!   map (the benchmark updates the allocations of its catalog in place; the runtime's rebuild makes a new map,
 //!   so there the index is made again with each catalog);
+//! - [`NodeRows`], per index: each snapshot node's row by its position in the snapshot, so that Filter finds a
+//!   node's row without hashing and comparing its name (a cache miss on the name's bytes per node), and reads
+//!   the rows in the order it visits the nodes; made from the snapshot's nodes at PreFilter when they are not
+//!   the ones it holds; a node it does not hold is looked up by name;
 //! - [`Held`], per catalog (by identity): the devices allocated claims hold on each node, from
-//!   [`DeviceCatalog::allocated`] and [`DeviceCatalog::holders`], one pass over the allocations per catalog.
+//!   [`DeviceCatalog::allocated`] and [`DeviceCatalog::holders`]: one pass over the allocations for a new
+//!   catalog, or for a catalog changed in place ([`DeviceCatalog::held_changes`]) the previous revision's table
+//!   with the changed devices read again.
 //!
 //! Identity is the address of the `Arc`, remembered with a [`Weak`]: while the `Weak` lives the address cannot
 //! be reused, and [`Arc::make_mut`] moves a value that a `Weak` still points at, so a changed map or catalog
@@ -38,8 +44,10 @@ use std::time::Instant;
 
 use super::allocator::ALLOCATION_BUDGET;
 use super::overlay::DeviceOverlay;
-use super::{AllocationMode, ClaimRequests, DeviceCatalog, DeviceId, DeviceSelector, NodeDevices};
-use crate::model::NodeInfo;
+use super::{
+    AllocationMode, ClaimRequests, DeviceCatalog, DeviceId, DeviceSelector, HeldChanges, NodeDevices,
+};
+use crate::model::{NodeInfo, NodeStatic};
 
 /// Most devices of one node the masks cover (the bits of a `u128`); a node with more is left to the allocator.
 pub const MAX_DEVICES: usize = 128;
@@ -159,19 +167,99 @@ pub struct DeviceIndex {
     /// per catalog. A hit counts only when the whole id is equal (the kept id also keeps the address its own).
     by_address: HashMap<usize, (DeviceId, u32, u8), Fx>,
     groups: Mutex<Vec<Arc<Group>>>,
+    /// The rows of the last snapshot's nodes ([`NodeRows::learn`]).
+    node_rows: Mutex<Arc<NodeRows>>,
+}
+
+/// A row of [`DeviceIndex`] for a node without devices (not among its names).
+const NO_ROW: u32 = u32::MAX;
+
+/// The rows in a [`DeviceIndex`] of one snapshot's nodes, by the node's position in the snapshot: Filter visits
+/// the nodes in the snapshot's order (from a rotating start), so it reads this table, and the index's rows (made
+/// in the same order, [`DeviceIndex::build`]), one after the other instead of at random. A position's entry
+/// counts only when it holds the node's own [`NodeStatic`] (by address: the snapshot keeps a node's
+/// `Arc<NodeStatic>` until the node changes, and holding a clone here keeps the address from being reused by
+/// another node); any other node is looked up by name.
+#[derive(Debug, Default)]
+pub struct NodeRows {
+    /// Per snapshot position: the node's `NodeStatic` (held, and compared by address) and its row, or
+    /// [`NO_ROW`].
+    positions: Vec<(Arc<NodeStatic>, u32)>,
+}
+
+impl NodeRows {
+    /// The rows of `index` for the snapshot `nodes`: the current ones when they have as many nodes and the same
+    /// first and last (a node changed since is then looked up by name), else made anew.
+    fn learn(index: &DeviceIndex, nodes: &[NodeInfo]) -> Arc<NodeRows> {
+        let mut current = index.node_rows.lock().unwrap_or_else(PoisonError::into_inner);
+        let same = |at: usize| {
+            current
+                .positions
+                .get(at)
+                .is_some_and(|(node, _)| Arc::ptr_eq(node, &nodes[at].node))
+        };
+        if nodes.is_empty() || (current.positions.len() == nodes.len() && same(0) && same(nodes.len() - 1)) {
+            return current.clone();
+        }
+        let row = |n: &NodeInfo| index.by_name.get(&*n.node.name).copied().unwrap_or(NO_ROW);
+        *current = Arc::new(NodeRows {
+            positions: nodes.iter().map(|n| (n.node.clone(), row(n))).collect(),
+        });
+        current.clone()
+    }
+}
+
+/// Where a plan finds the snapshot's nodes: the address of the first and how many, so that a node's position
+/// is its offset from the first.
+#[derive(Debug, Clone, Copy, Default)]
+struct Positions {
+    first: usize,
+    count: usize,
+}
+
+impl Positions {
+    fn of(nodes: &[NodeInfo]) -> Positions {
+        Positions {
+            first: nodes.as_ptr() as usize,
+            count: nodes.len(),
+        }
+    }
+
+    /// The row of `node` when it is the snapshot node at its position in `rows`.
+    fn row(self, rows: &NodeRows, node: &NodeInfo) -> Option<u32> {
+        let offset = (std::ptr::from_ref(node) as usize).wrapping_sub(self.first);
+        let size = std::mem::size_of::<NodeInfo>();
+        let at = offset / size;
+        if !offset.is_multiple_of(size) || at >= self.count {
+            return None;
+        }
+        let (held, row) = rows.positions.get(at)?;
+        Arc::ptr_eq(held, &node.node).then_some(*row)
+    }
 }
 
 impl DeviceIndex {
-    fn build(devices: &Arc<NodeDevices>) -> DeviceIndex {
+    /// The index of `devices`, with the rows of the devices of `nodes` (a snapshot's) first, in their order.
+    fn build(devices: &Arc<NodeDevices>, nodes: &[NodeInfo]) -> DeviceIndex {
+        // Sized up front: growing the maps of some 40,000 devices rehashed them several times.
+        let count: usize = devices
+            .values()
+            .map(|l| if l.len() > MAX_DEVICES { 0 } else { l.len() })
+            .sum();
         let mut index = DeviceIndex {
             source: Arc::downgrade(devices),
-            by_name: HashMap::default(),
+            by_name: HashMap::with_capacity_and_hasher(devices.len(), Fx::default()),
             names: Vec::with_capacity(devices.len()),
-            slots: HashMap::default(),
-            by_address: HashMap::default(),
+            slots: HashMap::with_capacity_and_hasher(count, Fx::default()),
+            by_address: HashMap::with_capacity_and_hasher(count, Fx::default()),
             groups: Mutex::default(),
+            node_rows: Mutex::default(),
         };
-        for (name, list) in devices.iter() {
+        let in_snapshot = nodes.iter().filter_map(|n| devices.get_key_value(&*n.node.name));
+        for (name, list) in in_snapshot.chain(devices.iter()) {
+            if index.by_name.contains_key(name) {
+                continue;
+            }
             let i = u32::try_from(index.names.len()).unwrap_or(u32::MAX);
             let big = list.len() > MAX_DEVICES;
             index.by_name.insert(name.clone(), i);
@@ -217,6 +305,8 @@ impl DeviceIndex {
 #[derive(Debug)]
 pub struct Held {
     catalog: Weak<DeviceCatalog>,
+    /// The catalog's [`DeviceCatalog::revision`], for the next revision's update.
+    revision: u64,
     index: Arc<DeviceIndex>,
     /// Per node, in one row so that Filter reads one cache line: devices held whatever the node's pods are;
     /// devices whose claim is reserved only for pods on this node, held while one of them is still there
@@ -229,26 +319,58 @@ impl Held {
     fn build(catalog: &Arc<DeviceCatalog>, index: Arc<DeviceIndex>) -> Held {
         let mut h = Held {
             catalog: Arc::downgrade(catalog),
+            revision: catalog.revision,
             rows: empty_rows(&index),
             index,
         };
-        for (device, claim) in &catalog.allocated {
-            let Some((i, pos)) = h.index.slot(device) else {
-                continue;
-            };
-            let (i, bit) = (i as usize, 1u128 << pos);
-            let name = &h.index.names[i].0;
-            let always = catalog
-                .holders
-                .get(claim)
-                .is_none_or(|pods| pods.is_empty() || pods.iter().any(|(_, on)| on != name));
-            if always {
-                h.rows[i].0 |= bit;
-            } else {
-                h.rows[i].1 |= bit;
-            }
+        for device in catalog.allocated.keys() {
+            h.mark(catalog, device);
         }
         h
+    }
+
+    /// The table of `catalog` from `rows`, those of the table of revision `changes.since` in `index`, with the
+    /// changed devices' bits read again.
+    fn update(
+        rows: Vec<(u128, u128, bool)>,
+        index: &Arc<DeviceIndex>,
+        catalog: &Arc<DeviceCatalog>,
+        changes: &HeldChanges,
+    ) -> Held {
+        let mut h = Held {
+            catalog: Arc::downgrade(catalog),
+            revision: catalog.revision,
+            rows,
+            index: index.clone(),
+        };
+        for device in &changes.devices {
+            h.mark(catalog, device);
+        }
+        h
+    }
+
+    /// Sets the bits of `device` (if the index has it) from `catalog`: held whatever the node's pods are, held
+    /// while one of its claim's pods is on the node, or free.
+    fn mark(&mut self, catalog: &DeviceCatalog, device: &DeviceId) {
+        let Some((i, pos)) = self.index.slot(device) else {
+            return;
+        };
+        let (i, bit) = (i as usize, 1u128 << pos);
+        self.rows[i].0 &= !bit;
+        self.rows[i].1 &= !bit;
+        let Some(claim) = catalog.allocated.get(device) else {
+            return;
+        };
+        let name = &self.index.names[i].0;
+        let always = catalog
+            .holders
+            .get(claim)
+            .is_none_or(|pods| pods.is_empty() || pods.iter().any(|(_, on)| on != name));
+        if always {
+            self.rows[i].0 |= bit;
+        } else {
+            self.rows[i].1 |= bit;
+        }
     }
 }
 
@@ -281,9 +403,10 @@ fn remember<T>(cache: &Mutex<Vec<Arc<T>>>, hit: impl Fn(&T) -> bool, make: impl 
     x
 }
 
-/// The held table of `catalog` (and through it the device index of its devices), built on first use; `None`
-/// when the catalog has devices of shared slices (node selectors, `allNodes`), which the masks do not cover.
-pub fn held(catalog: &Arc<DeviceCatalog>) -> Option<Arc<Held>> {
+/// The held table of `catalog` (and through it the device index of its devices, whose rows follow the order of
+/// `nodes`, a snapshot's, when it is made here), built on first use; `None` when the catalog has devices of
+/// shared slices (node selectors, `allNodes`), which the masks do not cover.
+pub fn held(catalog: &Arc<DeviceCatalog>, nodes: &[NodeInfo]) -> Option<Arc<Held>> {
     static INDEXES: Mutex<Vec<Arc<DeviceIndex>>> = Mutex::new(Vec::new());
     static HELD: Mutex<Vec<Arc<Held>>> = Mutex::new(Vec::new());
     if !catalog.shared_devices.is_empty() {
@@ -293,13 +416,41 @@ pub fn held(catalog: &Arc<DeviceCatalog>) -> Option<Arc<Held>> {
     let index = remember(
         &INDEXES,
         |x| std::ptr::eq(x.source.as_ptr(), Arc::as_ptr(devices)),
-        || DeviceIndex::build(devices),
+        || DeviceIndex::build(devices, nodes),
     );
-    Some(remember(
-        &HELD,
-        |h| std::ptr::eq(h.catalog.as_ptr(), Arc::as_ptr(catalog)) && Arc::ptr_eq(&h.index, &index),
-        || Held::build(catalog, index.clone()),
-    ))
+    let mut kept = HELD.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(h) = kept
+        .iter()
+        .find(|h| std::ptr::eq(h.catalog.as_ptr(), Arc::as_ptr(catalog)) && Arc::ptr_eq(&h.index, &index))
+    {
+        return Some(h.clone());
+    }
+    let previous = catalog.held_changes.as_ref().and_then(|c| {
+        kept.iter()
+            .position(|h| h.revision == c.since && Arc::ptr_eq(&h.index, &index))
+            .map(|at| (at, c))
+    });
+    let h = Arc::new(match previous {
+        Some((at, changes)) => {
+            // The previous revision's table is taken over when nothing else holds it (its catalog was changed
+            // into this one), so that its rows are not copied; else it stays for whoever holds it.
+            let p = kept.remove(at);
+            match Arc::try_unwrap(p) {
+                Ok(p) => Held::update(p.rows, &p.index, catalog, changes),
+                Err(p) => {
+                    let h = Held::update(p.rows.clone(), &p.index, catalog, changes);
+                    kept.push(p);
+                    h
+                }
+            }
+        }
+        None => Held::build(catalog, index),
+    });
+    if kept.len() >= KEEP {
+        kept.remove(0);
+    }
+    kept.push(h.clone());
+    Some(h)
 }
 
 /// What a set of claims wants, per selector set of a plan.
@@ -359,10 +510,15 @@ struct CycleNode {
 #[derive(Debug)]
 pub struct FastPlan {
     held: Arc<Held>,
+    /// The snapshot nodes' rows in the held table's index, and where the snapshot's nodes are.
+    rows: Arc<NodeRows>,
+    positions: Positions,
     groups: Vec<Arc<Group>>,
     new: Demand,
     /// Nodes with claims allocated in this cycle, by index.
     cycle: HashMap<u32, CycleNode, Fx>,
+    /// Bit `i % 64` of every index in `cycle`: most nodes have none, and a clear bit says so without a lookup.
+    cycle_bits: u64,
     /// Verdicts given, for reading the clock every [`CLOCK_EVERY`] of them.
     calls: AtomicU32,
 }
@@ -371,17 +527,21 @@ impl Clone for FastPlan {
     fn clone(&self) -> Self {
         FastPlan {
             held: self.held.clone(),
+            rows: self.rows.clone(),
+            positions: self.positions,
             groups: self.groups.clone(),
             new: self.new.clone(),
             cycle: self.cycle.clone(),
+            cycle_bits: self.cycle_bits,
             calls: AtomicU32::new(0),
         }
     }
 }
 
-/// How many verdicts go between two reads of the clock: reading it took a tenth of a verdict's time, and the
-/// allocator itself reads it only every 256 steps. The first verdict of a plan reads it.
-const CLOCK_EVERY: u32 = 32;
+/// How many verdicts go between two reads of the clock, as many as the allocator's steps between its reads: a
+/// verdict takes tens of nanoseconds, so the deadline is seen at most some microseconds late, and at 32 the
+/// clock was still a few percent of a cycle. The first verdict of a plan reads it.
+const CLOCK_EVERY: u32 = 256;
 
 /// What counting says of one node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -395,15 +555,19 @@ pub enum Verdict {
 }
 
 impl FastPlan {
-    /// The plan for the pod's `new` claims given this cycle's allocations; `None` when the masks do not cover
-    /// the catalog or the cycle's allocations (see [`held`]).
+    /// The plan for the pod's `new` claims given this cycle's allocations, for the snapshot's `nodes` (their
+    /// rows are learnt once per index; any other node is found by name); `None` when the masks do not cover the
+    /// catalog or the cycle's allocations (see [`held`]).
     pub fn new(
         catalog: &Arc<DeviceCatalog>,
         overlay: &DeviceOverlay,
         new: &[Arc<super::ResourceClaimInfo>],
+        nodes: &[NodeInfo],
     ) -> Option<FastPlan> {
-        let held = held(catalog)?;
+        let held = held(catalog, nodes)?;
         let index = &held.index;
+        let rows = NodeRows::learn(index, nodes);
+        let positions = Positions::of(nodes);
         let mut groups = Vec::new();
         let mut demand = Demand::default();
         for c in new {
@@ -439,30 +603,37 @@ impl FastPlan {
         }
         Some(FastPlan {
             held,
+            rows,
+            positions,
             groups,
             new: demand,
+            cycle_bits: cycle.keys().fold(0, |bits, i| bits | 1 << (i % 64)),
             cycle,
             calls: AtomicU32::new(0),
         })
     }
 
     /// What counting says of `node` for `catalog` (the plan's); [`Verdict::Search`] once `deadline` is seen
-    /// passed (the clock is read every 32 verdicts), so that the allocator reports the timeout.
+    /// passed (the clock is read every [`CLOCK_EVERY`] verdicts), so that the allocator reports the timeout.
     pub fn verdict(&self, catalog: &DeviceCatalog, node: &NodeInfo, deadline: Option<Instant>) -> Verdict {
-        if let Some(d) = deadline
-            && self
-                .calls
-                .fetch_add(1, Ordering::Relaxed)
-                .is_multiple_of(CLOCK_EVERY)
-            && Instant::now() >= d
-        {
-            // Every later verdict searches too.
-            self.calls.store(0, Ordering::Relaxed);
-            return Verdict::Search;
+        if let Some(d) = deadline {
+            // A load and a store, not an atomic add: the count only paces the clock, and a count lost to a
+            // concurrent verdict reads it one verdict later.
+            let n = self.calls.load(Ordering::Relaxed);
+            self.calls.store(n.wrapping_add(1), Ordering::Relaxed);
+            if n.is_multiple_of(CLOCK_EVERY) && Instant::now() >= d {
+                // Every later verdict searches too.
+                self.calls.store(0, Ordering::Relaxed);
+                return Verdict::Search;
+            }
         }
         let index = &self.held.index;
         let name = &*node.node.name;
-        let Some(&i) = index.by_name.get(name) else {
+        let i = self
+            .positions
+            .row(&self.rows, node)
+            .unwrap_or_else(|| index.by_name.get(name).copied().unwrap_or(NO_ROW));
+        if i == NO_ROW {
             // No devices: only claims that want none fit.
             let wants = self.new.per_group.iter().any(|&n| n > 0);
             return match (wants, self.new.complex) {
@@ -470,7 +641,7 @@ impl FastPlan {
                 (false, true) => Verdict::Search,
                 (false, false) => Verdict::Fits,
             };
-        };
+        }
         let at = i as usize;
         let (mut in_use, depends, big) = self.held.rows[at];
         if big {
@@ -485,7 +656,7 @@ impl FastPlan {
                 }
             }
         }
-        let here = if self.cycle.is_empty() {
+        let here = if self.cycle_bits & (1 << (i % 64)) == 0 {
             None
         } else {
             self.cycle.get(&i)

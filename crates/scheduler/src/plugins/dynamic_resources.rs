@@ -39,7 +39,12 @@ impl Plugin for DynamicResources {
 impl PreFilterPlugin for DynamicResources {
     type PreFilterState = State;
     fn pre_filter(&self, pod: &PodInfo, snapshot: &Snapshot) -> Option<State> {
-        match scheduling::plan(snapshot.devices(), snapshot.device_overlay(), pod) {
+        match scheduling::plan(
+            snapshot.devices(),
+            snapshot.device_overlay(),
+            pod,
+            snapshot.nodes(),
+        ) {
             Ok(None) => None,
             Ok(Some(p)) => Some(Arc::new(Ok(p))),
             Err(e) => Some(Arc::new(Err(e.0))),
