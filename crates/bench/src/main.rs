@@ -13,6 +13,7 @@
 
 mod cases;
 mod cluster;
+mod control_plane;
 mod measure;
 mod procfs;
 mod report;
