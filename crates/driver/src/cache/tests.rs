@@ -232,14 +232,22 @@ fn a_cycle_shares_the_group_maps_and_the_kept_snapshot_lets_go() {
     assert_eq!(Arc::strong_count(&cache.group_infos), 2, "shared, not copied");
     assert_eq!(Arc::strong_count(&cache.composite_infos), 2);
     cache.keep_snapshot(snap, &[], std::iter::empty());
-    assert_eq!(Arc::strong_count(&cache.group_infos), 1, "the kept snapshot holds no group map");
+    assert_eq!(
+        Arc::strong_count(&cache.group_infos),
+        1,
+        "the kept snapshot holds no group map"
+    );
     assert_eq!(Arc::strong_count(&cache.composite_infos), 1);
     // The next cycle sees a group forgotten in between.
     assert!(cache.forget_group(&GroupKey::pod_group("ns", "h")));
     let mut snap = cache.base_snapshot();
     cache.add_group_infos(&mut snap);
     assert_eq!(cache.group_infos.len(), 1);
-    assert_eq!(Arc::strong_count(&cache.group_infos), 2, "the snapshot holds the map as it is now");
+    assert_eq!(
+        Arc::strong_count(&cache.group_infos),
+        2,
+        "the snapshot holds the map as it is now"
+    );
 }
 
 #[test]

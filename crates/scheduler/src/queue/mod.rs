@@ -696,7 +696,11 @@ impl SchedulingQueue {
             gated: self.gated,
             in_flight: self.in_flight.len(),
         };
-        debug_assert_eq!(c, self.counts_by_scan(), "queue sizes out of step with the entities");
+        debug_assert_eq!(
+            c,
+            self.counts_by_scan(),
+            "queue sizes out of step with the entities"
+        );
         c
     }
 
