@@ -19,6 +19,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use crate::cluster::{ChildProcess, Cluster, KubeScheduler, Phalanx};
+use crate::control_plane;
 use crate::measure::{self, BindTracker, Figures, Summary, summarize};
 use crate::procfs;
 use crate::workload::{self, Case};
@@ -167,6 +168,7 @@ async fn run_in(ctx: &Ctx, case: Case, ns: &str) -> anyhow::Result<(Outcome, Opt
     );
 
     let counters_before = measure::api_counters(&ctx.admin).await.ok();
+    let cpu_before = control_plane::read(&ctx.cluster.state_dir);
     let start = Instant::now();
     let mut running = match case {
         Case::BindRate => Running::Binder(tokio::spawn(bind_all(
@@ -207,6 +209,8 @@ async fn run_in(ctx: &Ctx, case: Case, ns: &str) -> anyhow::Result<(Outcome, Opt
     let bound = tracker
         .wait_bound(want, s.timeout.saturating_sub(start.elapsed()))
         .await;
+    let cpu_bound = control_plane::read(&ctx.cluster.state_dir);
+    let scheduler_cpu_bound = running.process().and_then(ChildProcess::sample).map(|p| p.cpu_s);
     let bound_at = tracker.bound_at();
     tracker.stop();
     if bound < want {
@@ -222,6 +226,22 @@ async fn run_in(ctx: &Ctx, case: Case, ns: &str) -> anyhow::Result<(Outcome, Opt
     let Some(summary) = summarize(start, &stamps) else {
         return Ok((Outcome::Failed("no bind observed".into()), Some(running)));
     };
+    // Printed now, not only in the run's summary line after the cleanup: with 100,000 pods the API server can drop
+    // the benchmark's connections while it deletes them, and the summary line was lost that way twice.
+    println!(
+        "bench-e2e: {case} timing first_bind_s={:.2} pods_per_sec={:.1} steady_pods_per_sec={:.1} wall_s={:.2}",
+        summary.first_bind_s, summary.pods_per_sec, summary.steady_pods_per_sec, summary.wall_s
+    );
+    println!(
+        "{}",
+        control_plane::line(
+            &case.to_string(),
+            "binds",
+            &cpu_before,
+            &cpu_bound,
+            scheduler_cpu_bound
+        )
+    );
     let mut running = match running {
         Running::Binder(h) => {
             let r = h.await.context("bind-rate binder task")?;

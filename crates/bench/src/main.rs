@@ -13,6 +13,7 @@
 
 mod cases;
 mod cluster;
+mod control_plane;
 mod measure;
 mod pack;
 mod pack_jobs;

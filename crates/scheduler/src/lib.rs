@@ -61,5 +61,5 @@ pub use model::{
     NodeInfo, NodeStatic, PodInfo, PodKey,
 };
 pub use preemption::{DefaultPreemption, Pdb};
-pub use queue::{ClusterEvent, Gate, GateReason, QueuedEntity, SchedulingQueue};
+pub use queue::{ClusterEvent, Gate, GateReason, QueueCounts, QueuedEntity, SchedulingQueue};
 pub use snapshot::Snapshot;

@@ -619,3 +619,52 @@ fn each_pod_of_a_missing_group_is_announced() {
     q.update_pod(pod("a", Some("g"), 0), t);
     assert!(q.take_gate_changes().is_empty());
 }
+
+/// The sizes the driver reads on every pass of its loop are kept as counts, not scanned; they must follow every
+/// move in and out of the gated state (a new gate, a changed message, a lifted gate, a group deleted under its
+/// pods, the last pod gone) and the other sub-queues (debug builds also check each call against a scan).
+#[test]
+fn counts_follow_gates_and_sub_queues() {
+    use phalanx_scheduler::QueueCounts;
+    let mut q = SchedulingQueue::new(&SchedulerConfig::default());
+    let t = Instant::now();
+    let counts = |active, backoff, unschedulable, gated, in_flight| QueueCounts {
+        active,
+        backoff,
+        unschedulable,
+        gated,
+        in_flight,
+    };
+    // Two pods of a group that does not exist yet: gated (WaitingForPodGroup), then the message changes
+    // (WaitingForQuorum, 2 of 3) when the group comes: still one gated entity.
+    q.add_pod(pod("a", Some("g"), 0), t);
+    q.add_pod(pod("b", Some("g"), 0), t);
+    assert_eq!(q.counts(), counts(0, 0, 0, 1, 0));
+    q.add_group(gang("g", 3), t);
+    assert_eq!(q.gate(&gkey("g")).unwrap().reason, GateReason::WaitingForQuorum);
+    assert_eq!(q.counts(), counts(0, 0, 0, 1, 0));
+    // A standalone pod with a scheduling gate: a second gated entity.
+    let mut s = PodInfo::simple("ns", "s", 100);
+    s.scheduling_gates = vec!["example.com/wait".into()];
+    q.add_pod(Arc::new(s.clone()), t);
+    assert_eq!(q.counts(), counts(0, 0, 0, 2, 0));
+    // The quorum comes: the gang is active.
+    q.add_pod(pod("c", Some("g"), 0), t);
+    assert_eq!(q.counts(), counts(1, 0, 0, 1, 0));
+    // The group is deleted under its pods: gated again (WaitingForPodGroup).
+    q.delete_group(&GroupKey::pod_group("ns", "g"), t);
+    assert_eq!(q.counts(), counts(0, 0, 0, 2, 0));
+    // The gated standalone pod is deleted: its entity goes, and with it its count.
+    q.delete_pod(&s, t);
+    assert_eq!(q.counts(), counts(0, 0, 0, 1, 0));
+    // The group is back with a quorum of 1: active, popped (in flight), found unschedulable (the pool).
+    q.add_group(gang("g", 1), t);
+    assert_eq!(q.counts(), counts(1, 0, 0, 0, 0));
+    let e = q.pop(t).unwrap();
+    assert_eq!(q.counts(), counts(0, 0, 0, 0, 1));
+    q.done(&unschedulable(e.key, &["a", "b", "c"]), t);
+    assert_eq!(q.counts(), counts(0, 0, 1, 0, 0));
+    // A node event wakes it into backoff.
+    q.on_event(ClusterEvent::NodeAdded, t);
+    assert_eq!(q.counts(), counts(0, 1, 0, 0, 0));
+}

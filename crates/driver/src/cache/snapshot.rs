@@ -36,6 +36,9 @@ impl Cache {
         changed: impl Iterator<Item = &'a PodKey>,
     ) {
         snap.commit();
+        // The next cycle sets its own preemption inputs; dropping them now also lets go of the group maps shared
+        // with the cache, which would otherwise be copied by the cache's first group change before that cycle.
+        snap.clear_preemption_inputs();
         for k in extras {
             snap.remove_pod(k);
             self.snapshots.pod_changed(k);

@@ -212,6 +212,44 @@ fn a_group_is_recorded_while_it_exists_and_forgotten_once() {
     assert!(matches!(cache.observe_group(&missing), GroupChange::Gone(false)));
 }
 
+/// A cycle's snapshot shares the cache's group maps instead of copying every group into it, and a snapshot kept
+/// for the next cycle lets go of them, so the next group change does not copy the map either.
+#[test]
+fn a_cycle_shares_the_group_maps_and_the_kept_snapshot_lets_go() {
+    let mut cache = cache_of(ClusterState {
+        nodes: vec![api_node("n1", "a")],
+        pod_groups: vec![api_group("g", 2), api_group("h", 2)],
+        ..Default::default()
+    });
+    for name in ["g", "h"] {
+        assert!(matches!(
+            cache.observe_group(&GroupKey::pod_group("ns", name)),
+            GroupChange::PodGroup(_)
+        ));
+    }
+    let mut snap = cache.base_snapshot();
+    cache.add_group_infos(&mut snap);
+    assert_eq!(Arc::strong_count(&cache.group_infos), 2, "shared, not copied");
+    assert_eq!(Arc::strong_count(&cache.composite_infos), 2);
+    cache.keep_snapshot(snap, &[], std::iter::empty());
+    assert_eq!(
+        Arc::strong_count(&cache.group_infos),
+        1,
+        "the kept snapshot holds no group map"
+    );
+    assert_eq!(Arc::strong_count(&cache.composite_infos), 1);
+    // The next cycle sees a group forgotten in between.
+    assert!(cache.forget_group(&GroupKey::pod_group("ns", "h")));
+    let mut snap = cache.base_snapshot();
+    cache.add_group_infos(&mut snap);
+    assert_eq!(cache.group_infos.len(), 1);
+    assert_eq!(
+        Arc::strong_count(&cache.group_infos),
+        2,
+        "the snapshot holds the map as it is now"
+    );
+}
+
 #[test]
 fn the_volume_catalog_applies_the_bindings_in_flight_until_they_end() {
     let claim: PersistentVolumeClaim = serde_json::from_value(json!({

@@ -197,6 +197,7 @@ impl SchedulingQueue {
                     self.detach(key);
                     let e = self.entries.get_mut(key).expect("present");
                     e.loc = Loc::Gated(g.clone());
+                    self.gated += 1;
                     self.gate_changes.push((key.clone(), Some(g)));
                 }
             }
@@ -226,6 +227,7 @@ impl SchedulingQueue {
             self.detach(key);
             let e = self.entries.get_mut(key).expect("present");
             e.loc = Loc::Gated(g.clone());
+            self.gated += 1;
             self.gate_changes.push((key.clone(), Some(g)));
         }
         let _ = now;

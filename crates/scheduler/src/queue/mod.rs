@@ -145,6 +145,10 @@ pub struct SchedulingQueue {
     backoff: BTreeSet<(Instant, u64, EntityKey)>,
     pool: BTreeSet<(Instant, u64, EntityKey)>,
     in_flight: HashSet<EntityKey>,
+    /// Entities in `Loc::Gated`, kept as a count so that [`SchedulingQueue::counts`] is O(1): the driver reads
+    /// the sizes on every pass of its loop, and a scan of 12,500 entities per pass was measurable at 100,000
+    /// pending pods (docs/benchmarks.md). Raised where an entity becomes gated, lowered in `detach`.
+    gated: usize,
     seq: u64,
     gate_changes: Vec<(EntityKey, Option<Gate>)>,
     /// CompositePodGroups, hierarchy leaves, parent links and where each leaf's pods live.
@@ -168,6 +172,7 @@ impl SchedulingQueue {
             backoff: BTreeSet::new(),
             pool: BTreeSet::new(),
             in_flight: HashSet::new(),
+            gated: 0,
             seq: 0,
             gate_changes: Vec::new(),
             forest: WorkloadForest::default(),
@@ -378,6 +383,7 @@ impl SchedulingQueue {
             Loc::Unschedulable(t) => {
                 self.pool.remove(&(*t, e.seq, key.clone()));
             }
+            Loc::Gated(_) => self.gated -= 1,
             _ => {}
         }
         e.loc = Loc::Idle;
@@ -583,6 +589,7 @@ impl SchedulingQueue {
         if let Some(g) = self.gate_of(e, &key).filter(|_| !e.pods.is_empty()) {
             let e = self.entries.get_mut(&key).expect("present");
             e.loc = Loc::Gated(g.clone());
+            self.gated += 1;
             self.gate_changes.push((key.clone(), Some(g)));
         } else {
             self.place(&key, now);
@@ -678,8 +685,27 @@ impl SchedulingQueue {
         std::mem::take(&mut self.gate_changes)
     }
 
-    /// Sub-queue sizes.
+    /// Sub-queue sizes, in entities. O(1): the sizes of the heaps and sets the queue keeps anyway, and the count
+    /// of gated entities (the driver reads them on every pass of its loop). Debug builds check them against a scan
+    /// of every entity.
     pub fn counts(&self) -> QueueCounts {
+        let c = QueueCounts {
+            active: self.active.len(),
+            backoff: self.backoff.len(),
+            unschedulable: self.pool.len(),
+            gated: self.gated,
+            in_flight: self.in_flight.len(),
+        };
+        debug_assert_eq!(
+            c,
+            self.counts_by_scan(),
+            "queue sizes out of step with the entities"
+        );
+        c
+    }
+
+    /// The sizes counted entity by entity (what [`SchedulingQueue::counts`] must equal).
+    fn counts_by_scan(&self) -> QueueCounts {
         let mut c = QueueCounts::default();
         for e in self.entries.values() {
             match e.loc {

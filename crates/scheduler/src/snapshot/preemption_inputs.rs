@@ -5,6 +5,7 @@
 //! public face for them, here so that the preemption code does not import the snapshot it keeps
 //! them on.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::Snapshot;
@@ -34,6 +35,20 @@ impl Snapshot {
     /// Forgets a CompositePodGroup object.
     pub fn remove_composite_info(&mut self, key: &GroupKey) {
         self.preemption.remove_composite(key);
+    }
+
+    /// Replaces every PodGroup and CompositePodGroup object at once (what [`Snapshot::upsert_group_info`] and
+    /// [`Snapshot::upsert_composite_info`] do one by one), keyed by group. The maps are shared, not copied: the
+    /// caller keeps its `Arc`s and may go on changing its own copy (`Arc::make_mut` copies only while the snapshot
+    /// still holds them), and a later upsert or remove on the snapshot copies the map first. So a runtime that
+    /// records every group (upstream's PodGroup lister) hands them to each cycle for two reference counts, whatever
+    /// the number of groups.
+    pub fn set_group_infos(
+        &mut self,
+        groups: Arc<HashMap<GroupKey, Arc<GroupInfo>>>,
+        composites: Arc<HashMap<GroupKey, Arc<CompositeGroupInfo>>>,
+    ) {
+        self.preemption.set_groups(groups, composites);
     }
 
     /// Declares that pending `pod` is nominated to `node` (`status.nominatedNodeName`, set by a
@@ -95,5 +110,41 @@ impl Snapshot {
     /// The preemption inputs (read-only).
     pub fn preemption_state(&self) -> &PreemptionState {
         &self.preemption
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::GroupPolicy;
+
+    fn group(name: &str) -> Arc<GroupInfo> {
+        Arc::new(GroupInfo::new("ns", name, GroupPolicy::Gang { min_count: 2 }))
+    }
+
+    /// The runtime's map is shared with the snapshot, not copied; a change on either side leaves the other as it
+    /// was (copy on write).
+    #[test]
+    fn group_infos_are_shared_and_copied_only_on_change() {
+        let (a, b) = (group("a"), group("b"));
+        let mut theirs = Arc::new(HashMap::from([(a.key.clone(), a.clone())]));
+        let composites = Arc::new(HashMap::new());
+        let mut snap = Snapshot::new(Vec::new());
+        snap.set_group_infos(theirs.clone(), composites.clone());
+        assert_eq!(Arc::strong_count(&theirs), 2, "the snapshot holds the same map");
+        assert_eq!(snap.preemption.group(&a.key), Some(&a));
+        // A change on the snapshot's side copies its map first: the caller's stays as it was.
+        snap.upsert_group_info(b.clone());
+        assert_eq!(Arc::strong_count(&theirs), 1);
+        assert!(theirs.get(&b.key).is_none());
+        assert_eq!(snap.preemption.group(&b.key), Some(&b));
+        // A change on the caller's side after handing it over is not seen by a snapshot holding the old map.
+        snap.set_group_infos(theirs.clone(), composites);
+        Arc::make_mut(&mut theirs).remove(&a.key);
+        assert_eq!(snap.preemption.group(&a.key), Some(&a));
+        assert!(snap.preemption.group(&b.key).is_none());
+        // Removing an unknown group neither copies nor fails.
+        snap.remove_group_info(&b.key);
+        assert_eq!(snap.preemption.group(&a.key), Some(&a));
     }
 }
