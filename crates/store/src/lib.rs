@@ -17,6 +17,7 @@ pub mod discovery;
 pub mod dra;
 pub mod events;
 pub mod fixed;
+mod group_hooks;
 pub mod index;
 pub mod intern;
 mod kind_watch;
@@ -585,10 +586,10 @@ impl Store {
         match key.kind {
             GroupKind::PodGroup => self
                 .pod_group_at(key)
-                .map(|g| reflectors::pod_group_node(&g, key.api)),
+                .map(|g| group_hooks::pod_group_node(&g, key.api)),
             GroupKind::CompositePodGroup => self
                 .composite_pod_group_at(key)
-                .map(|g| reflectors::composite_node(&g, key.api)),
+                .map(|g| group_hooks::composite_node(&g, key.api)),
         }
     }
 

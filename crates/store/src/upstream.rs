@@ -97,7 +97,7 @@ pub(crate) fn spawn(
             shared.clone(),
             ready_tx.clone(),
             (
-                Box::new(|ev, r, s| crate::reflectors::pod_group_hook(ev, r, s, GroupApi::Upstream)),
+                Box::new(|ev, r, s| crate::group_hooks::pod_group_hook(ev, r, s, GroupApi::Upstream)),
                 |o, _| converted(o),
                 Tolerate::No,
             ),
@@ -112,7 +112,7 @@ pub(crate) fn spawn(
             shared,
             ready_tx,
             (
-                Box::new(|ev, r, s| crate::reflectors::composite_hook(ev, r, s, GroupApi::Upstream)),
+                Box::new(|ev, r, s| crate::group_hooks::composite_hook(ev, r, s, GroupApi::Upstream)),
                 |o, _| converted(o),
                 Tolerate::No,
             ),
