@@ -61,6 +61,14 @@ scratch() {
 sync_back() {
   if [ "${UPDATE_GOSUM:-0}" = 1 ]; then mkdir -p "$here/$2"; cp "$1/go.mod" "$1/go.sum" "$here/$2/"; echo "  updated hack/$2/go.mod, go.sum"; fi
 }
+# The Go build cache of this run is its own and goes with it: the binaries are cached by version in $out, so no later
+# run reads it, and Kubernetes alone leaves 4-5 GB there, which a clean CI machine cannot spare beside the Rust build
+# (docs/testing.md, "Disk"). PHALANX_KEEP_GOCACHE=1 builds in the user's GOCACHE instead.
+if [ "${PHALANX_KEEP_GOCACHE:-0}" != 1 ]; then
+  rm -rf "$out"/.go-build.*  # a killed run's: this one holds $out's lock, so no other build is using them
+  GOCACHE=$(mktemp -d "$out/.go-build.XXXXXX"); export GOCACHE
+  scratch_dirs+=("$GOCACHE")
+fi
 # gobuild OUT PKG [LDFLAGS]: build into OUT.tmp and rename, so an interrupted build never leaves a broken binary.
 gobuild() { go build -trimpath -ldflags "${3:--s -w}" -o "$1.tmp" "$2" && mv "$1.tmp" "$1"; }
 

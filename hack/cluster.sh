@@ -10,16 +10,17 @@
 #   hack/cluster.sh env [options]     print `export KUBECONFIG=...` for a running cluster
 #   hack/cluster.sh kill NAME [options]     SIGKILL one component (etcd, kube-apiserver, ...; fault injection)
 #   hack/cluster.sh restart NAME [options]  start that component again with its recorded command line (SIGKILL
-#                                           first if it runs); returns once etcd/kube-apiserver is healthy again
+#                                           first if it runs); returns once etcd/kube-apiserver is healthy again;
+#                                           `restart kube-apiserver --upstream-workload-api` adds that API from now on
 #
 # Options (each also settable through the environment variable shown):
 #   --state-dir DIR           PHALANX_STATE_DIR   state: PKI, kubeconfigs, PIDs (default <repo>/.phalanx)
 #   --log-dir DIR             PHALANX_LOG_DIR     component logs (default <state-dir>/logs)
 #   --watch-pid PID                               tear the cluster down once process PID exits
-#   --upstream-workload-api   UPSTREAM_WORKLOAD_API=1  serve scheduling.k8s.io v1beta1+v1alpha3 with the
-#                                                 GenericWorkload, CompositePodGroup, TopologyAwareWorkloadScheduling gates
-#                                                 (and WorkloadWithJob from 1.37)
-#                                                 (1.37+; 1.38 serves CompositePodGroup in v1beta1 too)
+#   --upstream-workload-api   UPSTREAM_WORKLOAD_API=1  serve scheduling.k8s.io with the GenericWorkload,
+#                                                 CompositePodGroup, TopologyAwareWorkloadScheduling gates (and
+#                                                 WorkloadWithJob from 1.37): v1beta1+v1alpha3 on 1.37, v1beta1
+#                                                 alone on 1.38 (CompositePodGroup is v1beta1 there)
 #   --with-kube-scheduler     WITH_KUBE_SCHEDULER=1    also run upstream kube-scheduler (identity system:kube-scheduler)
 # Environment only: PHALANX_BIN_DIR (binaries, see versions.sh), PHALANX_START_TIMEOUT (seconds, default 180),
 # APISERVER_EXTRA_ARGS / KCM_EXTRA_ARGS / KWOK_EXTRA_ARGS / SCHEDULER_EXTRA_ARGS (word-split, appended),
@@ -297,15 +298,28 @@ default_sa() { api_get /api/v1/namespaces/default/serviceaccounts/default >/dev/
 
 port_conflict() { grep -qis "address already in use" "$LOGS"/etcd.log "$LOGS"/kube-apiserver.log 2>/dev/null; }
 
+# The minor version of the API server binary (0 when unknown).
+api_minor() {
+  local m; m=$("$BIN/kube-apiserver" --version 2>/dev/null | sed -n 's/^Kubernetes v1\.\([0-9]*\).*/\1/p')
+  echo "${m:-0}"
+}
+
 gates_args() {
   if [ "$UPSTREAM_WORKLOAD_API" = 1 ]; then
-    local gates=GenericWorkload=true,CompositePodGroup=true,TopologyAwareWorkloadScheduling=true minor
+    local gates=GenericWorkload=true,CompositePodGroup=true,TopologyAwareWorkloadScheduling=true
     # WorkloadWithJob (KEP-6089: a Job's spec.scheduling, from which the Job controller creates the Workload and the
     # PodGroup) exists from 1.37; kube-apiserver refuses a gate it does not know.
-    minor=$("$BIN/kube-apiserver" --version 2>/dev/null | sed -n 's/^Kubernetes v1\.\([0-9]*\).*/\1/p')
-    if [ "${minor:-0}" -ge 37 ]; then gates+=,WorkloadWithJob=true; fi
+    if [ "$(api_minor)" -ge 37 ]; then gates+=,WorkloadWithJob=true; fi
     echo "--feature-gates=$gates"
   fi
+}
+
+# The API versions a cluster with upstream's Workload API serves: 1.37 has CompositePodGroup only in v1alpha3; 1.38
+# has it in v1beta1 with the rest (its own scheduler and controllers read that version), so its beta API alone is
+# turned on, as a 1.38 cluster that adopts the beta would.
+runtime_config() {
+  if [ "$(api_minor)" -ge 38 ]; then echo scheduling.k8s.io/v1beta1=true; else
+    echo scheduling.k8s.io/v1beta1=true,scheduling.k8s.io/v1alpha3=true; fi
 }
 
 # start_all: one attempt at bringing every component up. Returns 1 on failure (the caller stops what started).
@@ -356,8 +370,7 @@ EOF
     --disable-admission-plugins=TaintNodesByCondition
   )
   if [ "$UPSTREAM_WORKLOAD_API" = 1 ]; then
-    # shellcheck disable=SC2054 # the commas belong to one flag value
-    api_args+=("$gates" --runtime-config=scheduling.k8s.io/v1beta1=true,scheduling.k8s.io/v1alpha3=true)
+    api_args+=("$gates" "--runtime-config=$(runtime_config)")
   fi
   if [ -n "$AUDIT_LOG" ]; then
     # Blocking mode: a request is answered only after its event is written, so the log is complete up to a
@@ -544,12 +557,21 @@ cmd_kill() {
 # Starts $COMPONENT again with the command line `start` recorded (same ports, flags and data directory), appending
 # to its log; waits for etcd's /health or kube-apiserver's /readyz.
 cmd_restart() {
+  local add_upstream=$UPSTREAM_WORKLOAD_API  # this command's flag, before load_env reads the recorded one
   lock
   component_arg
   kill_component
   [ -f "$PIDS/$COMPONENT.cmd" ] || phalanx::die "no recorded command line for $COMPONENT ($PIDS/$COMPONENT.cmd)"
   local argv=()
   mapfile -d '' argv <"$PIDS/$COMPONENT.cmd"
+  # An API server that starts serving upstream's Workload API, as a cluster whose administrator turns it on does;
+  # the flags are recorded with the command line, so a later restart keeps them. (Repeated --feature-gates and
+  # --runtime-config flags add up.)
+  if [ "$add_upstream" = 1 ] && [ "$COMPONENT" = kube-apiserver ] && [ "$UPSTREAM_WORKLOAD_API" != 1 ]; then
+    UPSTREAM_WORKLOAD_API=1
+    argv+=("$(gates_args)" "--runtime-config=$(runtime_config)")
+    sed -i 's/^UPSTREAM_WORKLOAD_API=.*/UPSTREAM_WORKLOAD_API=1/' "$ENV_FILE"
+  fi
   echo "--- restarted by cluster.sh restart at $(date -u +%FT%TZ) ---" >>"$LOGS/$COMPONENT.log"
   APPEND_LOG=1 start "$COMPONENT" "${argv[@]}"
   case $COMPONENT in

@@ -9,6 +9,7 @@
 //! - [`provisioning`]: which PodGroups wait for a Cluster Autoscaler ProvisioningRequest.
 //! - [`owners`]: the owner annotations that give Jobs, StatefulSets and other owners a PodGroup automatically.
 //! - [`crds`]: the generated CustomResourceDefinitions (`crds/phalanx.yaml`).
+//! - [`native`]: upstream's own CompositePodGroup at `scheduling.k8s.io/v1alpha3` or `v1beta1`.
 //!
 //! This crate has no client and does no I/O.
 
@@ -20,6 +21,7 @@ pub mod crds;
 pub mod field_managers;
 pub mod finalizers;
 pub mod labels;
+pub mod native;
 pub mod owner_policy;
 pub mod owners;
 mod pod;

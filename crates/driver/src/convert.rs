@@ -233,27 +233,15 @@ pub fn native_conditions(
         .unwrap_or_default()
 }
 
-/// [`native_view`] of a cached upstream CompositePodGroup (`scheduling.k8s.io/v1alpha3`).
-pub fn native_composite_view(
+/// [`native_view`] of a cached upstream CompositePodGroup, at the version `V` the store watches it
+/// (`phalanx_store::Store::upstream_composite_group_version`).
+pub fn native_composite_view<V: phalanx_api::native::CompositeVersion>(
     g: &CompositePodGroup,
-) -> k8s_openapi::api::scheduling::v1alpha3::CompositePodGroup {
-    k8s_openapi::api::scheduling::v1alpha3::CompositePodGroup {
-        metadata: g.metadata.clone(),
-        spec: Default::default(),
-        status: Some(k8s_openapi::api::scheduling::v1alpha3::CompositePodGroupStatus {
-            conditions: Some(composite_conditions(g).to_vec()),
-        }),
-    }
-}
-
-/// Conditions of an upstream CompositePodGroup.
-pub fn native_composite_conditions(
-    g: &k8s_openapi::api::scheduling::v1alpha3::CompositePodGroup,
-) -> &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition] {
-    g.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_deref())
-        .unwrap_or_default()
+) -> phalanx_api::native::NativeCompositePodGroup<V> {
+    phalanx_api::native::NativeCompositePodGroup::status_view(
+        g.metadata.clone(),
+        composite_conditions(g).to_vec(),
+    )
 }
 
 /// Conditions of a cached CompositePodGroup.

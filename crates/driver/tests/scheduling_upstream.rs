@@ -13,14 +13,12 @@ use std::collections::BTreeMap;
 use anyhow::{Context as _, ensure};
 use k8s_openapi::api::{
     core::v1::Pod,
-    scheduling::{
-        v1::PriorityClass, v1alpha3::CompositePodGroup as NativeComposite,
-        v1beta1::PodGroup as NativePodGroup,
-    },
+    scheduling::{v1::PriorityClass, v1beta1::PodGroup as NativePodGroup},
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{Api, api::PostParams};
 use phalanx_api::conditions::POD_GROUP_INITIALLY_SCHEDULED;
+use phalanx_api::native::{CompositeVersion, NativeCompositePodGroup, V1alpha3, V1beta1};
 use phalanx_testenv::{TestEnv, wait_for};
 use serde_json::json;
 
@@ -58,15 +56,17 @@ fn native(ctx: &Ctx) -> Api<NativePodGroup> {
     Api::namespaced(ctx.client.clone(), &ctx.ns)
 }
 
-/// A native CompositePodGroup (`scheduling.k8s.io/v1alpha3`) of `spec`.
-async fn native_composite(ctx: &Ctx, name: &str, spec: serde_json::Value) -> anyhow::Result<()> {
-    let g: NativeComposite = serde_json::from_value(json!({
-        "apiVersion": "scheduling.k8s.io/v1alpha3",
-        "kind": "CompositePodGroup",
+/// A native CompositePodGroup (`scheduling.k8s.io/<V>`) of `spec`.
+async fn native_composite<V: CompositeVersion>(
+    ctx: &Ctx,
+    name: &str,
+    spec: serde_json::Value,
+) -> anyhow::Result<()> {
+    let g: NativeCompositePodGroup<V> = serde_json::from_value(json!({
         "metadata": { "name": name },
         "spec": spec,
     }))?;
-    Api::<NativeComposite>::namespaced(ctx.client.clone(), &ctx.ns)
+    Api::<NativeCompositePodGroup<V>>::namespaced(ctx.client.clone(), &ctx.ns)
         .create(&PostParams::default(), &g)
         .await
         .with_context(|| format!("creating scheduling.k8s.io CompositePodGroup {name}"))?;
@@ -149,13 +149,13 @@ async fn upstream_pod_groups_are_scheduled_beside_phalanx_groups() -> anyhow::Re
     }
     let env = tokio::task::spawn_blocking(|| TestEnv::dedicated_upstream_api("upstream-api", true)).await??;
     let client = env.client().await?;
-    let result = scenarios(client).await;
+    let result = scenarios(client, minor).await;
     // Stops the dedicated control plane (hack/cluster.sh down); blocking, so off the runtime's threads.
     tokio::task::spawn_blocking(move || drop(env)).await?;
     result
 }
 
-async fn scenarios(client: kube::Client) -> anyhow::Result<()> {
+async fn scenarios(client: kube::Client, minor: u32) -> anyhow::Result<()> {
     // A native gang binds whole, with upstream's condition on the native object.
     let ctx = setup_on(client.clone(), "native-gang").await?;
     for i in 0..2 {
@@ -264,7 +264,12 @@ async fn scenarios(client: kube::Client) -> anyhow::Result<()> {
     sched.stop().await?;
 
     side_by_side(client.clone()).await?;
-    hierarchy_and_topology(client.clone()).await?;
+    // 1.38 serves CompositePodGroups at v1beta1 alone (hack/cluster.sh), 1.37 at v1alpha3.
+    if minor >= 38 {
+        hierarchy_and_topology::<V1beta1>(client.clone()).await?;
+    } else {
+        hierarchy_and_topology::<V1alpha3>(client.clone()).await?;
+    }
     preemption(client.clone()).await?;
     job_with_scheduling(client).await
 }
@@ -379,15 +384,15 @@ async fn side_by_side(client: kube::Client) -> anyhow::Result<()> {
 }
 
 /// A native CompositePodGroup with a required rack constraint over two native gangs lands in one rack, and its
-/// condition is written on the native object.
-async fn hierarchy_and_topology(client: kube::Client) -> anyhow::Result<()> {
+/// condition is written on the native object, at the version `V` the cluster serves.
+async fn hierarchy_and_topology<V: CompositeVersion>(client: kube::Client) -> anyhow::Result<()> {
     let ctx = setup_on(client, "native-tree").await?;
     for (i, rack) in ["a", "a", "b", "b"].into_iter().enumerate() {
         ctx.node_labelled(&format!("n{i}"), "4", &[("rack", rack)])
             .await?;
     }
     let sched = ctx.start();
-    native_composite(
+    native_composite::<V>(
         &ctx,
         "job",
         json!({
@@ -424,17 +429,19 @@ async fn hierarchy_and_topology(client: kube::Client) -> anyhow::Result<()> {
         .collect();
     ensure!(racks.len() == 1, "the tree spans racks {racks:?}: {bound:?}");
     wait_native(&ctx, "driver", "True", "Scheduled").await?;
-    let api: Api<NativeComposite> = Api::namespaced(ctx.client.clone(), &ctx.ns);
+    let api: Api<NativeCompositePodGroup<V>> = Api::namespaced(ctx.client.clone(), &ctx.ns);
     wait_for("native CompositePodGroup job scheduled", SETTLE, || {
         let api = api.clone();
         async move {
             let g = api.get("job").await?;
-            let c = g.status.and_then(|s| s.conditions).unwrap_or_default();
-            Ok(c.into_iter().find(|c| {
-                c.type_ == phalanx_api::conditions::COMPOSITE_POD_GROUP_INITIALLY_SCHEDULED
-                    && c.status == "True"
-                    && c.reason == "Scheduled"
-            }))
+            Ok(g.conditions()
+                .iter()
+                .find(|c| {
+                    c.type_ == phalanx_api::conditions::COMPOSITE_POD_GROUP_INITIALLY_SCHEDULED
+                        && c.status == "True"
+                        && c.reason == "Scheduled"
+                })
+                .cloned())
         }
     })
     .await?;

@@ -199,6 +199,12 @@ pub struct RunArgs {
     #[arg(long = "members-wait-warning", env = "PHALANX_MEMBERS_WAIT_WARNING", default_value_t = 300, value_parser = clap::value_parser!(u64).range(0..=86400))]
     pub members_wait_warning_secs: u64,
 
+    /// Seconds between the discovery rounds that notice the API server serving other optional APIs than at start
+    /// (DRA, upstream's `scheduling.k8s.io` PodGroups and CompositePodGroups): on a change the process exits, to be
+    /// restarted and watch what is served (`phalanx_store::discovery::until_changed`); 0 = never.
+    #[arg(long = "api-discovery-interval", env = "PHALANX_API_DISCOVERY_INTERVAL", default_value_t = 60, value_parser = clap::value_parser!(u64).range(0..=86400))]
+    pub api_discovery_interval_secs: u64,
+
     /// Address of the HTTP server for /healthz, /readyz and /metrics.
     #[arg(long, env = "PHALANX_METRICS_ADDR", default_value = "0.0.0.0:8080")]
     pub metrics_addr: SocketAddr,

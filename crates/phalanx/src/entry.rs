@@ -164,6 +164,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         node_selector: args.node_selector,
         bind_concurrency: args.bind_concurrency,
         members_wait_warning: std::time::Duration::from_secs(args.members_wait_warning_secs),
+        api_discovery_interval: std::time::Duration::from_secs(args.api_discovery_interval_secs),
         metrics_addr: args.metrics_addr,
         config,
         leader: LeaderConfig {

@@ -181,6 +181,16 @@ pub async fn run(client: Client, mut opts: RunOptions, shutdown: CancellationTok
             ("readiness", Ok(()))
         });
     }
+    if !opts.api_discovery_interval.is_zero() {
+        let (store, client, every) = (store.clone(), client.clone(), opts.api_discovery_interval);
+        let token = shutdown.clone();
+        tasks.spawn(async move {
+            tokio::select! {
+                res = served_apis_changed(&store, &client, every) => ("api discovery", res),
+                _ = token.cancelled() => ("api discovery", Ok(())),
+            }
+        });
+    }
     tasks.spawn(async move { ("scheduler", scheduler.await) });
     tasks.spawn(async move { ("controllers", controllers.await) });
 
@@ -232,6 +242,23 @@ pub async fn run(client: Client, mut opts: RunOptions, shutdown: CancellationTok
             Ok(())
         }
     }
+}
+
+/// Resolves, with the error that ends the process, once the API server serves other optional APIs than the store
+/// decided on at start (`phalanx_store::discovery`): the watches are chosen once, so the process restarts (its
+/// Deployment starts it again; a standby replica takes over meanwhile) and watches what is served now. Upstream's
+/// kube-scheduler needs a restart too when its gates or the served APIs change.
+async fn served_apis_changed(
+    store: &phalanx_store::Store,
+    client: &Client,
+    every: Duration,
+) -> anyhow::Result<()> {
+    wiring::store_ready(store).await;
+    let decided = store.served_apis();
+    let now = phalanx_store::discovery::until_changed(client, decided, every).await;
+    let changes = now.changes_from(&decided).join("; ");
+    tracing::warn!(%changes, "the API server serves other optional APIs than at start; restarting to watch them");
+    anyhow::bail!("the served APIs changed ({changes}): exiting so that a restart watches what is served now")
 }
 
 /// Returns a token cancelled on SIGTERM or SIGINT (Ctrl-C). A second signal exits at once.

@@ -19,6 +19,9 @@ pub struct RunOptions {
     /// How long a gang still gathering its pods may see no new member before its `WaitingForMembers` Warning
     /// (`--members-wait-warning`; zero = never).
     pub members_wait_warning: std::time::Duration,
+    /// Between the discovery rounds that end the process when the served optional APIs change
+    /// (`--api-discovery-interval`; zero = never).
+    pub api_discovery_interval: std::time::Duration,
     /// Address of /healthz, /readyz, /metrics (port 0 = any free port).
     pub metrics_addr: SocketAddr,
     /// The validated configuration file.
@@ -47,6 +50,7 @@ impl std::fmt::Debug for RunOptions {
             .field("node_selector", &self.node_selector)
             .field("bind_concurrency", &self.bind_concurrency)
             .field("members_wait_warning", &self.members_wait_warning)
+            .field("api_discovery_interval", &self.api_discovery_interval)
             .field("metrics_addr", &self.metrics_addr)
             .field("config", &self.config)
             .field("leader", &self.leader)
@@ -65,6 +69,7 @@ impl Default for RunOptions {
             node_selector: String::new(),
             bind_concurrency: 16,
             members_wait_warning: std::time::Duration::from_secs(300),
+            api_discovery_interval: std::time::Duration::from_secs(60),
             metrics_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             config: PhalanxConfig::default(),
             leader: LeaderConfig::default(),

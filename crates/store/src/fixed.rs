@@ -83,8 +83,12 @@ pub struct ClusterState {
 pub struct UpstreamObjects {
     /// `scheduling.k8s.io/v1beta1` PodGroups.
     pub pod_groups: Vec<PodGroup>,
-    /// `scheduling.k8s.io/v1alpha3` CompositePodGroups (empty when not served).
+    /// CompositePodGroups, `scheduling.k8s.io/v1beta1` where served (1.38) else `v1alpha3` (empty when neither).
     pub composite_pod_groups: Vec<CompositePodGroup>,
+    /// Whether CompositePodGroups are served (at either version).
+    pub composites_served: bool,
+    /// Whether [`UpstreamObjects::composite_pod_groups`] were read at `v1beta1`.
+    pub composites_v1beta1: bool,
 }
 
 impl ClusterState {
@@ -146,8 +150,9 @@ async fn list_dra(client: &Client) -> Result<Option<crate::dra::DraObjects>, Lis
 /// Upstream's groups, `None` when `scheduling.k8s.io/v1beta1` PodGroups are not served (one discovery request per
 /// group-version, not retried; a failure other than 404 is an error).
 async fn list_upstream(client: &Client) -> Result<Option<UpstreamObjects>, ListError> {
-    use crate::upstream::{UPSTREAM_COMPOSITE_GROUP_VERSION, UPSTREAM_GROUP_VERSION, converted};
-    use k8s_openapi::api::scheduling::{v1alpha3, v1beta1};
+    use crate::upstream::{UPSTREAM_COMPOSITE_ALPHA_GROUP_VERSION, UPSTREAM_GROUP_VERSION, converted};
+    use k8s_openapi::api::scheduling::v1beta1;
+    use phalanx_api::native::{NativeCompositePodGroup, V1alpha3, V1beta1};
     let discover = |gv: &'static str, plural: &'static str| async move {
         crate::discovery::discover(client, gv, &[plural])
             .await
@@ -160,15 +165,24 @@ async fn list_upstream(client: &Client) -> Result<Option<UpstreamObjects>, ListE
         return Ok(None);
     }
     let pod_groups: Vec<v1beta1::PodGroup> = list_all(client).await?;
-    let composites: Vec<v1alpha3::CompositePodGroup> =
-        if discover(UPSTREAM_COMPOSITE_GROUP_VERSION, "compositepodgroups").await? {
-            list_all(client).await?
-        } else {
-            Vec::new()
-        };
+    // As the watch reads them (`crate::upstream`): v1beta1 where served (1.38), else v1alpha3.
+    let composites_v1beta1 = discover(UPSTREAM_GROUP_VERSION, "compositepodgroups").await?;
+    let composites_alpha =
+        !composites_v1beta1 && discover(UPSTREAM_COMPOSITE_ALPHA_GROUP_VERSION, "compositepodgroups").await?;
+    let composite_pod_groups = if composites_v1beta1 {
+        let l: Vec<NativeCompositePodGroup<V1beta1>> = list_all(client).await?;
+        l.into_iter().map(converted).collect()
+    } else if composites_alpha {
+        let l: Vec<NativeCompositePodGroup<V1alpha3>> = list_all(client).await?;
+        l.into_iter().map(converted).collect()
+    } else {
+        Vec::new()
+    };
     Ok(Some(UpstreamObjects {
         pod_groups: pod_groups.into_iter().map(converted).collect(),
-        composite_pod_groups: composites.into_iter().map(converted).collect(),
+        composite_pod_groups,
+        composites_served: composites_v1beta1 || composites_alpha,
+        composites_v1beta1,
     }))
 }
 
@@ -432,6 +446,8 @@ impl Store {
                     forbidden_devices: Mutex::new(Default::default()),
                     dra_served: AtomicBool::new(dra_served),
                     upstream_groups: AtomicBool::new(upstream_served),
+                    upstream_composites: AtomicBool::new(upstream_served && upstream.composites_served),
+                    upstream_composites_beta: AtomicBool::new(upstream_served && upstream.composites_v1beta1),
                     ready_target: AtomicUsize::new(target),
                 }),
                 ready,

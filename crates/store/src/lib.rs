@@ -151,6 +151,11 @@ pub(crate) struct Shared {
     dra_served: AtomicBool,
     /// Whether upstream's PodGroups are watched: set once, before the pod watch starts ([`upstream`]).
     upstream_groups: AtomicBool,
+    /// Whether upstream's CompositePodGroups are watched (at either version): set with [`Shared::upstream_groups`].
+    upstream_composites: AtomicBool,
+    /// Whether upstream's CompositePodGroups are watched at `v1beta1` (1.38) rather than `v1alpha3`: set with
+    /// [`Shared::upstream_groups`].
+    upstream_composites_beta: AtomicBool,
     /// How many counts readiness waits for: [`KINDS`], plus [`dra::DRA_KINDS`] once discovery found DRA served
     /// (raised before the discovery's own count, so readiness is never reached without them).
     ready_target: AtomicUsize,
@@ -439,6 +444,32 @@ impl Store {
         self.inner.shared.upstream_groups.load(Ordering::SeqCst)
     }
 
+    /// The group-version of upstream's CompositePodGroups as watched: `scheduling.k8s.io/v1beta1` where served
+    /// (1.38), else `scheduling.k8s.io/v1alpha3` (1.37). Settled with [`Store::upstream_served`].
+    pub fn upstream_composite_group_version(&self) -> &'static str {
+        if self.upstream_composites_v1beta1() {
+            upstream::UPSTREAM_GROUP_VERSION
+        } else {
+            upstream::UPSTREAM_COMPOSITE_ALPHA_GROUP_VERSION
+        }
+    }
+
+    /// The optional APIs the store watches, as decided when it started; settled once [`Store::wait_ready`]
+    /// resolved. `discovery::until_changed` tells when the server's answer changes.
+    pub fn served_apis(&self) -> discovery::ServedApis {
+        let composites = self.inner.shared.upstream_composites.load(Ordering::SeqCst);
+        discovery::ServedApis {
+            dra: self.dra_served(),
+            pod_groups: self.upstream_served(),
+            composites: composites.then(|| self.upstream_composite_group_version()),
+        }
+    }
+
+    /// Whether upstream's CompositePodGroups are watched at `v1beta1` ([`Store::upstream_composite_group_version`]).
+    pub fn upstream_composites_v1beta1(&self) -> bool {
+        self.inner.shared.upstream_composites_beta.load(Ordering::SeqCst)
+    }
+
     /// The PodGroup `key` names, from the cache of its API group (`key.kind` must be `PodGroup`, else `None`).
     pub fn pod_group_at(&self, key: &GroupKey) -> Option<Arc<PodGroup>> {
         if key.kind != GroupKind::PodGroup {
@@ -465,52 +496,20 @@ impl Store {
 
     /// Every cached CompositePodGroup of both API groups, with its key.
     pub fn all_composite_pod_groups(&self) -> Vec<(GroupKey, Arc<CompositePodGroup>)> {
-        let of = |api: GroupApi, g: Arc<CompositePodGroup>| {
-            let key = GroupKey {
-                api,
-                ..GroupKey::composite(
-                    &kube::ResourceExt::namespace(&*g).unwrap_or_default(),
-                    &kube::ResourceExt::name_any(&*g),
-                )
-            };
-            (key, g)
-        };
-        let phalanx = self.inner.composite_pod_groups.state().into_iter();
-        let upstream = self.inner.upstream.composites.state().into_iter();
-        phalanx
-            .map(|g| of(GroupApi::Phalanx, g))
-            .chain(upstream.map(|g| of(GroupApi::Upstream, g)))
-            .collect()
+        keyed_by_api(
+            self.inner.composite_pod_groups.state(),
+            self.inner.upstream.composites.state(),
+            GroupKey::composite,
+        )
     }
 
     /// Every cached PodGroup of both API groups, with its key.
     pub fn all_pod_groups(&self) -> Vec<(GroupKey, Arc<PodGroup>)> {
-        let of = |api: GroupApi, g: Arc<PodGroup>| {
-            let key = GroupKey {
-                api,
-                ..GroupKey::pod_group(
-                    &kube::ResourceExt::namespace(&*g).unwrap_or_default(),
-                    &kube::ResourceExt::name_any(&*g),
-                )
-            };
-            (key, g)
-        };
-        let mut all: Vec<_> = self
-            .inner
-            .pod_groups
-            .state()
-            .into_iter()
-            .map(|g| of(GroupApi::Phalanx, g))
-            .collect();
-        all.extend(
-            self.inner
-                .upstream
-                .pod_groups
-                .state()
-                .into_iter()
-                .map(|g| of(GroupApi::Upstream, g)),
-        );
-        all
+        keyed_by_api(
+            self.inner.pod_groups.state(),
+            self.inner.upstream.pod_groups.state(),
+            GroupKey::pod_group,
+        )
     }
 
     /// One CompositePodGroup by namespace and name.
@@ -659,4 +658,23 @@ impl Drop for ListedAssumptions {
     fn drop(&mut self) {
         self.store.assumed_cache().end_listed();
     }
+}
+
+/// `phalanx`'s objects then `upstream`'s, each with its [`GroupKey`]: `key(namespace, name)` with the API group set.
+fn keyed_by_api<K: kube::Resource>(
+    phalanx: Vec<Arc<K>>,
+    upstream: Vec<Arc<K>>,
+    key: fn(&str, &str) -> GroupKey,
+) -> Vec<(GroupKey, Arc<K>)> {
+    let of = |api: GroupApi, g: Arc<K>| {
+        let at = key(
+            &g.meta().namespace.clone().unwrap_or_default(),
+            &kube::ResourceExt::name_any(&*g),
+        );
+        (GroupKey { api, ..at }, g)
+    };
+    let phalanx = phalanx.into_iter().map(|g| of(GroupApi::Phalanx, g));
+    phalanx
+        .chain(upstream.into_iter().map(|g| of(GroupApi::Upstream, g)))
+        .collect()
 }

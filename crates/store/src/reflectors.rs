@@ -160,6 +160,8 @@ pub(crate) fn start(client: Client, config: StoreConfig) -> Store {
         forbidden_devices: Mutex::new(Default::default()),
         dra_served: AtomicBool::new(false),
         upstream_groups: AtomicBool::new(false),
+        upstream_composites: AtomicBool::new(false),
+        upstream_composites_beta: AtomicBool::new(false),
         ready_target: AtomicUsize::new(crate::KINDS),
     });
     let (ready_tx, ready) = watch::channel(0usize);

@@ -12,11 +12,12 @@
 
 use std::sync::{Arc, atomic::Ordering};
 
-use k8s_openapi::api::scheduling::{v1alpha3 as native_alpha, v1beta1 as native};
+use k8s_openapi::api::scheduling::v1beta1 as native;
 use kube::{
     Api, Client,
     runtime::reflector::{self, Store as Reader},
 };
+use phalanx_api::native::{CompositeVersion, NativeCompositePodGroup, V1alpha3, V1beta1};
 use phalanx_api::{v1alpha3::CompositePodGroup, v1beta1::PodGroup};
 use phalanx_scheduler::GroupApi;
 use tokio::sync::watch;
@@ -27,9 +28,10 @@ use crate::kind_watch::{Tolerate, watch_converted};
 /// The group-version of upstream's PodGroups Phalanx schedules.
 pub const UPSTREAM_GROUP_VERSION: &str = "scheduling.k8s.io/v1beta1";
 
-/// The group-version of upstream's CompositePodGroups Phalanx schedules (KEP-6012): `v1alpha3`, served by 1.37
-/// and, beside `v1beta1`, by 1.38 (both with the `CompositePodGroup` gate and `--runtime-config`).
-pub const UPSTREAM_COMPOSITE_GROUP_VERSION: &str = "scheduling.k8s.io/v1alpha3";
+/// The group-version of upstream's CompositePodGroups (KEP-6012) Phalanx watches where the server does not serve
+/// them at [`UPSTREAM_GROUP_VERSION`]: `v1alpha3`, served by 1.37 (and by 1.38 beside `v1beta1`), with the
+/// `CompositePodGroup` gate and `--runtime-config`. Where both are served, `v1beta1` is read.
+pub const UPSTREAM_COMPOSITE_ALPHA_GROUP_VERSION: &str = "scheduling.k8s.io/v1alpha3";
 
 /// The caches of upstream's objects, in Phalanx's types; empty where not served.
 #[derive(Clone)]
@@ -66,14 +68,26 @@ pub(crate) fn spawn(
              of those",
         )
         .await;
-        let composites_served = served
+        // 1.38 serves CompositePodGroups at v1beta1 beside the PodGroups (its beta API turned on alone serves no
+        // v1alpha3); 1.37 only at v1alpha3.
+        let beta = served
+            && crate::discovery::discover(&client, UPSTREAM_GROUP_VERSION, &["compositepodgroups"])
+                .await
+                .unwrap_or(false);
+        let alpha = served
+            && !beta
             && crate::discovery::served(
                 &client,
-                UPSTREAM_COMPOSITE_GROUP_VERSION,
+                UPSTREAM_COMPOSITE_ALPHA_GROUP_VERSION,
                 &["compositepodgroups"],
                 "upstream's PodGroups under a CompositePodGroup wait for their parent",
             )
             .await;
+        let composites_served = beta || alpha;
+        shared
+            .upstream_composites
+            .store(composites_served, Ordering::SeqCst);
+        shared.upstream_composites_beta.store(beta, Ordering::SeqCst);
         if served {
             // Targets first, then discovery's count: readiness can never be reached without the watches.
             shared
@@ -105,22 +119,46 @@ pub(crate) fn spawn(
         if !composites_served {
             return pgs.await;
         }
-        let cpgs = watch_converted::<native_alpha::CompositePodGroup, CompositePodGroup, _>(
-            (composites, cpg_writer),
-            Api::all(client),
-            wc,
-            shared,
-            ready_tx,
-            (
-                Box::new(|ev, r, s| crate::group_hooks::composite_hook(ev, r, s, GroupApi::Upstream)),
-                |o, _| converted(o),
-                Tolerate::No,
-            ),
-        );
-        tokio::join!(pgs, cpgs);
+        if beta {
+            tokio::join!(
+                pgs,
+                watch_composites::<V1beta1>((composites, cpg_writer), client, wc, shared, ready_tx)
+            );
+        } else {
+            tokio::join!(
+                pgs,
+                watch_composites::<V1alpha3>((composites, cpg_writer), client, wc, shared, ready_tx)
+            );
+        }
     });
     tasks.push(task.abort_handle());
     (readers, decided)
+}
+
+/// The watch of upstream's CompositePodGroups at version `V`, cached in Phalanx's type.
+async fn watch_composites<V: CompositeVersion>(
+    cache: (
+        Reader<CompositePodGroup>,
+        reflector::store::Writer<CompositePodGroup>,
+    ),
+    client: Client,
+    wc: kube::runtime::watcher::Config,
+    shared: Arc<Shared>,
+    ready_tx: watch::Sender<usize>,
+) {
+    watch_converted::<NativeCompositePodGroup<V>, CompositePodGroup, _>(
+        cache,
+        Api::all(client),
+        wc,
+        shared,
+        ready_tx,
+        (
+            Box::new(|ev, r, s| crate::group_hooks::composite_hook(ev, r, s, GroupApi::Upstream)),
+            |o, _| converted(o),
+            Tolerate::No,
+        ),
+    )
+    .await
 }
 
 /// An upstream object (`N`) in Phalanx's type of the same kind (`P`), without managed fields. The schemas agree

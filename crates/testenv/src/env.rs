@@ -109,7 +109,7 @@ impl TestEnv {
     }
 
     /// A dedicated control plane ([`TestEnv::dedicated`]) that serves upstream's Workload API:
-    /// `hack/cluster.sh up --upstream-workload-api` (`scheduling.k8s.io/v1beta1` and `v1alpha3`, with the
+    /// `hack/cluster.sh up --upstream-workload-api` (`scheduling.k8s.io/v1beta1`, and `v1alpha3` before 1.38, with the
     /// `GenericWorkload`, `CompositePodGroup` and `TopologyAwareWorkloadScheduling` gates on the API server and
     /// kube-controller-manager, and `WorkloadWithJob` from 1.37), for the tests of Phalanx scheduling upstream's own
     /// PodGroups; `with_kube_scheduler` also runs upstream kube-scheduler (`--with-kube-scheduler`) beside it.
@@ -299,6 +299,44 @@ fn ensure_binaries(bin_dir: &Path) -> anyhow::Result<()> {
     );
     announce("binaries built");
     Ok(())
+}
+
+impl TestEnv {
+    /// Restarts the API server of a [`TestEnv::dedicated`] control plane so that it serves upstream's Workload API
+    /// from now on (`hack/cluster.sh restart kube-apiserver --upstream-workload-api`: the gates and
+    /// `--runtime-config` of [`TestEnv::dedicated_upstream_api`] added to its command line), as an administrator
+    /// turning the API on does. Blocking; returns once `/readyz` answers again.
+    ///
+    /// # Errors
+    /// On a control plane this process did not start, or when the restart fails (the message names the log).
+    pub fn restart_apiserver_with_upstream_api(&self) -> anyhow::Result<()> {
+        let (true, Some(state)) = (self.dedicated, self.state_dir.as_ref()) else {
+            anyhow::bail!("phalanx-testenv: only a dedicated control plane can be restarted");
+        };
+        let out = Command::new("bash")
+            .arg(repo_root().join("hack/cluster.sh"))
+            .args([
+                "restart",
+                "kube-apiserver",
+                "--upstream-workload-api",
+                "--state-dir",
+            ])
+            .arg(state)
+            .arg("--log-dir")
+            .arg(&self.log_dir)
+            .current_dir(repo_root())
+            .stdin(Stdio::null())
+            .output()
+            .context("phalanx-testenv: running hack/cluster.sh restart")?;
+        anyhow::ensure!(
+            out.status.success(),
+            "phalanx-testenv: restarting kube-apiserver failed ({}): {}; log {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim(),
+            self.log_dir.join("kube-apiserver.log").display()
+        );
+        Ok(())
+    }
 }
 
 impl Drop for TestEnv {

@@ -7,6 +7,7 @@
 use std::sync::Arc;
 
 use phalanx_api::conditions::reasons;
+use phalanx_api::native::{NativeCompositePodGroup, V1alpha3, V1beta1};
 use phalanx_scheduler::{EntityKey, Gate, GateReason, GroupKey, GroupKind, GroupPolicy, PodKey};
 use phalanx_store::PodRecord;
 
@@ -364,60 +365,44 @@ impl ApiDispatcher {
             let (mut conflicts, mut unavailable) = (0u32, 0u32);
             loop {
                 let fresh = conflicts + unavailable > 0;
+                // The four kinds of object differ in type and in where their conditions sit, nothing else.
+                macro_rules! write_as {
+                    ($cached:expr, $conditions:expr) => {
+                        write_conditions(&writer, &g, fresh, $cached, &uid, &ws, $conditions).await
+                    };
+                }
                 let res = match g.kind {
-                    // Upstream's PodGroup: the same conditions, written to its own API group's status.
-                    GroupKind::PodGroup if g.is_upstream() => {
-                        let cached = || {
-                            store
-                                .pod_group_at(&g)
-                                .map(|pg| Arc::new(convert::native_view(&pg)))
-                        };
-                        write_conditions(&writer, &g, fresh, cached, &uid, &ws, convert::native_conditions)
-                            .await
-                    }
-                    GroupKind::PodGroup => {
-                        let cached = || store.pod_group(&g.namespace, &g.name);
-                        write_conditions(
-                            &writer,
-                            &g,
-                            fresh,
-                            cached,
-                            &uid,
-                            &ws,
-                            convert::pod_group_conditions,
-                        )
-                        .await
-                    }
-                    GroupKind::CompositePodGroup if g.is_upstream() => {
-                        let cached = || {
-                            store
+                    // Upstream's objects: the same conditions, written to their own API group's status.
+                    GroupKind::PodGroup if g.is_upstream() => write_as!(
+                        || store
+                            .pod_group_at(&g)
+                            .map(|pg| Arc::new(convert::native_view(&pg))),
+                        convert::native_conditions
+                    ),
+                    GroupKind::PodGroup => write_as!(
+                        || store.pod_group(&g.namespace, &g.name),
+                        convert::pod_group_conditions
+                    ),
+                    GroupKind::CompositePodGroup
+                        if g.is_upstream() && store.upstream_composites_v1beta1() =>
+                    {
+                        write_as!(
+                            || store
                                 .composite_pod_group_at(&g)
-                                .map(|c| Arc::new(convert::native_composite_view(&c)))
-                        };
-                        write_conditions(
-                            &writer,
-                            &g,
-                            fresh,
-                            cached,
-                            &uid,
-                            &ws,
-                            convert::native_composite_conditions,
+                                .map(|c| Arc::new(convert::native_composite_view::<V1beta1>(&c))),
+                            NativeCompositePodGroup::<V1beta1>::conditions
                         )
-                        .await
                     }
-                    GroupKind::CompositePodGroup => {
-                        let cached = || store.composite_pod_group(&g.namespace, &g.name);
-                        write_conditions(
-                            &writer,
-                            &g,
-                            fresh,
-                            cached,
-                            &uid,
-                            &ws,
-                            convert::composite_conditions,
-                        )
-                        .await
-                    }
+                    GroupKind::CompositePodGroup if g.is_upstream() => write_as!(
+                        || store
+                            .composite_pod_group_at(&g)
+                            .map(|c| Arc::new(convert::native_composite_view::<V1alpha3>(&c))),
+                        NativeCompositePodGroup::<V1alpha3>::conditions
+                    ),
+                    GroupKind::CompositePodGroup => write_as!(
+                        || store.composite_pod_group(&g.namespace, &g.name),
+                        convert::composite_conditions
+                    ),
                 };
                 match res {
                     Err(kube::Error::Api(s)) if s.code == 409 && conflicts + 1 < GROUP_WRITE_ATTEMPTS => {

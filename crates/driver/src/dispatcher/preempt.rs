@@ -124,23 +124,26 @@ impl ApiDispatcher {
             EntityKey::Group(g) if g.kind == GroupKind::PodGroup => self
                 .store
                 .pod_group_at(g)
-                .map(|o| upstream_ref(g, o.object_ref(&()))),
+                .map(|o| upstream_ref(&self.store, g, o.object_ref(&()))),
             EntityKey::Group(g) => self
                 .store
                 .composite_pod_group_at(g)
-                .map(|o| upstream_ref(g, o.object_ref(&()))),
+                .map(|o| upstream_ref(&self.store, g, o.object_ref(&()))),
         }
     }
 }
 
 /// `r` naming upstream's object for a group of upstream's API (cached in Phalanx's type, whose reference names
 /// Phalanx's group-version).
-fn upstream_ref(g: &phalanx_scheduler::GroupKey, mut r: ObjectReference) -> ObjectReference {
-    use phalanx_store::upstream::{UPSTREAM_COMPOSITE_GROUP_VERSION, UPSTREAM_GROUP_VERSION};
+fn upstream_ref(
+    store: &phalanx_store::Store,
+    g: &phalanx_scheduler::GroupKey,
+    mut r: ObjectReference,
+) -> ObjectReference {
     if g.is_upstream() {
         let version = match g.kind {
-            GroupKind::PodGroup => UPSTREAM_GROUP_VERSION,
-            GroupKind::CompositePodGroup => UPSTREAM_COMPOSITE_GROUP_VERSION,
+            GroupKind::PodGroup => phalanx_store::upstream::UPSTREAM_GROUP_VERSION,
+            GroupKind::CompositePodGroup => store.upstream_composite_group_version(),
         };
         r.api_version = Some(version.to_owned());
     }
