@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
-use phalanx_scheduler::{EntityKey, GroupKey, GroupKind, Outcome, PodKey};
+use phalanx_scheduler::{EntityKey, GroupApi, GroupKey, GroupKind, Outcome, PodKey};
 use phalanx_store::{ClusterState, MAX_TREE_DEPTH, Store};
 use serde::Serialize;
 
@@ -19,7 +19,8 @@ use crate::tools::{self, ClusterSource};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Verdict {
-    /// `PodGroup`, `CompositePodGroup` or `Pod`.
+    /// `PodGroup`, `CompositePodGroup`, `PodGroup.scheduling.k8s.io`, `CompositePodGroup.scheduling.k8s.io` (upstream's
+    /// own groups) or `Pod`.
     pub kind: String,
     /// `namespace/name`.
     pub name: String,
@@ -44,9 +45,14 @@ pub async fn simulate(
         let (text, name) = tools::read_text(f)?;
         tools::objects::read_objects(&text, &name, &mut manifests)?;
     }
+    let native = manifests
+        .upstream
+        .as_ref()
+        .is_some_and(|u| !u.pod_groups.is_empty() || !u.composite_pod_groups.is_empty());
     if manifests.pods.is_empty()
         && manifests.pod_groups.is_empty()
         && manifests.composite_pod_groups.is_empty()
+        && !native
     {
         anyhow::bail!("the manifests hold no Pod, PodGroup or CompositePodGroup to place");
     }
@@ -179,6 +185,29 @@ fn merge(state: &mut ClusterState, m: ClusterState) -> Vec<(&'static str, Subjec
         ));
         replace(&mut state.composite_pod_groups, g);
     }
+    // Manifests with upstream's own groups simulate a cluster that serves them (`phalanx_store::upstream`).
+    if let Some(mu) = m.upstream {
+        let su = state.upstream.get_or_insert_with(Default::default);
+        su.composites_served |= mu.composites_served;
+        su.composites_v1beta1 |= mu.composites_v1beta1;
+        let native = |key: GroupKey| GroupKey {
+            api: GroupApi::Upstream,
+            ..key
+        };
+        for mut g in mu.pod_groups {
+            fill(&mut g.metadata, "podgroup.scheduling.k8s.io", &now);
+            let key = GroupKey::pod_group(&g.namespace().unwrap_or_default(), &g.name_any());
+            targets.push(("PodGroup.scheduling.k8s.io", Subject::Group(native(key))));
+            replace(&mut su.pod_groups, g);
+        }
+        for mut g in mu.composite_pod_groups {
+            fill(&mut g.metadata, "compositepodgroup.scheduling.k8s.io", &now);
+            let key = GroupKey::composite(&g.namespace().unwrap_or_default(), &g.name_any());
+            targets.push(("CompositePodGroup.scheduling.k8s.io", Subject::Group(native(key))));
+            replace(&mut su.composite_pod_groups, g);
+        }
+    }
+    let upstream_served = state.upstream.is_some();
     for mut p in m.pods {
         fill(&mut p.metadata, "pod", &now);
         if let Some(spec) = p.spec.as_mut() {
@@ -193,16 +222,23 @@ fn merge(state: &mut ClusterState, m: ClusterState) -> Vec<(&'static str, Subjec
             }
         }
         let ns = p.namespace().unwrap_or_default();
-        match phalanx_store::pod_group_name(&p) {
-            None => targets.push(("Pod", Subject::Pod(PodKey::new(&ns, &p.name_any())))),
+        match phalanx_store::record::group_of(&p, upstream_served) {
+            (None, ..) => targets.push(("Pod", Subject::Pod(PodKey::new(&ns, &p.name_any())))),
             // A pod joining a group the cluster already has: report that group once.
-            Some(g) => {
-                let key = GroupKey::pod_group(&ns, g);
+            (Some(g), api, _) => {
+                let key = GroupKey {
+                    api,
+                    ..GroupKey::pod_group(&ns, g)
+                };
                 if !targets
                     .iter()
                     .any(|(_, t)| matches!(t, Subject::Group(k) if *k == key))
                 {
-                    targets.push(("PodGroup", Subject::Group(key)));
+                    let kind = match api {
+                        GroupApi::Phalanx => "PodGroup",
+                        GroupApi::Upstream => "PodGroup.scheduling.k8s.io",
+                    };
+                    targets.push((kind, Subject::Group(key)));
                 }
             }
         }

@@ -108,3 +108,85 @@ fn simulate_reads_the_scheduler_config() {
     assert!(!ok, "a missing file must fail");
     assert_eq!(err.matches("No such file").count(), 1, "the OS error once: {err}");
 }
+
+/// `simulate` reads upstream's own groups from manifests (`scheduling.k8s.io/v1beta1` PodGroup, a CompositePodGroup
+/// at `v1beta1`) as a cluster serving them would: a native gang of 2 whose pods join it by
+/// `spec.schedulingGroup.podGroupName` lands whole; a gang of 3 on room for 2 is `Unschedulable` and places nothing;
+/// a Phalanx-only field on upstream's object is refused by name, as the API server would refuse it.
+#[test]
+fn simulate_places_upstreams_own_groups() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("simulate-native");
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let file = |name: &str, text: &str| {
+        let p = dir.join(name);
+        std::fs::write(&p, text).expect("write");
+        p.display().to_string()
+    };
+    let empty = file("empty.yaml", "{apiVersion: v1, kind: List, items: []}\n");
+    let pod = |name: &str, group: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\nspec:\n  \
+             schedulerName: phalanx-scheduler\n  schedulingGroup: {{podGroupName: {group}}}\n  containers:\n  \
+             - name: c\n    image: busybox\n    resources: {{requests: {{cpu: \"2\"}}}}\n"
+        )
+    };
+    let group = |name: &str, min: u32, parent: &str| {
+        format!(
+            "apiVersion: scheduling.k8s.io/v1beta1\nkind: PodGroup\nmetadata: {{name: {name}, namespace: default}}\n\
+             spec:\n  {parent}schedulingPolicy: {{gang: {{minCount: {min}}}}}\n"
+        )
+    };
+    let node = "apiVersion: v1\nkind: Node\nmetadata: {name: n0, labels: {kubernetes.io/hostname: n0}}\nstatus:\n  \
+                allocatable: {cpu: \"4\", memory: 8Gi, pods: \"110\"}\n  capacity: {cpu: \"4\", memory: 8Gi, pods: \"110\"}\n";
+    let fits = file(
+        "fits.yaml",
+        &[
+            node,
+            &group("train", 2, ""),
+            &pod("a", "train"),
+            &pod("b", "train"),
+        ]
+        .join("---\n"),
+    );
+    let (ok, out, err) = phalanx(&["simulate", "--snapshot", &empty, "-f", &fits]);
+    assert!(ok, "simulate: {err}");
+    assert!(
+        out.contains("PodGroup.scheduling.k8s.io default/train: Scheduled")
+            && out.contains("a -> n0")
+            && out.contains("b -> n0"),
+        "the native gang lands whole: {out}"
+    );
+    let tree = "apiVersion: scheduling.k8s.io/v1beta1\nkind: CompositePodGroup\nmetadata: {name: job, namespace: default}\n\
+                spec:\n  workloadRef: {workloadName: w, templateName: job}\n  schedulingPolicy: {gang: {minGroupCount: 1}}\n";
+    let too_big = file(
+        "too-big.yaml",
+        &[
+            node,
+            tree,
+            &group(
+                "big",
+                3,
+                "parentCompositePodGroupName: job\n  workloadRef: {workloadName: w, templateName: big}\n  ",
+            ),
+            &pod("m1", "big"),
+            &pod("m2", "big"),
+            &pod("m3", "big"),
+        ]
+        .join("---\n"),
+    );
+    let (ok, out, err) = phalanx(&["simulate", "--snapshot", &empty, "-f", &too_big]);
+    assert!(ok, "simulate: {err}");
+    assert!(
+        out.contains("CompositePodGroup.scheduling.k8s.io default/job: Unschedulable")
+            && !out.contains(" -> n0"),
+        "a gang of 3 on room for 2 places nothing: {out}"
+    );
+    let phalanx_only = file(
+        "phalanx-only.yaml",
+        "apiVersion: scheduling.k8s.io/v1beta1\nkind: PodGroup\nmetadata: {name: g}\nspec:\n  \
+         schedulingPolicy: {gang: {minCount: 1}}\n  recoveryPolicy: {maxRestarts: 1}\n",
+    );
+    let (ok, _, err) = phalanx(&["simulate", "--snapshot", &empty, "-f", &phalanx_only]);
+    assert!(!ok, "a Phalanx-only field on upstream's object must fail");
+    assert!(err.contains("recoveryPolicy"), "the error names the field: {err}");
+}

@@ -59,6 +59,29 @@ fn add_value(doc: Value, at: &str, state: &mut ClusterState) -> anyhow::Result<(
             state.composite_pod_groups.push(typed(doc, &at)?)
         }
         ("scheduling.phalanx.dev/v1beta1", "Workload") => state.workloads.push(typed(doc, &at)?),
+        // Upstream's own groups: checked against upstream's schema (no Phalanx-only field passes), then read into
+        // Phalanx's types, whose fields are upstream's (as the store holds them, `phalanx_store::upstream`), with
+        // errors that name the field. Manifests that carry them simulate a cluster that serves upstream's API.
+        ("scheduling.k8s.io/v1beta1", "PodGroup") => {
+            typed::<k8s_openapi::api::scheduling::v1beta1::PodGroup>(doc.clone(), &at)?;
+            let g = typed(doc, &at)?;
+            state
+                .upstream
+                .get_or_insert_with(Default::default)
+                .pod_groups
+                .push(g);
+        }
+        (v @ ("scheduling.k8s.io/v1beta1" | "scheduling.k8s.io/v1alpha3"), "CompositePodGroup") => {
+            // k8s-openapi 0.29 knows v1alpha3 only; v1beta1 has the same fields (1.38).
+            let mut alpha = doc.clone();
+            alpha["apiVersion"] = Value::from("scheduling.k8s.io/v1alpha3");
+            typed::<k8s_openapi::api::scheduling::v1alpha3::CompositePodGroup>(alpha, &at)?;
+            let g = typed(doc, &at)?;
+            let up = state.upstream.get_or_insert_with(Default::default);
+            up.composites_served = true;
+            up.composites_v1beta1 |= v.ends_with("v1beta1");
+            up.composite_pod_groups.push(g);
+        }
         ("scheduling.k8s.io/v1", "PriorityClass") => state.priority_classes.push(typed(doc, &at)?),
         ("policy/v1", "PodDisruptionBudget") => state.pdbs.push(typed(doc, &at)?),
         ("v1", "PersistentVolumeClaim") => state.volumes.claims.push(typed(doc, &at)?),
@@ -68,8 +91,8 @@ fn add_value(doc: Value, at: &str, state: &mut ClusterState) -> anyhow::Result<(
         ("storage.k8s.io/v1", "CSIDriver") => state.volumes.csi_drivers.push(typed(doc, &at)?),
         ("storage.k8s.io/v1", "CSIStorageCapacity") => state.volumes.capacities.push(typed(doc, &at)?),
         (v, k) => bail!(
-            "{at}: {v} {k} is not read by the simulator (it reads Pods, PodGroups, CompositePodGroups, Workloads, \
-             Nodes, PriorityClasses, PodDisruptionBudgets, PersistentVolumeClaims, PersistentVolumes, \
+            "{at}: {v} {k} is not read by the simulator (it reads Pods, PodGroups, CompositePodGroups (Phalanx's and \
+             scheduling.k8s.io's), Workloads, Nodes, PriorityClasses, PodDisruptionBudgets, PersistentVolumeClaims, PersistentVolumes, \
              StorageClasses, CSINodes, CSIDrivers and CSIStorageCapacities)"
         ),
     }
