@@ -48,18 +48,25 @@ fn phalanx(args: &[&str]) -> (bool, String, String) {
     )
 }
 
+/// A scratch directory `sub` of the test's temporary directory, and a writer of files there that returns their path.
+fn scratch(sub: &str) -> (std::path::PathBuf, impl Fn(&str, &str) -> String) {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(sub);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let at = dir.clone();
+    let file = move |name: &str, text: &str| {
+        let p = at.join(name);
+        std::fs::write(&p, text).expect("write");
+        p.display().to_string()
+    };
+    (dir, file)
+}
+
 /// `simulate --config` places with that file's scheduler section, as `phalanx run --config` would: offline (an
 /// empty snapshot and the Nodes as manifests), one 2-CPU pod between a 4-CPU node and a 16-CPU node goes to the big
 /// one under the default `LeastAllocated` and to the small one under `MostAllocated`. A bad key is refused by name.
 #[test]
 fn simulate_reads_the_scheduler_config() {
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("simulate-config");
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let file = |name: &str, text: &str| {
-        let p = dir.join(name);
-        std::fs::write(&p, text).expect("write");
-        p.display().to_string()
-    };
+    let (dir, file) = scratch("simulate-config");
     let empty = file("empty.yaml", "{apiVersion: v1, kind: List, items: []}\n");
     let node = |name: &str, size: u32| {
         format!(
@@ -115,13 +122,7 @@ fn simulate_reads_the_scheduler_config() {
 /// a Phalanx-only field on upstream's object is refused by name, as the API server would refuse it.
 #[test]
 fn simulate_places_upstreams_own_groups() {
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("simulate-native");
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let file = |name: &str, text: &str| {
-        let p = dir.join(name);
-        std::fs::write(&p, text).expect("write");
-        p.display().to_string()
-    };
+    let (_, file) = scratch("simulate-native");
     let empty = file("empty.yaml", "{apiVersion: v1, kind: List, items: []}\n");
     let pod = |name: &str, group: &str| {
         format!(
