@@ -201,7 +201,7 @@ pub struct RunArgs {
 
     /// Seconds between the discovery rounds that notice the API server serving other optional APIs than at start
     /// (DRA, upstream's `scheduling.k8s.io` PodGroups and CompositePodGroups): on a change the process exits, to be
-    /// restarted and watch what is served (`phalanx_store::discovery::until_changed`); 0 = never.
+    /// restarted and watch what is served (`phalanx_store::served_apis::until_changed`); 0 = never.
     #[arg(long = "api-discovery-interval", env = "PHALANX_API_DISCOVERY_INTERVAL", default_value_t = 60, value_parser = clap::value_parser!(u64).range(0..=86400))]
     pub api_discovery_interval_secs: u64,
 

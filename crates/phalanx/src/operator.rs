@@ -245,7 +245,7 @@ pub async fn run(client: Client, mut opts: RunOptions, shutdown: CancellationTok
 }
 
 /// Resolves, with the error that ends the process, once the API server serves other optional APIs than the store
-/// decided on at start (`phalanx_store::discovery`): the watches are chosen once, so the process restarts (its
+/// decided on at start (`phalanx_store::served_apis`): the watches are chosen once, so the process restarts (its
 /// Deployment starts it again; a standby replica takes over meanwhile) and watches what is served now. Upstream's
 /// kube-scheduler needs a restart too when its gates or the served APIs change.
 async fn served_apis_changed(
@@ -255,7 +255,7 @@ async fn served_apis_changed(
 ) -> anyhow::Result<()> {
     wiring::store_ready(store).await;
     let decided = store.served_apis();
-    let now = phalanx_store::discovery::until_changed(client, decided, every).await;
+    let now = phalanx_store::served_apis::until_changed(client, decided, every).await;
     let changes = now.changes_from(&decided).join("; ");
     tracing::warn!(%changes, "the API server serves other optional APIs than at start; restarting to watch them");
     anyhow::bail!("the served APIs changed ({changes}): exiting so that a restart watches what is served now")

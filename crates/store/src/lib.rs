@@ -31,6 +31,7 @@ pub mod priority;
 pub mod record;
 mod reflectors;
 pub mod retry;
+pub mod served_apis;
 pub mod server;
 pub mod slim;
 pub mod upstream;
@@ -455,10 +456,10 @@ impl Store {
     }
 
     /// The optional APIs the store watches, as decided when it started; settled once [`Store::wait_ready`]
-    /// resolved. `discovery::until_changed` tells when the server's answer changes.
-    pub fn served_apis(&self) -> discovery::ServedApis {
+    /// resolved. [`served_apis::until_changed`] tells when the server's answer changes.
+    pub fn served_apis(&self) -> served_apis::ServedApis {
         let composites = self.inner.shared.upstream_composites.load(Ordering::SeqCst);
-        discovery::ServedApis {
+        served_apis::ServedApis {
             dra: self.dra_served(),
             pod_groups: self.upstream_served(),
             composites: composites.then(|| self.upstream_composite_group_version()),
