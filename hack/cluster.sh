@@ -19,7 +19,8 @@
 #   --watch-pid PID                               tear the cluster down once process PID exits
 #   --upstream-workload-api   UPSTREAM_WORKLOAD_API=1  serve scheduling.k8s.io with the GenericWorkload,
 #                                                 CompositePodGroup, TopologyAwareWorkloadScheduling gates (and
-#                                                 WorkloadWithJob from 1.37): v1beta1+v1alpha3 on 1.37, v1beta1
+#                                                 WorkloadWithJob and DRAWorkloadResourceClaims from 1.37):
+#                                                 v1beta1+v1alpha3 on 1.37, v1beta1
 #                                                 alone on 1.38 (CompositePodGroup is v1beta1 there)
 #   --with-kube-scheduler     WITH_KUBE_SCHEDULER=1    also run upstream kube-scheduler (identity system:kube-scheduler)
 # Environment only: PHALANX_BIN_DIR (binaries, see versions.sh), PHALANX_START_TIMEOUT (seconds, default 180),
@@ -309,7 +310,9 @@ gates_args() {
     local gates=GenericWorkload=true,CompositePodGroup=true,TopologyAwareWorkloadScheduling=true
     # WorkloadWithJob (KEP-6089: a Job's spec.scheduling, from which the Job controller creates the Workload and the
     # PodGroup) exists from 1.37; kube-apiserver refuses a gate it does not know.
-    if [ "$(api_minor)" -ge 37 ]; then gates+=,WorkloadWithJob=true; fi
+    # DRAWorkloadResourceClaims (KEP-5729, beta from 1.37, off by default): a PodGroup's own spec.resourceClaims,
+    # from which kube-controller-manager generates one claim per group and resolves its members' entries to it.
+    if [ "$(api_minor)" -ge 37 ]; then gates+=,WorkloadWithJob=true,DRAWorkloadResourceClaims=true; fi
     echo "--feature-gates=$gates"
   fi
 }

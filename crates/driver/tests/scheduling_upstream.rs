@@ -23,6 +23,7 @@ use phalanx_testenv::{TestEnv, wait_for};
 use serde_json::json;
 
 use common::cluster::{Ctx, SETTLE, setup_on};
+use common::devices::{Devices, allocations};
 
 /// A scheduler name no scheduler of the test cluster answers to (kube-scheduler runs as `default-scheduler`).
 const ELSEWHERE: &str = "elsewhere";
@@ -271,7 +272,98 @@ async fn scenarios(client: kube::Client, minor: u32) -> anyhow::Result<()> {
         hierarchy_and_topology::<V1alpha3>(client.clone()).await?;
     }
     preemption(client.clone()).await?;
+    native_group_claim(client.clone()).await?;
     job_with_scheduling(client).await
+}
+
+/// A native gang whose PodGroup has its own claim (`spec.resourceClaims`, KEP-5729, gate `DRAWorkloadResourceClaims`):
+/// kube-controller-manager generates one ResourceClaim for the group (`pkg/controller/resourceclaim/controller.go`,
+/// `handlePodGroupClaim`), records it in the group's `status.resourceClaimStatuses`, and resolves every member's
+/// entry of the same name and template to it in the pod's `status.resourceClaimStatuses` (`resourceclaim.BindTo`).
+/// Phalanx allocates that claim once, in the group's cycle, on the one node that holds all three members (the
+/// device is node-local), and reserves it for each of them.
+async fn native_group_claim(client: kube::Client) -> anyhow::Result<()> {
+    let ctx = setup_on(client, "native-dra").await?;
+    let mut dev = Devices::new(&ctx).await?;
+    for n in ["a", "b"] {
+        let node = ctx.node(n, "8").await?;
+        dev.slice(&node, &["a100"; 2]).await?;
+    }
+    dev.template("one", 1, None, None).await?;
+    let entry = json!({ "name": "gpu", "resourceClaimTemplateName": "one" });
+    native_group_with(
+        &ctx,
+        "g",
+        json!({ "schedulingPolicy": { "gang": { "minCount": 3 } }, "resourceClaims": [entry] }),
+    )
+    .await?;
+    let sched = ctx.start();
+    let mut members = Vec::new();
+    for i in 1..=3 {
+        let name = format!("g-{i}");
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": { "name": name },
+            "spec": {
+                "schedulerName": ctx.sched,
+                "schedulingGroup": { "podGroupName": "g" },
+                "terminationGracePeriodSeconds": 0,
+                "resourceClaims": [entry],
+                "containers": [{
+                    "name": "c", "image": "busybox",
+                    "resources": { "requests": { "cpu": "1" }, "claims": [{ "name": "gpu" }] },
+                }],
+            }
+        }))?;
+        ctx.pods().create(&PostParams::default(), &pod).await?;
+        members.push(name);
+    }
+    let bound = ctx.wait_bound(&members).await?;
+    let nodes: std::collections::BTreeSet<&String> = bound.values().collect();
+    ensure!(
+        nodes.len() == 1,
+        "the users of one node-local device on {nodes:?}"
+    );
+    wait_native(&ctx, "g", "True", "Scheduled").await?;
+    let g = native(&ctx).get("g").await?;
+    let claim = g
+        .status
+        .and_then(|s| s.resource_claim_statuses)
+        .and_then(|s| s.into_iter().find(|c| c.name == "gpu"))
+        .and_then(|c| c.resource_claim_name)
+        .context("the group's status.resourceClaimStatuses names no claim for gpu")?;
+    for p in &members {
+        let named = ctx
+            .pods()
+            .get(p)
+            .await?
+            .status
+            .and_then(|s| s.resource_claim_statuses)
+            .and_then(|s| s.into_iter().find(|c| c.name == "gpu"))
+            .and_then(|c| c.resource_claim_name);
+        ensure!(
+            named.as_deref() == Some(claim.as_str()),
+            "{p} resolves gpu to {named:?}, the group's claim is {claim}"
+        );
+    }
+    let alloc = allocations(&ctx).await?;
+    ensure!(
+        alloc.len() == 1,
+        "one claim allocated for the group, got {:?}",
+        alloc.keys()
+    );
+    let (node, devices, mut reserved) = alloc
+        .get(&claim)
+        .cloned()
+        .context("the group's claim is not allocated")?;
+    ensure!(devices.len() == 1, "one device for the group: {devices:?}");
+    ensure!(
+        node.as_ref() == nodes.into_iter().next(),
+        "allocated on {node:?}, the gang on {bound:?}"
+    );
+    reserved.sort();
+    ensure!(reserved == members, "reserved for {reserved:?}");
+    sched.stop().await?;
+    dev.cleanup().await
 }
 
 /// A Job with `spec.scheduling.schedulingPolicy.gang` (KEP-6089, the `WorkloadWithJob` gate, 1.37 alpha and 1.38):

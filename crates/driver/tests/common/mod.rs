@@ -17,3 +17,5 @@ pub fn report_snapshot_mismatches(registry: &Registry) {
 
 #[allow(dead_code)]
 pub mod cluster;
+#[allow(dead_code)]
+pub mod devices;
