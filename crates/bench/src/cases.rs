@@ -50,6 +50,8 @@ pub struct Settings {
     pub settle: Duration,
     /// kube-scheduler `--v`.
     pub kube_scheduler_v: u8,
+    /// Devices per node (0: none); with devices every pod claims one through a template ([`crate::devices`]).
+    pub devices_per_node: usize,
 }
 
 impl Settings {
@@ -158,8 +160,20 @@ async fn run_in(ctx: &Ctx, case: Case, ns: &str) -> anyhow::Result<(Outcome, Opt
             Case::BindRate | Case::Upstream => {}
         }
     }
+    let devices = s.devices_per_node > 0;
+    if devices {
+        crate::devices::create_template(&ctx.admin, ns).await?;
+    }
     let created = create_groups(ctx, case, ns, min).await?;
     let pods = create_pods(ctx, case, ns).await?;
+    if devices {
+        let took = crate::devices::wait_claims(&ctx.admin, ns, s.pods(), s.timeout).await?;
+        eprintln!(
+            "bench-e2e: {case} kube-controller-manager created the {} pods' claims in {:.1} s (before the start)",
+            s.pods(),
+            took.as_secs_f64()
+        );
+    }
     let mut tracker = BindTracker::start(ctx.admin.clone(), ns).await?;
     anyhow::ensure!(
         tracker.bound() == 0,
@@ -389,7 +403,7 @@ async fn create_pods(ctx: &Ctx, case: Case, ns: &str) -> anyhow::Result<Vec<Pod>
     futures::stream::iter(keys.map(|(g, p)| {
         let (api, pp) = (&api, &pp);
         async move {
-            let pod = workload::pod(case, ns, g, p)?;
+            let pod = workload::pod(case, ns, g, p, s.devices_per_node > 0)?;
             api.create(pp, &pod)
                 .await
                 .with_context(|| format!("creating pod {ns}/{}", workload::pod_name(g, p)))

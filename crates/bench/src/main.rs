@@ -14,6 +14,7 @@
 mod cases;
 mod cluster;
 mod control_plane;
+mod devices;
 mod measure;
 mod pack;
 mod pack_jobs;
@@ -72,6 +73,11 @@ struct Args {
     /// Seconds to wait for all pods of a run to be bound before reporting a failure.
     #[arg(long, default_value_t = 300)]
     timeout: u64,
+    /// DRA devices per node (0: none). With N > 0 every node publishes a ResourceSlice of N devices of one class
+    /// and every pod claims one device through a ResourceClaimTemplate (kube-controller-manager creates the claims
+    /// before the scheduler starts); nodes x N must cover the pods of a run.
+    #[arg(long, default_value_t = 0)]
+    devices_per_node: usize,
     /// Seconds to pause after each run's cleanup.
     #[arg(long, default_value_t = 5)]
     settle: u64,
@@ -172,7 +178,16 @@ async fn run(args: Args) -> anyhow::Result<()> {
         timeout: Duration::from_secs(args.timeout),
         settle: Duration::from_secs(args.settle),
         kube_scheduler_v: args.kube_scheduler_v,
+        devices_per_node: args.devices_per_node,
     };
+    anyhow::ensure!(
+        args.devices_per_node == 0 || args.nodes.saturating_mul(args.devices_per_node) >= settings.pods(),
+        "--devices-per-node {}: {} nodes hold {} devices, fewer than the {} pods of a run (one device each)",
+        args.devices_per_node,
+        args.nodes,
+        args.nodes.saturating_mul(args.devices_per_node),
+        settings.pods()
+    );
 
     let phalanx_bin = if cases.contains(&Case::Phalanx) {
         phalanx_bin(args.phalanx_bin.as_deref())?
@@ -224,11 +239,20 @@ async fn run(args: Args) -> anyhow::Result<()> {
     cluster::grant_scheduler_identity(&admin).await?;
     eprintln!("bench-e2e: creating {} kwok nodes", args.nodes);
     let nodes = cluster::ensure_nodes(&admin, args.nodes, args.create_concurrency).await?;
+    if args.devices_per_node > 0 {
+        eprintln!(
+            "bench-e2e: publishing {} devices on each node (a ResourceSlice per node, DeviceClass {})",
+            args.devices_per_node,
+            devices::CLASS
+        );
+        devices::ensure_slices(&admin, &nodes, args.devices_per_node, args.create_concurrency).await?;
+    }
 
     let cpus = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
     println!(
-        "bench-e2e: setup nodes={} pods_per_run={} gangs={} gang_size={} bind_concurrency={} kube_scheduler_qps={}/{} cpus={cpus} load={}",
+        "bench-e2e: setup nodes={} devices_per_node={} pods_per_run={} gangs={} gang_size={} bind_concurrency={} kube_scheduler_qps={}/{} cpus={cpus} load={}",
         args.nodes,
+        args.devices_per_node,
         settings.pods(),
         settings.gangs,
         settings.gang_size,

@@ -197,7 +197,7 @@ pub fn kube_scheduler_config(case: PackCase, kubeconfig: &std::path::Path, qps: 
 /// Pod `p` of `job` for `case`: the e2e bench's pod (100m CPU, 64Mi, the group named as each scheduler reads it)
 /// plus `nvidia.com/gpu` requests and limits and the [`JOB_LABEL`].
 fn job_pod(case: PackCase, ns: &str, job: &Job, p: usize) -> anyhow::Result<Pod> {
-    let mut pod = workload::pod(case.objects(), ns, job.index, p)?;
+    let mut pod = workload::pod(case.objects(), ns, job.index, p, false)?;
     pod.metadata
         .labels
         .get_or_insert_default()

@@ -72,7 +72,8 @@ pub fn pod_name(g: usize, p: usize) -> String {
     format!("gang-{g:05}-{p}")
 }
 
-/// The pod `p` of group `g` for `case` in namespace `ns`: one pause container requesting 100m CPU and 64Mi.
+/// The pod `p` of group `g` for `case` in namespace `ns`: one pause container requesting 100m CPU and 64Mi, and
+/// with `claim` one device through the run's claim template ([`crate::devices::add_claim`]).
 ///
 /// - bind-rate: `schedulerName` [`BIND_RATE_SCHEDULER`], no group;
 /// - upstream: `schedulerName` `default-scheduler`, `spec.schedulingGroup.podGroupName` = the group;
@@ -80,7 +81,7 @@ pub fn pod_name(g: usize, p: usize) -> String {
 ///
 /// # Errors
 /// Only if the JSON shape stops matching k8s-openapi's `Pod` (a programming error, reported rather than panicking).
-pub fn pod(case: Case, ns: &str, g: usize, p: usize) -> anyhow::Result<Pod> {
+pub fn pod(case: Case, ns: &str, g: usize, p: usize, claim: bool) -> anyhow::Result<Pod> {
     let group = group_name(g);
     let mut v = json!({
         "apiVersion": "v1",
@@ -95,6 +96,9 @@ pub fn pod(case: Case, ns: &str, g: usize, p: usize) -> anyhow::Result<Pod> {
             }]
         }
     });
+    if claim {
+        crate::devices::add_claim(&mut v);
+    }
     let spec = &mut v["spec"];
     match case {
         Case::BindRate => spec["schedulerName"] = json!(BIND_RATE_SCHEDULER),
@@ -165,7 +169,7 @@ mod tests {
 
     #[test]
     fn pods_carry_the_group_the_way_each_scheduler_reads_it() {
-        let up = pod(Case::Upstream, "ns", 3, 7).unwrap();
+        let up = pod(Case::Upstream, "ns", 3, 7, false).unwrap();
         let spec = up.spec.as_ref().unwrap();
         assert_eq!(up.metadata.name.as_deref(), Some("gang-00003-7"));
         assert_eq!(spec.scheduler_name.as_deref(), Some(DEFAULT_SCHEDULER));
@@ -175,13 +179,13 @@ mod tests {
                 .and_then(|g| g.pod_group_name.as_deref()),
             Some("gang-00003")
         );
-        let ph = pod(Case::Phalanx, "ns", 3, 7).unwrap();
+        let ph = pod(Case::Phalanx, "ns", 3, 7, true).unwrap();
         assert_eq!(phalanx_api::pod_group_name(&ph), Some("gang-00003"));
         assert_eq!(
             ph.spec.as_ref().unwrap().scheduler_name.as_deref(),
             Some(phalanx_api::DEFAULT_SCHEDULER_NAME)
         );
-        let br = pod(Case::BindRate, "ns", 0, 0).unwrap();
+        let br = pod(Case::BindRate, "ns", 0, 0, false).unwrap();
         assert_eq!(phalanx_api::pod_group_name(&br), None);
         assert_eq!(
             br.spec.as_ref().unwrap().scheduler_name.as_deref(),
