@@ -549,3 +549,69 @@ fn device_allocation_past_the_filter_timeout_is_unschedulable_naming_the_timeout
         "the cycle took {took:?}"
     );
 }
+
+/// The runtime keeps a `DeviceSide` while no DeviceClass or ResourceSlice changes: two catalogs made from it share
+/// their devices (the device summary's index is kept per devices map), a claim at the resourceVersion it had is
+/// not converted again, one at a new version is (with its new allocation), and a claim gone is gone.
+#[test]
+fn a_kept_device_side_shares_its_devices_and_converts_only_the_claims_that_changed() {
+    use k8s_openapi::api::resource::v1 as api;
+    use phalanx_scheduler::convert::DeviceSide;
+    use serde_json::json;
+    let class: api::DeviceClass = serde_json::from_value(json!({
+        "metadata": {"name": "gpu.example.com", "resourceVersion": "1"},
+        "spec": {"selectors": [{"cel": {"expression": "device.driver == \"gpu.example.com\""}}]},
+    }))
+    .expect("a DeviceClass");
+    let slice: api::ResourceSlice = serde_json::from_value(json!({
+        "metadata": {"name": "n0", "resourceVersion": "1"},
+        "spec": {"driver": "gpu.example.com", "nodeName": "n0",
+                 "pool": {"name": "n0", "generation": 1, "resourceSliceCount": 1},
+                 "devices": [{"name": "gpu-0"}, {"name": "gpu-1"}]},
+    }))
+    .expect("a ResourceSlice");
+    let claim = |name: &str, rv: &str, allocated: bool| -> api::ResourceClaim {
+        let mut v = json!({
+            "metadata": {"name": name, "namespace": NS, "uid": format!("uid-{name}"), "resourceVersion": rv},
+            "spec": {"devices": {"requests": [
+                {"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com"}},
+            ]}},
+        });
+        if allocated {
+            v["status"] = json!({"allocation": {"devices": {"results": [
+                {"request": "gpu", "driver": "gpu.example.com", "pool": "n0", "device": "gpu-0"},
+            ]}}});
+        }
+        serde_json::from_value(v).expect("a ResourceClaim")
+    };
+    let (a, b) = (claim("a", "1", false), claim("b", "1", false));
+    let none = |_: &PodKey, _: &str| None;
+    let mut side = DeviceSide::build([&class], [&slice]);
+    assert!(side.problems.is_empty(), "{:?}", side.problems);
+    let one = side.catalog([&a, &b], none);
+    let b2 = claim("b", "2", true);
+    let two = side.catalog([&a, &b2], none);
+    let (ka, kb) = (ClaimKey::new(NS, "a"), ClaimKey::new(NS, "b"));
+    assert!(Arc::ptr_eq(&one.node_devices, &two.node_devices));
+    assert_eq!(two.node_devices["n0"].len(), 2);
+    assert!(
+        Arc::ptr_eq(&one.claims[&ka], &two.claims[&ka]),
+        "a was converted again"
+    );
+    assert!(
+        !Arc::ptr_eq(&one.claims[&kb], &two.claims[&kb]),
+        "b's new version was not read"
+    );
+    assert!(one.claims[&kb].allocation.is_none() && two.claims[&kb].allocation.is_some());
+    assert_eq!(
+        two.allocated
+            .get(&DeviceId::new("gpu.example.com", "n0", "gpu-0")),
+        Some(&kb)
+    );
+    let three = side.catalog([&b2], none);
+    assert!(!three.claims.contains_key(&ka) && three.claims.contains_key(&kb));
+    // The same objects through `device_catalog`, which keeps nothing, give the same claims and allocations.
+    let (fresh, _) = phalanx_scheduler::convert::device_catalog([&class], [&slice], [&a, &b2], none);
+    assert_eq!(fresh.allocated, two.allocated);
+    assert_eq!(fresh.claims.len(), two.claims.len());
+}

@@ -72,6 +72,9 @@ pub(crate) struct Cache {
     /// The DRA facts of the next cycles; `None` after a DRA event, the deletion of a pod with claims, or a change
     /// of the claims in flight (rebuilt on demand, [`Cache::device_catalog`]).
     device_catalog: Option<Arc<phalanx_scheduler::dra::DeviceCatalog>>,
+    /// The classes' selectors and the slices' devices of the last rebuild, kept while no class or slice changes
+    /// ([`devices::KeptDevices`]).
+    kept_devices: Option<devices::KeptDevices>,
     /// Bumped at each rebuild of the device catalog.
     device_revision: u64,
     /// The DRA objects the last rebuild could not use, each warned about once.
@@ -128,6 +131,7 @@ impl Cache {
             snapshots: SnapshotCache::default(),
             volume_catalog: None,
             device_catalog: None,
+            kept_devices: None,
             device_revision: 0,
             device_problems: Vec::new(),
         }

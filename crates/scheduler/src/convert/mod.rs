@@ -9,7 +9,7 @@ mod node;
 mod pod;
 mod volumes;
 
-pub use dra::device_catalog;
+pub use dra::{DeviceSide, device_catalog};
 pub use volumes::{ANN_BIND_COMPLETED, ANN_SELECTED_NODE, csi_node_limits};
 
 pub use pod::{is_succeeded, is_terminal};

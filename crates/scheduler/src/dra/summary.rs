@@ -21,8 +21,8 @@
 //! - [`DeviceIndex`], per [`NodeDevices`] map (by identity, [`DeviceCatalog::node_devices`]): the nodes, the
 //!   position of each device, and per selector set ([`Group`], by the identity of its compiled selectors) the
 //!   matching devices of each node, evaluated on a node's first visit. It outlives the catalogs that share the
-//!   map (the benchmark updates the allocations of its catalog in place; the runtime's rebuild makes a new map,
-//!   so there the index is made again with each catalog);
+//!   map (the benchmark updates the allocations of its catalog in place; the runtime's rebuilds share the map
+//!   while no DeviceClass or ResourceSlice changes, [`crate::convert::DeviceSide`]);
 //! - [`NodeRows`], per index: each snapshot node's row by its position in the snapshot, so that Filter finds a
 //!   node's row without hashing and comparing its name (a cache miss on the name's bytes per node), and reads
 //!   the rows in the order it visits the nodes; made from the snapshot's nodes at PreFilter when they are not
