@@ -2,7 +2,7 @@
 //! as a GPU cluster has it, on the benchmark's kwok nodes.
 //!
 //! - one DeviceClass [`CLASS`] selecting the devices of the driver [`DRIVER`];
-//! - one ResourceSlice per benchmark node (named after the node, labelled [`BENCH_NODE_LABEL`]) with `N` devices
+//! - one ResourceSlice per benchmark node (named after the node, labelled [`SLICE_LABEL`]) with `N` devices
 //!   `gpu-<i>`, as a driver's kubelet plugin publishes them (`resource.k8s.io/v1`, KEP-4381);
 //! - in each run's namespace a ResourceClaimTemplate [`TEMPLATE`] for one device of the class; every pod has an
 //!   entry [`ENTRY`] naming it, so kube-controller-manager's resourceclaim controller creates one claim per pod
@@ -23,8 +23,8 @@ use kube::api::{ListParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 
-use crate::workload::BENCH_NODE_LABEL;
-
+/// Label on every benchmark ResourceSlice, so a reused cluster's slices can be listed.
+pub const SLICE_LABEL: &str = "phalanx.dev/bench-slice";
 /// The driver of the benchmark's devices (`spec.driver` of each slice).
 pub const DRIVER: &str = "gpu.bench.phalanx.dev";
 /// The DeviceClass the claims ask for.
@@ -60,7 +60,7 @@ pub async fn ensure_slices(
     }
     let api: Api<ResourceSlice> = Api::all(admin.clone());
     let existing = api
-        .list(&ListParams::default().labels(BENCH_NODE_LABEL))
+        .list(&ListParams::default().labels(SLICE_LABEL))
         .await
         .context("listing the benchmark's ResourceSlices")?;
     let mut have = std::collections::BTreeSet::new();
@@ -97,7 +97,7 @@ fn slice(node: &str, per_node: usize) -> anyhow::Result<ResourceSlice> {
         .map(|i| json!({ "name": format!("gpu-{i}") }))
         .collect();
     serde_json::from_value(json!({
-        "metadata": { "name": node, "labels": { BENCH_NODE_LABEL: "true" } },
+        "metadata": { "name": node, "labels": { SLICE_LABEL: "true" } },
         "spec": {
             "driver": DRIVER,
             "nodeName": node,

@@ -2,18 +2,16 @@
 //! [`DeviceCatalog`], rebuilt only after a DRA event, the deletion of a pod with claims, or a change of the
 //! allocations in flight, with those allocations applied (upstream's assume cache holds allocated claims the same
 //! way until the informer catches up). A rebuild after which every DeviceClass and ResourceSlice is the same keeps
-//! their devices and selectors ([`KeptDevices`]) and converts only the claims whose resourceVersion changed.
+//! their devices and selectors ([`KeptDevices`], `cache/kept_devices.rs`) and converts only the claims whose resourceVersion changed.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
-use k8s_openapi::api::resource::v1::{DeviceClass, ResourceSlice};
-use phalanx_scheduler::convert::DeviceSide;
 use phalanx_scheduler::dra::{Allocated, Consumer, DeviceCatalog};
 use phalanx_scheduler::model::PodKey;
 use phalanx_scheduler::selectors::NodeSelectorTerm;
 
 use super::Cache;
+use super::kept_devices::KeptDevices;
 use crate::dispatcher::devices::ClaimJob;
 
 impl Cache {
@@ -97,96 +95,4 @@ fn apply_in_flight(cat: &mut DeviceCatalog, job: &ClaimJob) {
     }
     // The holders are unknown until the store shows the pods bound: the devices stay held.
     cat.holders.remove(&job.claim);
-}
-
-/// The device side of the last rebuild ([`DeviceSide`]) with the resourceVersion of each DeviceClass and
-/// ResourceSlice it was built from: a rebuild whose classes and slices are the same objects at the same versions
-/// keeps it, and converts only the claims.
-#[derive(Debug)]
-pub(crate) struct KeptDevices {
-    side: DeviceSide,
-    classes: HashMap<String, String>,
-    slices: HashMap<String, String>,
-}
-
-impl KeptDevices {
-    fn build(classes: &[Arc<DeviceClass>], slices: &[Arc<ResourceSlice>]) -> KeptDevices {
-        KeptDevices {
-            side: DeviceSide::build(classes.iter().map(|c| &**c), slices.iter().map(|s| &**s)),
-            classes: versions(classes.iter().map(|c| &c.metadata)),
-            slices: versions(slices.iter().map(|s| &s.metadata)),
-        }
-    }
-
-    /// Whether `classes` and `slices` are the objects this was built from: the same names, each at the same
-    /// resourceVersion (an object without one never is).
-    fn same_objects(&self, classes: &[Arc<DeviceClass>], slices: &[Arc<ResourceSlice>]) -> bool {
-        same(&self.classes, classes.iter().map(|c| &c.metadata))
-            && same(&self.slices, slices.iter().map(|s| &s.metadata))
-    }
-}
-
-/// Name -> resourceVersion of the objects that have both.
-fn versions<'a>(
-    metas: impl Iterator<Item = &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>,
-) -> HashMap<String, String> {
-    metas
-        .filter_map(|m| Some((m.name.clone()?, m.resource_version.clone()?)))
-        .collect()
-}
-
-fn same<'a>(
-    kept: &HashMap<String, String>,
-    metas: impl ExactSizeIterator<Item = &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>,
-) -> bool {
-    metas.len() == kept.len()
-        && metas.into_iter().all(|m| {
-            let (Some(n), Some(v)) = (m.name.as_deref(), m.resource_version.as_deref()) else {
-                return false;
-            };
-            kept.get(n).is_some_and(|k| k == v)
-        })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn slice(name: &str, rv: Option<&str>) -> Arc<ResourceSlice> {
-        Arc::new(
-            serde_json::from_value(json!({
-                "metadata": {"name": name, "resourceVersion": rv},
-                "spec": {"driver": "d", "nodeName": name, "pool": {"name": name, "generation": 1,
-                         "resourceSliceCount": 1}, "devices": [{"name": "gpu-0"}]},
-            }))
-            .expect("a ResourceSlice"),
-        )
-    }
-
-    #[test]
-    fn the_devices_are_kept_only_for_the_same_objects_at_the_same_versions() {
-        let slices = vec![slice("a", Some("1")), slice("b", Some("1"))];
-        let kept = KeptDevices::build(&[], &slices);
-        assert!(kept.same_objects(&[], &slices));
-        assert!(
-            kept.same_objects(&[], &[slices[1].clone(), slices[0].clone()]),
-            "order does not matter"
-        );
-        assert!(
-            !kept.same_objects(&[], &[slices[0].clone(), slice("b", Some("2"))]),
-            "a new version"
-        );
-        assert!(!kept.same_objects(&[], &slices[..1]), "a slice gone");
-        assert!(
-            !kept.same_objects(&[], &[slices[0].clone(), slice("c", Some("1"))]),
-            "another slice"
-        );
-        let unversioned = vec![slice("a", None)];
-        let k = KeptDevices::build(&[], &unversioned);
-        assert!(
-            !k.same_objects(&[], &unversioned),
-            "an object without a resourceVersion is never the same"
-        );
-    }
 }

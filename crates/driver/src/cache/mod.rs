@@ -15,6 +15,7 @@
 mod devices;
 mod fresh;
 mod kept;
+mod kept_devices;
 mod snapshot;
 mod volumes;
 
@@ -73,8 +74,8 @@ pub(crate) struct Cache {
     /// of the claims in flight (rebuilt on demand, [`Cache::device_catalog`]).
     device_catalog: Option<Arc<phalanx_scheduler::dra::DeviceCatalog>>,
     /// The classes' selectors and the slices' devices of the last rebuild, kept while no class or slice changes
-    /// ([`devices::KeptDevices`]).
-    kept_devices: Option<devices::KeptDevices>,
+    /// ([`kept_devices::KeptDevices`]).
+    kept_devices: Option<kept_devices::KeptDevices>,
     /// Bumped at each rebuild of the device catalog.
     device_revision: u64,
     /// The DRA objects the last rebuild could not use, each warned about once.

@@ -160,8 +160,9 @@ impl DeviceSelector {
     }
 
     /// The same selector, remembering its result per device id (shared by its clones). Only for a set of devices
-    /// that does not change while the selector lives: the runtime compiles new selectors with each
-    /// [`DeviceCatalog`], whose devices are fixed. Evaluating CEL builds an environment per call (tens of
+    /// that does not change while the selector lives: the runtime compiles new selectors with each device side
+    /// ([`crate::convert::DeviceSide`], rebuilt when a DeviceClass or ResourceSlice changes), whose devices are
+    /// fixed. Evaluating CEL builds an environment per call (tens of
     /// microseconds), and a gang's Filter asks the same question for every pod and node.
     pub fn cached(mut self) -> DeviceSelector {
         self.cache = Some(Arc::default());
