@@ -2,7 +2,8 @@
 //! [`DeviceCatalog`], rebuilt only after a DRA event, the deletion of a pod with claims, or a change of the
 //! allocations in flight, with those allocations applied (upstream's assume cache holds allocated claims the same
 //! way until the informer catches up). A rebuild after which every DeviceClass and ResourceSlice is the same keeps
-//! their devices and selectors ([`KeptDevices`], `cache/kept_devices.rs`) and converts only the claims whose resourceVersion changed.
+//! their devices and selectors ([`KeptDevices`], `cache/kept_devices.rs`) and converts only the claims whose
+//! resourceVersion changed.
 
 use std::sync::Arc;
 
