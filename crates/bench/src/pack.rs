@@ -27,7 +27,9 @@ use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
 
 use crate::cluster::{self, ChildProcess, Cluster, KubeScheduler, Phalanx};
+use crate::pack_figures::figures;
 use crate::pack_jobs::{self, BurstSpec, GPU, Job};
+use crate::pack_sim;
 use crate::pack_svg::{self, Series};
 use crate::pack_track::{JOB_LABEL, Timeline, Tracker};
 use crate::workload::{self, BENCH_NODE_LABEL, Case};
@@ -107,6 +109,15 @@ pub struct Args {
     /// Write the GPU occupancy chart (SVG) here.
     #[arg(long)]
     svg: Option<PathBuf>,
+    /// No cluster: run the burst through Phalanx's scheduling core in virtual time, once per profile (the defaults,
+    /// and MostAllocated over cpu, memory and nvidia.com/gpu), and report the same figures. Deterministic: the
+    /// placement and queue policies alone, in a second.
+    #[arg(long)]
+    sim: bool,
+    /// Write every job's start and end per scheduler here, as CSV (`scheduler,job,pods,gpus_per_pod,run_s,
+    /// started_s,done_s`; times in seconds from the scheduler's start, empty when it never came): which jobs waited.
+    #[arg(long)]
+    timeline: Option<PathBuf>,
     /// kube-scheduler clientConnection.qps and burst.
     #[arg(long, default_value_t = 5000)]
     qps: u32,
@@ -131,51 +142,6 @@ pub struct Args {
 pub fn args_if_pack() -> Option<Args> {
     let mut argv = std::env::args_os().skip(1).peekable();
     (argv.peek().is_some_and(|a| a == "pack")).then(|| Args::parse_from(argv))
-}
-
-/// What one run measured (seconds from the scheduler's start).
-#[derive(Clone, Debug, PartialEq)]
-pub struct Figures {
-    /// Mean of the occupancy samples up to the makespan.
-    pub mean_occupancy: f64,
-    /// The last job's whole gang bound.
-    pub last_start_s: f64,
-    /// The last job completed.
-    pub makespan_s: f64,
-    /// Smallest of the per-sample largest free block (GPUs on one node) up to the makespan.
-    pub largest_free_min: u32,
-    /// Mean of the same.
-    pub largest_free_mean: f64,
-    /// Samples counted.
-    pub samples: usize,
-}
-
-/// The figures of a complete timeline (every job started and done); `None` when a job is missing.
-pub fn figures(tl: &Timeline) -> Option<Figures> {
-    let last_start_s = tl
-        .started
-        .iter()
-        .copied()
-        .collect::<Option<Vec<f64>>>()?
-        .into_iter()
-        .fold(0.0, f64::max);
-    let makespan_s = tl
-        .done
-        .iter()
-        .copied()
-        .collect::<Option<Vec<f64>>>()?
-        .into_iter()
-        .fold(0.0, f64::max);
-    let window: Vec<_> = tl.samples.iter().filter(|s| s.t <= makespan_s).collect();
-    let n = window.len().max(1) as f64;
-    Some(Figures {
-        mean_occupancy: window.iter().map(|s| s.occupancy).sum::<f64>() / n,
-        last_start_s,
-        makespan_s,
-        largest_free_min: window.iter().map(|s| s.largest_free).min().unwrap_or(0),
-        largest_free_mean: window.iter().map(|s| f64::from(s.largest_free)).sum::<f64>() / n,
-        samples: window.len(),
-    })
 }
 
 /// The `KubeSchedulerConfiguration` of `case` (upstream cases only): the e2e bench's, plus for
@@ -241,6 +207,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     } else {
         args.schedulers.clone()
     };
+    if args.sim {
+        // No cluster and no binaries: the core runs in this process.
+        print_burst(&args, &jobs);
+        return simulate(&args, &jobs);
+    }
     let phalanx_bin = if cases.contains(&PackCase::Phalanx) {
         crate::phalanx_bin(args.phalanx_bin.as_deref())?
     } else {
@@ -251,25 +222,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         (true, Some(b)) if b.is_file() => b.clone(),
         (true, _) => anyhow::bail!("the phalanx-base case needs --base-phalanx-bin <FILE>"),
     };
-    let gpu_s: u64 = jobs
-        .iter()
-        .map(|j| u64::from(j.gpus()) * u64::from(j.run_s))
-        .sum();
-    let total_gpus = u64::from(args.nodes) * u64::from(args.gpus_per_node);
-    println!(
-        "bench-pack: burst seed={} jobs={} pods={} gpus={} gpu_seconds={gpu_s} lower_bound_makespan_s={:.1} \
-         nodes={} gpus_per_node={} run_s={}..={}",
-        args.seed,
-        jobs.len(),
-        jobs.iter().map(|j| j.pods).sum::<u32>(),
-        jobs.iter().map(Job::gpus).sum::<u32>(),
-        gpu_s as f64 / total_gpus as f64,
-        args.nodes,
-        args.gpus_per_node,
-        args.min_run_s,
-        args.max_run_s
-    );
-
+    print_burst(&args, &jobs);
     let state_dir = args.state_dir.clone().unwrap_or_else(|| {
         crate::default_state_dir()
             .parent()
@@ -295,6 +248,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let nodes = gpu_nodes(&admin, args.nodes, args.gpus_per_node).await?;
 
     let mut series = Vec::new();
+    let mut csv = String::from("scheduler,job,pods,gpus_per_pod,run_s,started_s,done_s\n");
     let mut failed = false;
     for case in cases {
         let load = crate::measure::load_average();
@@ -303,20 +257,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         } else {
             &phalanx_bin
         };
-        match run_one(&args, &cluster, &admin, case, bin, &jobs, &nodes).await {
+        let result = run_one(&args, &cluster, &admin, case, bin, &jobs, &nodes).await;
+        if let Ok(tl) = &result {
+            timeline_rows(&mut csv, case.name(), &jobs, tl);
+        }
+        match result {
             Ok(tl) => match figures(&tl) {
                 Some(f) => {
-                    println!(
-                        "bench-pack: {} mean_occupancy={:.3} last_start_s={:.1} makespan_s={:.1} \
-                         largest_free_min={} largest_free_mean={:.2} samples={} load={load}",
-                        case.name(),
-                        f.mean_occupancy,
-                        f.last_start_s,
-                        f.makespan_s,
-                        f.largest_free_min,
-                        f.largest_free_mean,
-                        f.samples
-                    );
+                    println!("bench-pack: {} {} load={load}", case.name(), f.line());
                     if let Some(e) = &tl.error {
                         println!("bench-pack: {} warning: {e}", case.name());
                     }
@@ -349,20 +297,106 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         }
         tokio::time::sleep(Duration::from_secs(args.settle)).await;
     }
+    write_outputs(&args, jobs.len(), &csv, &series, "")?;
+    anyhow::ensure!(!failed, "at least one run failed (see the FAILED lines)");
+    Ok(())
+}
+
+/// The burst line: its seed, size, work and the makespan no scheduler can beat (the GPU-seconds over the GPUs).
+fn print_burst(args: &Args, jobs: &[Job]) {
+    let gpu_s: u64 = jobs
+        .iter()
+        .map(|j| u64::from(j.gpus()) * u64::from(j.run_s))
+        .sum();
+    let total_gpus = u64::from(args.nodes) * u64::from(args.gpus_per_node);
+    println!(
+        "bench-pack: burst seed={} jobs={} pods={} gpus={} gpu_seconds={gpu_s} lower_bound_makespan_s={:.1} \
+         nodes={} gpus_per_node={} run_s={}..={}",
+        args.seed,
+        jobs.len(),
+        jobs.iter().map(|j| j.pods).sum::<u32>(),
+        jobs.iter().map(Job::gpus).sum::<u32>(),
+        gpu_s as f64 / total_gpus as f64,
+        args.nodes,
+        args.gpus_per_node,
+        args.min_run_s,
+        args.max_run_s
+    );
+}
+
+/// `--sim`: the burst through the core in virtual time, per profile of [`pack_sim::profiles`].
+fn simulate(args: &Args, jobs: &[Job]) -> anyhow::Result<()> {
+    let mut csv = String::from("scheduler,job,pods,gpus_per_pod,run_s,started_s,done_s\n");
+    let mut series = Vec::new();
+    for (name, config) in pack_sim::profiles() {
+        let tl = pack_sim::simulate(
+            jobs,
+            args.nodes,
+            args.gpus_per_node,
+            &config,
+            Duration::from_millis(args.sample_ms),
+            Duration::from_secs(args.timeout),
+        );
+        timeline_rows(&mut csv, name, jobs, &tl);
+        let f = figures(&tl)
+            .with_context(|| format!("{name}: not every job was done within {} s", args.timeout))?;
+        println!("bench-pack-sim: {name} {}", f.line());
+        series.push(Series {
+            label: name.to_owned(),
+            points: tl
+                .samples
+                .iter()
+                .filter(|s| s.t <= f.makespan_s)
+                .map(|s| (s.t, s.occupancy))
+                .collect(),
+        });
+    }
+    write_outputs(
+        args,
+        jobs.len(),
+        &csv,
+        &series,
+        ", Phalanx's core in virtual time",
+    )
+}
+
+/// Writes `--timeline` and `--svg` when asked (`what` ends the chart's title).
+fn write_outputs(args: &Args, jobs: usize, csv: &str, series: &[Series], what: &str) -> anyhow::Result<()> {
+    if let Some(path) = &args.timeline {
+        std::fs::write(path, csv).with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("bench-pack: job timeline written to {}", path.display());
+    }
     if let Some(path) = &args.svg {
         let title = format!(
-            "GPU occupancy, {} jobs (seed {}) on {} nodes x {} GPUs",
-            jobs.len(),
-            args.seed,
-            args.nodes,
-            args.gpus_per_node
+            "GPU occupancy, {jobs} jobs (seed {}) on {} nodes x {} GPUs{what}",
+            args.seed, args.nodes, args.gpus_per_node
         );
-        std::fs::write(path, pack_svg::chart(&title, &series))
+        std::fs::write(path, pack_svg::chart(&title, series))
             .with_context(|| format!("writing {}", path.display()))?;
         eprintln!("bench-pack: chart written to {}", path.display());
     }
-    anyhow::ensure!(!failed, "at least one run failed (see the FAILED lines)");
     Ok(())
+}
+
+/// Appends one CSV row per job of a run to `csv` (see `--timeline`).
+fn timeline_rows(csv: &mut String, scheduler: &str, jobs: &[Job], tl: &Timeline) {
+    let secs = |t: Option<&Option<f64>>| {
+        t.copied()
+            .flatten()
+            .map(|s| format!("{s:.2}"))
+            .unwrap_or_default()
+    };
+    for j in jobs {
+        csv.push_str(&format!(
+            "{scheduler},{},{},{},{},{},{}\n",
+            j.index,
+            j.pods,
+            j.gpus_per_pod,
+            j.run_s,
+            secs(tl.started.get(j.index)),
+            secs(tl.done.get(j.index))
+        ));
+    }
 }
 
 /// Makes sure nodes `bench-n00000..` exist with `gpus` `nvidia.com/gpu` each (and 32 CPU, 256Gi, 110 pods),
@@ -572,38 +606,6 @@ async fn cleanup(admin: &Client, ns: &str) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pack_track::Sample;
-
-    #[test]
-    fn figures_cover_the_run_up_to_the_makespan() {
-        let s = |t, occupancy, largest_free| Sample {
-            t,
-            occupancy,
-            largest_free,
-        };
-        let tl = Timeline {
-            started: vec![Some(1.0), Some(3.0)],
-            done: vec![Some(4.0), Some(6.0)],
-            samples: vec![
-                s(0.0, 0.0, 8),
-                s(2.0, 0.5, 2),
-                s(4.0, 1.0, 0),
-                s(6.0, 0.5, 4),
-                s(8.0, 0.0, 8),
-            ],
-            error: None,
-        };
-        let f = figures(&tl).unwrap();
-        assert_eq!(f.samples, 4);
-        assert!((f.mean_occupancy - 0.5).abs() < 1e-9, "{f:?}");
-        assert_eq!((f.last_start_s, f.makespan_s, f.largest_free_min), (3.0, 6.0, 0));
-        assert!((f.largest_free_mean - 3.5).abs() < 1e-9, "{f:?}");
-        let unfinished = Timeline {
-            done: vec![Some(4.0), None],
-            ..tl
-        };
-        assert_eq!(figures(&unfinished), None);
-    }
 
     #[test]
     fn the_most_allocated_profile_scores_gpus_and_pods_ask_for_them() {

@@ -8,6 +8,7 @@
 
 use std::sync::Arc;
 
+use phalanx_scheduler::resources::Resources;
 use phalanx_scheduler::validation::ValidationError;
 use phalanx_scheduler::{
     ConditionReason, ConditionType, Decision, EntityKey, FailureReason, GroupCondition, GroupKey, GroupKind,
@@ -101,6 +102,7 @@ pub(crate) fn foreign_decision(store: &Store, ours_name: &str, entity: &QueuedEn
     d.requeue = Some(Requeue {
         pods: entity.pods.iter().map(|p| p.key.clone()).collect(),
         mode: RequeueMode::Backoff,
+        short_of: Resources::default(),
     });
     Some(d)
 }

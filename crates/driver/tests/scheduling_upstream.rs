@@ -24,6 +24,7 @@ use serde_json::json;
 
 use common::cluster::{Ctx, SETTLE, setup_on};
 use common::devices::{Devices, allocations};
+use common::volumes::{Member, Storage, claim, host_node, pod_of, volume_of, wait_claims_bound};
 
 /// A scheduler name no scheduler of the test cluster answers to (kube-scheduler runs as `default-scheduler`).
 const ELSEWHERE: &str = "elsewhere";
@@ -273,7 +274,56 @@ async fn scenarios(client: kube::Client, minor: u32) -> anyhow::Result<()> {
     }
     preemption(client.clone()).await?;
     native_group_claim(client.clone()).await?;
+    native_volumes(client.clone()).await?;
     job_with_scheduling(client).await
+}
+
+/// A native gang whose members each mount a WaitForFirstConsumer claim, with one local volume on each of two nodes:
+/// Phalanx's VolumeBinding is the same for either kind of group, so each member lands on its volume's node, every
+/// claim is bound to its own volume by kube-controller-manager's PV controller, and the native group says
+/// `Scheduled`.
+async fn native_volumes(client: kube::Client) -> anyhow::Result<()> {
+    let ctx = setup_on(client, "native-vol").await?;
+    let mut st = Storage::new(&ctx);
+    let class = st.class("local", true, None).await?;
+    let mut on = BTreeMap::new();
+    for n in ["a", "b"] {
+        let node = host_node(&ctx, n, &[]).await?;
+        let pv = st
+            .volume(&format!("pv-{n}"), &class, Some(&node), json!({}))
+            .await?;
+        on.insert(pv, node);
+    }
+    native_group(&ctx, "vols", 2).await?;
+    for i in 0..2 {
+        claim(&ctx, &format!("c{i}"), &class, None, &[]).await?;
+        pod_of(
+            &ctx,
+            &format!("vols-{i}"),
+            Member::Native("vols"),
+            &format!("c{i}"),
+        )
+        .await?;
+    }
+    let sched = ctx.start();
+    let got = ctx.wait_bound(&["vols-0", "vols-1"]).await?;
+    let claims = wait_claims_bound(&ctx, &["c0", "c1"]).await?;
+    for i in 0..2 {
+        let pv = volume_of(&claims, &format!("c{i}"));
+        ensure!(
+            on.get(&pv) == got.get(&format!("vols-{i}")),
+            "vols-{i} is on {:?} but its volume {pv} is on {:?}",
+            got.get(&format!("vols-{i}")),
+            on.get(&pv)
+        );
+    }
+    ensure!(
+        volume_of(&claims, "c0") != volume_of(&claims, "c1"),
+        "each claim its own volume: {claims:?}"
+    );
+    wait_native(&ctx, "vols", "True", "Scheduled").await?;
+    sched.stop().await?;
+    st.cleanup().await
 }
 
 /// A native gang whose PodGroup has its own claim (`spec.resourceClaims`, KEP-5729, gate `DRAWorkloadResourceClaims`):

@@ -5,210 +5,21 @@
 
 mod common;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::time::Duration;
 
 use anyhow::{Context as _, ensure};
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
-use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
 
 use common::cluster::{Ctx, SETTLE, pod_scheduled, setup};
 
-const HOST: &str = "kubernetes.io/hostname";
+use common::volumes::{
+    HOST, Storage, bound_claims, claim, claims, host_node, pod, volume_of, wait_claims_bound,
+};
 const PROVISIONER: &str = "test.phalanx.dev/provisioner";
-
-/// Cluster-scoped objects of one test, named after its namespace and deleted at its end.
-struct Storage<'a> {
-    ctx: &'a Ctx,
-    classes: Vec<String>,
-    volumes: Vec<String>,
-    csi_nodes: Vec<String>,
-}
-
-impl<'a> Storage<'a> {
-    fn new(ctx: &'a Ctx) -> Self {
-        Storage {
-            ctx,
-            classes: vec![],
-            volumes: vec![],
-            csi_nodes: vec![],
-        }
-    }
-
-    /// A StorageClass `<ns>-<name>`; `provisioner` None is `kubernetes.io/no-provisioner`.
-    async fn class(&mut self, name: &str, wait: bool, provisioner: Option<&str>) -> anyhow::Result<String> {
-        let full = format!("{}-{name}", self.ctx.ns);
-        let sc: StorageClass = serde_json::from_value(json!({
-            "metadata": { "name": full },
-            "provisioner": provisioner.unwrap_or("kubernetes.io/no-provisioner"),
-            "volumeBindingMode": if wait { "WaitForFirstConsumer" } else { "Immediate" },
-        }))?;
-        Api::<StorageClass>::all(self.ctx.client.clone())
-            .create(&PostParams::default(), &sc)
-            .await
-            .with_context(|| format!("creating StorageClass {full}"))?;
-        self.classes.push(full.clone());
-        Ok(full)
-    }
-
-    /// A PersistentVolume `<ns>-<name>` of `class`, 1Gi, with node affinity to `on` (a node name, by hostname
-    /// label) and the extra `spec` fields given.
-    async fn volume(
-        &mut self,
-        name: &str,
-        class: &str,
-        on: Option<&str>,
-        extra: serde_json::Value,
-    ) -> anyhow::Result<String> {
-        let full = format!("{}-{name}", self.ctx.ns);
-        let mut spec = json!({
-            "capacity": { "storage": "1Gi" },
-            "accessModes": ["ReadWriteOnce"],
-            "storageClassName": class,
-            "persistentVolumeReclaimPolicy": "Retain",
-            "hostPath": { "path": format!("/tmp/{full}") },
-        });
-        if let Some(n) = on {
-            spec["nodeAffinity"] = json!({ "required": { "nodeSelectorTerms": [
-                { "matchExpressions": [{ "key": HOST, "operator": "In", "values": [n] }] }
-            ]}});
-        }
-        merge(&mut spec, extra);
-        let labels = spec.get("labels").cloned();
-        if let Some(m) = spec.as_object_mut() {
-            m.remove("labels");
-        }
-        let pv: PersistentVolume = serde_json::from_value(json!({
-            "metadata": { "name": full, "labels": labels },
-            "spec": spec,
-        }))?;
-        Api::<PersistentVolume>::all(self.ctx.client.clone())
-            .create(&PostParams::default(), &pv)
-            .await
-            .with_context(|| format!("creating PersistentVolume {full}"))?;
-        self.volumes.push(full.clone());
-        Ok(full)
-    }
-
-    /// A CSINode for `node` with an attach limit of `count` for `driver`.
-    async fn csi_node(&mut self, node: &str, driver: &str, count: i32) -> anyhow::Result<()> {
-        let n: CSINode = serde_json::from_value(json!({
-            "metadata": { "name": node },
-            "spec": { "drivers": [{ "name": driver, "nodeID": node, "allocatable": { "count": count } }] },
-        }))?;
-        Api::<CSINode>::all(self.ctx.client.clone())
-            .create(&PostParams::default(), &n)
-            .await
-            .with_context(|| format!("creating CSINode {node}"))?;
-        self.csi_nodes.push(node.to_owned());
-        Ok(())
-    }
-
-    async fn cleanup(self) -> anyhow::Result<()> {
-        let dp = DeleteParams::default();
-        for v in &self.volumes {
-            let _ = Api::<PersistentVolume>::all(self.ctx.client.clone())
-                .delete(v, &dp)
-                .await;
-        }
-        for c in &self.classes {
-            let _ = Api::<StorageClass>::all(self.ctx.client.clone())
-                .delete(c, &dp)
-                .await;
-        }
-        for n in &self.csi_nodes {
-            let _ = Api::<CSINode>::all(self.ctx.client.clone()).delete(n, &dp).await;
-        }
-        Ok(())
-    }
-}
-
-fn merge(into: &mut serde_json::Value, from: serde_json::Value) {
-    if let (Some(a), serde_json::Value::Object(b)) = (into.as_object_mut(), from) {
-        for (k, v) in b {
-            a.insert(k, v);
-        }
-    }
-}
-
-fn claims(ctx: &Ctx) -> Api<PersistentVolumeClaim> {
-    Api::namespaced(ctx.client.clone(), &ctx.ns)
-}
-
-/// A claim of 1Gi; `volume` pre-binds it; `modes` default ReadWriteOnce.
-async fn claim(
-    ctx: &Ctx,
-    name: &str,
-    class: &str,
-    volume: Option<&str>,
-    modes: &[&str],
-) -> anyhow::Result<()> {
-    let modes = if modes.is_empty() {
-        vec!["ReadWriteOnce"]
-    } else {
-        modes.to_vec()
-    };
-    let pvc: PersistentVolumeClaim = serde_json::from_value(json!({
-        "metadata": { "name": name },
-        "spec": {
-            "accessModes": modes,
-            "storageClassName": class,
-            "volumeName": volume,
-            "resources": { "requests": { "storage": "1Gi" } },
-        },
-    }))?;
-    claims(ctx)
-        .create(&PostParams::default(), &pvc)
-        .await
-        .with_context(|| format!("creating claim {name}"))?;
-    Ok(())
-}
-
-/// A pod of `group` (None: standalone) mounting `claim`.
-async fn pod(ctx: &Ctx, name: &str, group: Option<&str>, claim: &str) -> anyhow::Result<()> {
-    let mut labels = BTreeMap::new();
-    if let Some(g) = group {
-        labels.insert(phalanx_api::labels::POD_GROUP.to_string(), g.to_string());
-    }
-    let p: Pod = serde_json::from_value(json!({
-        "metadata": { "name": name, "labels": labels },
-        "spec": {
-            "schedulerName": ctx.sched,
-            "terminationGracePeriodSeconds": 0,
-            "containers": [{ "name": "c", "image": "busybox", "resources": { "requests": { "cpu": "100m" } },
-                             "volumeMounts": [{ "name": "data", "mountPath": "/data" }] }],
-            "volumes": [{ "name": "data", "persistentVolumeClaim": { "claimName": claim } }],
-        }
-    }))?;
-    ctx.pods()
-        .create(&PostParams::default(), &p)
-        .await
-        .with_context(|| format!("creating pod {name}"))?;
-    Ok(())
-}
-
-/// Claim name -> bound volume name, for the claims that are Bound.
-async fn bound_claims(ctx: &Ctx) -> anyhow::Result<HashMap<String, String>> {
-    Ok(claims(ctx)
-        .list(&ListParams::default())
-        .await?
-        .items
-        .into_iter()
-        .filter(|c| c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound"))
-        .filter_map(|c| Some((c.name_any(), c.spec?.volume_name?)))
-        .collect())
-}
-
-async fn wait_claims_bound(ctx: &Ctx, names: &[&str]) -> anyhow::Result<HashMap<String, String>> {
-    phalanx_testenv::wait_for(&format!("claims {names:?} Bound"), SETTLE, || async {
-        let b = bound_claims(ctx).await?;
-        Ok(names.iter().all(|n| b.contains_key(*n)).then_some(b))
-    })
-    .await
-}
 
 /// Plays an external provisioner for claims of `class`: once a claim has `volume.kubernetes.io/selected-node`, it
 /// creates a 1Gi volume pinned to that node and pre-bound to the claim (kube-controller-manager's PV controller
@@ -251,17 +62,6 @@ fn provisioner(ctx: &Ctx, class: String, delay: Duration) -> tokio::task::JoinHa
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     })
-}
-
-async fn host_node(ctx: &Ctx, name: &str, extra: &[(&str, &str)]) -> anyhow::Result<String> {
-    let full = format!("{}-{name}", ctx.ns);
-    let mut labels = vec![(HOST, full.as_str())];
-    labels.extend_from_slice(extra);
-    ctx.node_labelled(name, "8", &labels).await
-}
-
-fn volume_of(claims: &HashMap<String, String>, claim: &str) -> String {
-    claims.get(claim).cloned().unwrap_or_default()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

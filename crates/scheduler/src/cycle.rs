@@ -28,6 +28,7 @@ use crate::plugins::topology_placement::TopologyPlacement;
 use crate::preemption::handle::{CoreHandle, Root};
 use crate::preemption::{self, ChainOutcome, DefaultPreemption};
 use crate::queue::QueuedEntity;
+use crate::resources::Resources;
 use crate::schedule_one::{PodResult, PodScheduler};
 use crate::snapshot::Snapshot;
 use crate::tree_eval::{TreeInput, TreeResult};
@@ -164,6 +165,7 @@ impl Scheduler {
                 d.requeue = Some(Requeue {
                     pods: vec![pod.key.clone()],
                     mode: RequeueMode::Unschedulable,
+                    short_of: Resources::default(),
                 });
                 let outcome = self.pod_post_filter(snapshot, entity, &mut stats);
                 d = preemption::apply(d, outcome);
@@ -174,6 +176,7 @@ impl Scheduler {
                 d.requeue = Some(Requeue {
                     pods: vec![pod.key.clone()],
                     mode: RequeueMode::Backoff,
+                    short_of: Resources::default(),
                 });
             }
         }
@@ -427,6 +430,7 @@ fn tree_error_decision(
     d.requeue = Some(Requeue {
         pods: pods.iter().map(|p| p.key.clone()).collect(),
         mode: RequeueMode::Backoff,
+        short_of: Resources::default(),
     });
     d
 }
@@ -557,9 +561,30 @@ fn assemble_tree(
             } else {
                 RequeueMode::Unschedulable
             },
+            short_of: if success {
+                Resources::default()
+            } else {
+                let mut short = Resources::default();
+                for r in result.leaves.values() {
+                    short.add(&short_of(&r.pod_failures, pods));
+                }
+                short
+            },
         });
     }
     d
+}
+
+/// The summed requests of the `pods` rejected as `Unschedulable`, the code removing pods can resolve (preemption reads
+/// it the same way, upstream `pkg/scheduler/framework/preemption`): [`Requeue::short_of`].
+fn short_of(failures: &HashMap<PodKey, (Code, String)>, pods: &[Arc<PodInfo>]) -> Resources {
+    let mut short = Resources::default();
+    for p in pods {
+        if matches!(failures.get(&p.key), Some((Code::Unschedulable, _))) {
+            short.add(&p.spec.requests);
+        }
+    }
+    short
 }
 
 fn binding(pod: &PodInfo, snapshot: &Snapshot, node: usize) -> Binding {
@@ -613,6 +638,7 @@ fn error_decision(
     d.requeue = Some(Requeue {
         pods: pods.iter().map(|p| p.key.clone()).collect(),
         mode: RequeueMode::Backoff,
+        short_of: Resources::default(),
     });
     d
 }
@@ -650,6 +676,7 @@ fn assemble(
                 d.requeue = Some(Requeue {
                     pods: left,
                     mode: RequeueMode::Immediate,
+                    short_of: Resources::default(),
                 });
             }
         }
@@ -688,6 +715,7 @@ fn assemble(
             d.requeue = Some(Requeue {
                 pods: pods.iter().map(|p| p.key.clone()).collect(),
                 mode: RequeueMode::Unschedulable,
+                short_of: short_of(&result.pod_failures, pods),
             });
         }
     }

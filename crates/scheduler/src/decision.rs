@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::model::{DisruptionMode, EntityKey, GroupKey, PodKey};
+use crate::resources::Resources;
 
 /// Type of a group condition the core decides. The runtime writes it under the API name
 /// (`phalanx_api::conditions::POD_GROUP_INITIALLY_SCHEDULED` /
@@ -127,6 +128,11 @@ pub struct Requeue {
     pub pods: Vec<PodKey>,
     /// How.
     pub mode: RequeueMode,
+    /// With [`RequeueMode::Unschedulable`]: the summed requests of the pods rejected as `Unschedulable` (resolvable,
+    /// as preemption reads it: removing pods could make room), not `UnschedulableAndUnresolvable`: the room the
+    /// entity lacked. For a group, the queue retries it without waiting out its backoff once the requests of the
+    /// pods deleted since this failure cover it (`SchedulingQueue::done`). Zero everywhere else.
+    pub short_of: Resources,
 }
 
 /// A pod to evict, chosen by preemption (upstream `extenderv1.Victims` entries). The runtime

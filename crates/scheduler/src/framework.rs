@@ -345,6 +345,17 @@ pub trait Plugin: Send + Sync + 'static {
     /// that says so is also PreScored before Filter, without nodes (see
     /// [`ScorePlugin::pre_score`]). Answering `false` is always correct; it only costs speed.
     fn node_local(&self, pod: &PodInfo, snapshot: &Snapshot) -> bool;
+
+    /// For a Filter-only plugin that is not [`Plugin::node_local`] for `pod`: whether the batching cache may still
+    /// serve the other plugins' results, with this plugin's Filter run for each pod on each node they admit (never
+    /// cached). True when its verdict for `pod` on a node may depend on more than the spec and that node (the
+    /// cycle's other allocations, say) but it rejects or admits the node by itself: DynamicResources, whose pods
+    /// differ only in their claims (one claim per pod from a ResourceClaimTemplate). Used only when such plugins run
+    /// after every other Filter plugin, so that the first rejection, and so the fit error, is the one an unbatched
+    /// pass reports. Default `false`.
+    fn filter_per_pod(&self, _pod: &PodInfo) -> bool {
+        false
+    }
 }
 
 /// PreFilter (upstream `PreFilterPlugin`): computes, once per pod and cycle, the state its

@@ -14,7 +14,11 @@
 //! on the pod's [`PodSpecInfo`] and that node's state. They are cached per node and reused
 //! while the node's generation is unchanged, so the members of a homogeneous gang, and later
 //! gangs with the same spec, only re-evaluate nodes that changed. Normalisation and selection
-//! still run over the same node subset as without the cache, so results are identical.
+//! still run over the same node subset as without the cache, so results are identical. A pod
+//! whose only other plugins run per pod ([`crate::framework::Plugin::filter_per_pod`]:
+//! DynamicResources for a pod with claims) is batched too: the cache, keyed on the spec without
+//! its claims, holds the other plugins' results, and the per-pod Filter runs on each node they
+//! admit, so the members of a gang that differ only in their claims share one pass.
 //!
 //! Score plugins that are node-local for the pod are PreScored before Filter and scored during
 //! it (that is what the cache stores); the others are PreScored and scored after Filter over
@@ -95,20 +99,29 @@ struct EvalCache {
     caps: Vec<(u64, Option<usize>)>,
     /// Whether [`PodScheduler`]'s `copies_state` holds PreFilter for `spec`.
     copies_ready: bool,
+    /// Whether the entries leave out the per-pod Filter plugins ([`crate::framework::Plugin::filter_per_pod`]); the
+    /// spec is then compared without its claims.
+    split: bool,
 }
 
 impl EvalCache {
-    fn prepare(&mut self, snapshot: &Snapshot, spec: &Arc<PodSpecInfo>, stride: usize) {
-        let same_spec = self
-            .spec
-            .as_ref()
-            .is_some_and(|s| Arc::ptr_eq(s, spec) || **s == **spec);
+    fn prepare(&mut self, snapshot: &Snapshot, spec: &Arc<PodSpecInfo>, stride: usize, split: bool) {
+        let same_spec = self.spec.as_ref().is_some_and(|s| {
+            Arc::ptr_eq(s, spec)
+                || if split {
+                    same_but_claims(s, spec)
+                } else {
+                    **s == **spec
+                }
+        });
         if self.snapshot_id != snapshot.id()
             || !same_spec
+            || self.split != split
             || self.entries.len() != snapshot.len()
             || self.stride != stride
         {
             self.snapshot_id = snapshot.id();
+            self.split = split;
             self.spec = Some(spec.clone());
             self.entries.clear();
             self.entries.resize(snapshot.len(), (0, None));
@@ -120,6 +133,38 @@ impl EvalCache {
             self.copies_ready = false;
         }
     }
+}
+
+/// Whether two specs are equal but for their resource claims. Destructured, so that a field added to [`PodSpecInfo`]
+/// is not left out of the comparison unnoticed.
+fn same_but_claims(a: &PodSpecInfo, b: &PodSpecInfo) -> bool {
+    let PodSpecInfo {
+        requests,
+        non_zero_milli_cpu,
+        non_zero_memory,
+        tolerations,
+        node_selector,
+        required_node_affinity,
+        preferred_node_affinity,
+        host_ports,
+        spread,
+        affinity,
+        node_name,
+        volumes,
+        resource_claims: _,
+    } = a;
+    *requests == b.requests
+        && *non_zero_milli_cpu == b.non_zero_milli_cpu
+        && *non_zero_memory == b.non_zero_memory
+        && *tolerations == b.tolerations
+        && *node_selector == b.node_selector
+        && *required_node_affinity == b.required_node_affinity
+        && *preferred_node_affinity == b.preferred_node_affinity
+        && *host_ports == b.host_ports
+        && *spread == b.spread
+        && *affinity == b.affinity
+        && *node_name == b.node_name
+        && *volumes == b.volumes
 }
 
 /// Runs the per-pod plugins of a [`Profile`]; holds the rotating start index, the batching
@@ -136,6 +181,9 @@ pub struct PodScheduler {
     copies_state: CycleState,
     /// Per plugin of the profile: node-local for the current pod.
     local: Vec<bool>,
+    /// Per Filter slot: run for each pod on top of the batching cache (all false unless the current pod is batched
+    /// with per-pod plugins, [`Profile::per_pod_filters`]).
+    per_pod: Vec<bool>,
     /// Score slots scored during Filter (node-local, PreScore not skipped).
     early: Vec<usize>,
     /// Score slots scored after Filter (not node-local, PreScore not skipped).
@@ -163,6 +211,7 @@ impl PodScheduler {
             next_start: 0,
             cache: EvalCache::default(),
             local: Vec::new(),
+            per_pod: Vec::new(),
             early: Vec::new(),
             late: Vec::new(),
             feasible: Vec::new(),
@@ -217,11 +266,16 @@ impl PodScheduler {
         if let Some(idx) = self.nominated_fit(snapshot, pod, nodes, stats) {
             return PodResult::Fit(idx);
         }
-        let batchable = self.profile.node_local_each(pod, snapshot, &mut self.local);
+        let all_local = self.profile.node_local_each(pod, snapshot, &mut self.local);
+        // A pod whose only non-local plugins run per pod (DynamicResources with claims) is batched for the others.
+        let split = !all_local && self.profile.per_pod_filters(pod, &self.local, &mut self.per_pod);
+        if !split {
+            self.per_pod.clear();
+        }
         // Nominated pods count by this pod's priority and identity, which the cache does not
         // key on: no batching while any nomination exists (preemptors waiting for victims).
         let any_nominated = snapshot.preemption_state().has_nominated();
-        let batchable = batchable && !any_nominated;
+        let batchable = (all_local || split) && !any_nominated;
         // Score plugins node-local for this pod: PreScore now, Score during Filter.
         let slots = self.profile.score_count();
         self.early.clear();
@@ -231,7 +285,7 @@ impl PodScheduler {
             }
         }
         if batchable {
-            self.cache.prepare(snapshot, &pod.spec, slots);
+            self.cache.prepare(snapshot, &pod.spec, slots, split);
         }
         // At most `to_find` nodes are feasible; only grow, stale contents are overwritten.
         if self.cols.len() < slots * to_find {
@@ -370,8 +424,29 @@ impl PodScheduler {
         state.filter(pod, node)
     }
 
-    /// [`PodScheduler::evaluate`] through the batching cache.
+    /// [`PodScheduler::evaluate`] through the batching cache: the cached part, then the per-pod Filter plugins (none
+    /// unless the pod is batched with some, [`Profile::per_pod_filters`]) on a node the cached part admits.
     fn evaluate_cached(
+        &mut self,
+        snapshot: &Snapshot,
+        pod: &PodInfo,
+        idx: usize,
+        row: usize,
+        rows: usize,
+        stats: &mut CycleStats,
+    ) -> Result<(), Arc<Rejection>> {
+        self.evaluate_shared(snapshot, pod, idx, row, rows, stats)?;
+        if !self.per_pod.is_empty() {
+            self.state
+                .filter_part(pod, snapshot.node(idx), &self.per_pod, true)
+                .map_err(Arc::new)?;
+        }
+        Ok(())
+    }
+
+    /// The cached part of [`PodScheduler::evaluate_cached`]: every Filter plugin but the per-pod ones, and the
+    /// early scores.
+    fn evaluate_shared(
         &mut self,
         snapshot: &Snapshot,
         pod: &PodInfo,
@@ -399,7 +474,7 @@ impl PodScheduler {
             _ => {
                 stats.node_evaluations += 1;
                 let node = snapshot.node(idx);
-                match self.state.filter(pod, node) {
+                match self.state.filter_part(pod, node, &self.per_pod, false) {
                     Ok(()) => {
                         for &j in &self.early {
                             let s = self.state.score(j, pod, node);
@@ -491,7 +566,7 @@ impl PodScheduler {
     /// results. Only for node-local pods (see [`PodScheduler::node_local`]).
     pub fn copies_fitting_at(&mut self, snapshot: &Snapshot, pod: &PodInfo, idx: usize) -> usize {
         self.cache
-            .prepare(snapshot, &pod.spec, self.profile.score_count());
+            .prepare(snapshot, &pod.spec, self.profile.score_count(), false);
         let generation = snapshot.generation(idx);
         if let (g, Some(c)) = self.cache.caps[idx]
             && g == generation

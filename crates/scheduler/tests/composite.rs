@@ -500,6 +500,7 @@ fn a_new_member_pod_wakes_an_unschedulable_tree() {
 
 #[test]
 fn a_middle_composite_deleted_during_a_cycle_moves_its_leaves_after_done() {
+    use phalanx_scheduler::resources::Resources;
     use phalanx_scheduler::{Decision, EntityKey, GroupKey, Requeue, RequeueMode};
     let mut s = Sim::new(one_node(20));
     s.add_composite(Sim::cpg("root", Some(1), None));
@@ -519,6 +520,7 @@ fn a_middle_composite_deleted_during_a_cycle_moves_its_leaves_after_done() {
     d.requeue = Some(Requeue {
         pods: e.pods.iter().map(|p| p.key.clone()).collect(),
         mode: RequeueMode::Unschedulable,
+        short_of: Resources::default(),
     });
     s.queue.done(&d, s.now);
     // After done, pg1's pod waits for mid in its own entity; pg2 stays with the root.

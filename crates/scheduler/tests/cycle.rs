@@ -183,3 +183,40 @@ fn succeeded_members_count_as_scheduled_for_the_gang() {
         d.failures
     );
 }
+
+/// [`phalanx_scheduler::decision::Requeue::short_of`]: the requests of the members rejected for room (removing pods
+/// could help), nothing when every rejection is unresolvable (here `spec.nodeName` names another node).
+#[test]
+fn a_gang_short_of_cpu_lacks_the_rejected_members_requests_and_one_pinned_elsewhere_lacks_nothing() {
+    let g = || GroupInfo::new("ns", "g", GroupPolicy::Gang { min_count: 5 });
+    let five = |pinned: bool| -> Vec<PodInfo> {
+        (0..5)
+            .map(|i| {
+                let mut p = member(&format!("p{i}"), "g");
+                if pinned {
+                    let mut spec = (*p.spec).clone();
+                    spec.node_name = Some("elsewhere".into());
+                    p.spec = Arc::new(spec);
+                }
+                p
+            })
+            .collect()
+    };
+    let mut sched = Scheduler::new(SchedulerConfig::default());
+    let d = sched.schedule(&mut snap(), &entity(g(), five(false)));
+    let r = d.requeue.as_ref().unwrap();
+    assert_eq!(
+        (d.outcome, r.mode, r.short_of.milli_cpu),
+        (Outcome::Unschedulable, RequeueMode::Unschedulable, 1000),
+        "five 1-cpu pods on a 4-cpu node, four placed: {:?}",
+        d.failures.first().map(|f| &f.message)
+    );
+    let d = sched.schedule(&mut snap(), &entity(g(), five(true)));
+    let r = d.requeue.as_ref().unwrap();
+    assert_eq!(
+        (d.outcome, r.mode, r.short_of.is_zero()),
+        (Outcome::Unschedulable, RequeueMode::Unschedulable, true),
+        "{:?}",
+        d.failures.first().map(|f| &f.message)
+    );
+}

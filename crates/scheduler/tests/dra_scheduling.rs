@@ -615,3 +615,86 @@ fn a_kept_device_side_shares_its_devices_and_converts_only_the_claims_that_chang
     assert_eq!(fresh.allocated, two.allocated);
     assert_eq!(fresh.claims.len(), two.claims.len());
 }
+
+mod batched {
+    //! The batching cache with DynamicResources run per pod (`Plugin::filter_per_pod`): gangs whose pods each have
+    //! their own claim bind exactly as without the cache.
+
+    use super::*;
+    use common::disable_batching;
+    use phalanx_scheduler::queue::QueuedEntity;
+    use phalanx_scheduler::{EntityKey, Scheduler, SchedulerConfig, Snapshot};
+    use proptest::prelude::*;
+    use std::time::Instant;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
+
+        #[test]
+        fn device_gangs_bind_the_same_with_and_without_the_batching_cache(
+            nodes in prop::collection::vec((1i64..8, 0usize..5), 100..130),
+            gangs in prop::collection::vec((1usize..7, 1u32..3, 200i64..3000), 1..8),
+        ) {
+            let statics: Vec<_> = nodes
+                .iter()
+                .enumerate()
+                .map(|(i, (cpu, _))| Arc::new(node(&format!("n{i}"), *cpu, &[])))
+                .collect();
+            let mut claims = Vec::new();
+            for (g, (size, count, _)) in gangs.iter().enumerate() {
+                for i in 0..*size {
+                    claims.push(claim(&format!("c{g}-{i}"), *count, vec![]));
+                }
+            }
+            // Devices on node `n<i>`, named as the nodes are.
+            let mut cat = catalog(&[], claims);
+            for (i, (_, devices)) in nodes.iter().enumerate() {
+                let name = format!("n{i}");
+                Arc::make_mut(&mut cat.node_devices).insert(
+                    name.as_str().into(),
+                    (0..*devices).map(|d| Arc::new(gpu(&name, d, "a100"))).collect(),
+                );
+            }
+            let cat = Arc::new(cat);
+            let mut cached_snap = Snapshot::new(statics.clone());
+            let mut plain_snap = Snapshot::new(statics);
+            cached_snap.set_devices(cat.clone());
+            plain_snap.set_devices(cat);
+            disable_batching(&mut plain_snap);
+            let mut cached = Scheduler::new(SchedulerConfig::default());
+            let mut plain = Scheduler::new(SchedulerConfig::default());
+            let mut served_from_cache = 0;
+            for (g, (size, _, cpu)) in gangs.iter().enumerate() {
+                let group = Sim::gang(&format!("g{g}"), *size as u32);
+                let pods: Vec<Arc<PodInfo>> = (0..*size)
+                    .map(|i| {
+                        let mut p = pod_with(&format!("g{g}-{i}"), Some(&format!("g{g}")), &[&format!("c{g}-{i}")]);
+                        let mut spec = (*p.spec).clone();
+                        spec.requests.milli_cpu = *cpu;
+                        spec.non_zero_milli_cpu = *cpu;
+                        p.spec = Arc::new(spec);
+                        Arc::new(p)
+                    })
+                    .collect();
+                let entity = QueuedEntity {
+                    tree: None,
+                    key: EntityKey::Group(group.key.clone()),
+                    group: Some(Arc::new(group)),
+                    pods,
+                    attempts: 0,
+                    timestamp: Instant::now(),
+                };
+                let a = cached.schedule(&mut cached_snap, &entity);
+                let b = plain.schedule(&mut plain_snap, &entity);
+                prop_assert_eq!(&a.bindings, &b.bindings);
+                prop_assert_eq!(&a.failures, &b.failures);
+                prop_assert_eq!(b.stats.cached_node_evaluations, 0);
+                served_from_cache += a.stats.cached_node_evaluations;
+            }
+            // The cache took part whenever a gang had two members to share it.
+            if gangs.iter().any(|(size, _, _)| *size > 1) {
+                prop_assert!(served_from_cache > 0);
+            }
+        }
+    }
+}

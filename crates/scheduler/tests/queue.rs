@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use phalanx_scheduler::decision::{Decision, Outcome, Requeue, RequeueMode};
+use phalanx_scheduler::resources::Resources;
 use phalanx_scheduler::{
     ClusterEvent, EntityKey, GateReason, GroupInfo, GroupKey, GroupPolicy, PodInfo, PodKey, SchedulerConfig,
     SchedulingQueue,
@@ -26,6 +27,7 @@ fn unschedulable(key: EntityKey, pods: &[&str]) -> Decision {
     d.requeue = Some(Requeue {
         pods: pods.iter().map(|p| PodKey::new("ns", p)).collect(),
         mode: RequeueMode::Unschedulable,
+        short_of: Resources::default(),
     });
     d
 }
@@ -254,6 +256,7 @@ fn leftovers_requeue_immediately_keeping_timestamp_and_arrivals_merge() {
     d.requeue = Some(Requeue {
         pods: vec![PodKey::new("ns", "b")],
         mode: RequeueMode::Immediate,
+        short_of: Resources::default(),
     });
     q.done(&d, t + Duration::from_millis(10));
     let e2 = q.pop(t + Duration::from_millis(10)).unwrap();
@@ -286,6 +289,7 @@ fn error_requeue_backs_off_exponentially() {
         d.requeue = Some(Requeue {
             pods: vec![PodKey::new("ns", "p")],
             mode: RequeueMode::Backoff,
+            short_of: Resources::default(),
         });
         q.done(&d, now);
         let wait = Duration::from_secs(1 << (n - 1));
@@ -667,4 +671,81 @@ fn counts_follow_gates_and_sub_queues() {
     // A node event wakes it into backoff.
     q.on_event(ClusterEvent::NodeAdded, t);
     assert_eq!(q.counts(), counts(0, 1, 0, 0, 0));
+}
+
+fn bound_pod(name: &str, cpu_milli: i64) -> Arc<PodInfo> {
+    let mut p = PodInfo::simple("ns", name, cpu_milli);
+    p.node_name = Some("n1".into());
+    Arc::new(p)
+}
+
+/// A gang of two 100m pods fails three times (4 s of backoff), the last time short of `short_milli` of cpu; returns
+/// the queue and the time of the last failure.
+fn gang_failed_three_times(short_milli: i64) -> (SchedulingQueue, Instant) {
+    let mut q = SchedulingQueue::new(&SchedulerConfig::default());
+    let mut t = Instant::now();
+    q.add_group(gang("g", 2), t);
+    q.add_pod(pod("a", Some("g"), 0), t);
+    q.add_pod(pod("b", Some("g"), 0), t);
+    for _ in 0..3 {
+        let e = q.pop(t).expect("the gang is ready");
+        let mut d = unschedulable(e.key, &["a", "b"]);
+        d.requeue.as_mut().unwrap().short_of.milli_cpu = short_milli;
+        // An event during the cycle sends it to backoff rather than the pool, so the loop can pop it again.
+        q.on_event(ClusterEvent::NodeAdded, t);
+        q.done(&d, t);
+        t += Duration::from_secs(5);
+    }
+    t -= Duration::from_secs(5);
+    assert_eq!(q.counts().backoff, 1);
+    (q, t)
+}
+
+#[test]
+fn a_gang_short_of_room_retries_as_soon_as_the_pods_deleted_since_cover_what_it_lacked() {
+    let (mut q, t) = gang_failed_three_times(200);
+    for p in ["x", "y"] {
+        q.add_pod(bound_pod(p, 100), t);
+    }
+    let soon = t + Duration::from_millis(10);
+    q.delete_pod(&bound_pod("x", 100), soon);
+    assert!(
+        q.pop(soon).is_none(),
+        "100m freed of the 200m the gang lacked: it keeps backing off"
+    );
+    q.delete_pod(&bound_pod("y", 100), soon);
+    let e = q
+        .pop(soon)
+        .expect("200m freed: the gang retries without waiting out its 4 s backoff");
+    assert_eq!(e.key, gkey("g"));
+    // A new failure starts a new account: what was freed before it does not count.
+    let mut d = unschedulable(e.key, &["a", "b"]);
+    d.requeue.as_mut().unwrap().short_of.milli_cpu = 200;
+    q.done(&d, soon);
+    q.add_pod(bound_pod("z", 100), soon);
+    q.delete_pod(&bound_pod("z", 100), soon);
+    assert!(q.pop(soon).is_none());
+}
+
+#[test]
+fn a_gang_that_lacked_one_pod_of_room_retries_after_one_deletion() {
+    // One member was placed, the other rejected: the gang lacked 100m, not its whole 200m.
+    let (mut q, t) = gang_failed_three_times(100);
+    q.add_pod(bound_pod("x", 100), t);
+    let soon = t + Duration::from_millis(10);
+    q.delete_pod(&bound_pod("x", 100), soon);
+    assert_eq!(q.pop(soon).map(|e| e.key), Some(gkey("g")));
+}
+
+#[test]
+fn a_gang_rejected_for_other_reasons_waits_out_its_backoff_whatever_is_deleted() {
+    let (mut q, t) = gang_failed_three_times(0);
+    q.add_pod(bound_pod("big", 10_000), t);
+    let soon = t + Duration::from_millis(10);
+    q.delete_pod(&bound_pod("big", 10_000), soon);
+    assert!(q.pop(soon).is_none());
+    assert!(
+        q.pop(t + Duration::from_secs(4)).is_some(),
+        "its backoff expires as before"
+    );
 }

@@ -19,3 +19,5 @@ pub fn report_snapshot_mismatches(registry: &Registry) {
 pub mod cluster;
 #[allow(dead_code)]
 pub mod devices;
+#[allow(dead_code)]
+pub mod volumes;

@@ -185,6 +185,23 @@ impl CycleState {
         Ok(())
     }
 
+    /// [`CycleState::filter`] over part of the slots: those `per_pod` marks when `marked`, the others when not (a
+    /// slot past the end of `per_pod` counts as unmarked). The batching cache keeps the unmarked part.
+    pub(crate) fn filter_part(
+        &self,
+        pod: &PodInfo,
+        node: &NodeInfo,
+        per_pod: &[bool],
+        marked: bool,
+    ) -> Result<(), Rejection> {
+        for (i, s) in self.filters.iter().enumerate() {
+            if per_pod.get(i).copied().unwrap_or(false) == marked {
+                s.filter(pod, node)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Whether the Filter plugin named `plugin` was skipped by its PreFilter (upstream
     /// `SkipFilterPlugins`); `None` when the profile has no such Filter plugin.
     pub fn skipped(&self, plugin: &str) -> Option<bool> {

@@ -34,6 +34,11 @@ impl Plugin for DynamicResources {
     fn node_local(&self, pod: &PodInfo, _: &Snapshot) -> bool {
         pod.spec.resource_claims.is_empty()
     }
+    /// Its Filter allocates afresh on each node, from the catalog and the cycle's overlay: the members of a gang,
+    /// equal but for their claims, share the other plugins' cached results and run this one each.
+    fn filter_per_pod(&self, _pod: &PodInfo) -> bool {
+        true
+    }
 }
 
 impl PreFilterPlugin for DynamicResources {

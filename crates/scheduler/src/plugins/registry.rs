@@ -376,6 +376,29 @@ impl Profile {
         out.iter().all(|&l| l)
     }
 
+    /// For a pod some plugins are not node-local for (`local`, from [`Profile::node_local_each`]): whether all of
+    /// those are Filter-only plugins that run per pod on top of the batching cache ([`Plugin::filter_per_pod`]) and
+    /// come after every other Filter plugin. Then `out` marks their Filter slots (by slot index) and the answer is
+    /// true; otherwise false (the pod is not batched).
+    pub(crate) fn per_pod_filters(&self, pod: &PodInfo, local: &[bool], out: &mut Vec<bool>) -> bool {
+        out.clear();
+        out.resize(self.filter_names.len(), false);
+        for (i, p) in self.plugins.iter().enumerate() {
+            if local.get(i).copied().unwrap_or(false) {
+                continue;
+            }
+            let scores = self.scores.iter().any(|&(_, _, owner)| owner == i);
+            let slot = self.filter_names.iter().position(|n| *n == self.names[i]);
+            match slot {
+                Some(f) if !scores && p.filter_per_pod(pod) => out[f] = true,
+                _ => return false,
+            }
+        }
+        // Per-pod slots last: the first rejection stays the one the full Filter pass would report.
+        let first = out.iter().position(|&m| m).unwrap_or(out.len());
+        out[first..].iter().all(|&m| m)
+    }
+
     /// Number of score slots.
     pub(crate) fn score_count(&self) -> usize {
         self.scores.len()

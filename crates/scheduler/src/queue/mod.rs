@@ -17,12 +17,14 @@ use crate::workload_forest::WorkloadForest;
 
 mod events;
 mod gate;
+mod room;
 mod tree;
 
 pub use gate::{Gate, GateReason};
 
 use crate::hierarchy::GroupTree;
 use crate::model::{EntityKey, GroupInfo, GroupKey, GroupKind, PodInfo, PodKey};
+use crate::resources::Resources;
 
 /// A cluster event that may make unschedulable entities schedulable (queueing hints).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -158,6 +160,8 @@ pub struct SchedulingQueue {
     sent: HashMap<PodKey, Sent>,
     /// Leaves to move once the in-flight entity holding or receiving them is done.
     deferred: Vec<GroupKey>,
+    /// Groups that failed short of room, and the requests freed since ([`room`]).
+    room: room::RoomWatch,
 }
 
 impl SchedulingQueue {
@@ -178,6 +182,7 @@ impl SchedulingQueue {
             forest: WorkloadForest::default(),
             sent: HashMap::new(),
             deferred: Vec::new(),
+            room: room::RoomWatch::default(),
         }
     }
 
@@ -336,6 +341,7 @@ impl SchedulingQueue {
             was_assigned |= e.assigned.remove(&pod.key).is_some();
         }
         if was_assigned {
+            self.room_freed(&pod.spec.requests, now);
             self.on_event(
                 ClusterEvent::AssignedPodDeleted {
                     pod: pod.key.clone(),
@@ -365,7 +371,24 @@ impl SchedulingQueue {
         e.assigned.insert(pod.key.clone(), Some(g));
         self.reevaluate(&key, now);
         self.cleanup(&key);
+        self.room_freed(&pod.spec.requests, now);
         self.wake_all(now);
+    }
+
+    /// Counts the requests of an assigned pod that left toward the groups waiting for room, and retries at once the
+    /// ones now covered ([`room`]): their backoff is cleared, and one in backoff moves to the active queue (one in
+    /// the unschedulable pool moves there with the wake that follows every deletion).
+    fn room_freed(&mut self, requests: &Resources, now: Instant) {
+        for key in self.room.freed(requests) {
+            let Some(e) = self.entries.get_mut(&key) else {
+                continue;
+            };
+            e.backoff_until = None;
+            if matches!(e.loc, Loc::Backoff(_)) {
+                self.detach(&key);
+                self.place(&key, now);
+            }
+        }
     }
 
     fn detach(&mut self, key: &EntityKey) {
@@ -436,6 +459,7 @@ impl SchedulingQueue {
         if e.pods.is_empty() && e.assigned.is_empty() && e.group.is_none() {
             self.detach(key);
             self.entries.remove(key);
+            self.room.forget(key);
         } else if e.pods.is_empty() && !matches!(e.loc, Loc::Idle) {
             let gated = matches!(e.loc, Loc::Gated(_));
             self.detach(key);
@@ -520,6 +544,7 @@ impl SchedulingQueue {
     fn done_entity(&mut self, decision: &Decision, now: Instant) {
         let key = decision.entity.clone();
         self.in_flight.remove(&key);
+        self.room.forget(&key);
         let Some(e) = self.entries.get_mut(&key) else {
             return;
         };
@@ -561,6 +586,11 @@ impl SchedulingQueue {
                 let e = self.entries.get_mut(&key).expect("present");
                 e.backoff_until = Some(now + d);
                 e.timestamp = now;
+                if e.is_group
+                    && let Some(r) = &decision.requeue
+                {
+                    self.room.watch(key.clone(), r.short_of.clone());
+                }
                 if !event_seen && !e.pods.is_empty() {
                     e.loc = Loc::Unschedulable(now);
                     self.pool.insert((now, e.seq, key.clone()));

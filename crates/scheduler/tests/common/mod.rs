@@ -260,3 +260,18 @@ impl Sim {
         }
     }
 }
+
+/// Adds a pod that requests nothing (explicit zeros, so no scoring defaults) and whose
+/// anti-affinity selects every pod of namespace `ns` under a topology key no node has: it
+/// changes no result, but a term selecting the incoming pods turns the batching cache off.
+pub fn disable_batching(snap: &mut Snapshot) {
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "inert", "namespace": "other"},
+        "spec": {"nodeName": "n0", "containers": [{"name": "c", "resources": {"requests": {"cpu": "0", "memory": "0"}}}], "affinity": {"podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {}, "namespaces": ["ns"], "topologyKey": "no-node-has-this-key"}]}}}
+    }))
+    .unwrap();
+    snap.add_pod(Arc::new(PodInfo::from_pod(&pod, None)));
+    assert_eq!(snap.pods_with_affinity(), 1);
+}
