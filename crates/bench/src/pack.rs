@@ -27,7 +27,7 @@ use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
 
 use crate::cluster::{self, ChildProcess, Cluster, KubeScheduler, Phalanx};
-use crate::pack_figures::figures;
+use crate::pack_figures::{Figures, figures};
 use crate::pack_jobs::{self, BurstSpec, GPU, Job};
 use crate::pack_sim;
 use crate::pack_svg::{self, Series};
@@ -268,15 +268,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                     if let Some(e) = &tl.error {
                         println!("bench-pack: {} warning: {e}", case.name());
                     }
-                    series.push(Series {
-                        label: case.name().to_owned(),
-                        points: tl
-                            .samples
-                            .iter()
-                            .filter(|s| s.t <= f.makespan_s)
-                            .map(|s| (s.t, s.occupancy))
-                            .collect(),
-                    });
+                    series.push(occupancy_series(case.name(), &tl, &f));
                 }
                 None => {
                     failed = true;
@@ -341,15 +333,7 @@ fn simulate(args: &Args, jobs: &[Job]) -> anyhow::Result<()> {
         let f = figures(&tl)
             .with_context(|| format!("{name}: not every job was done within {} s", args.timeout))?;
         println!("bench-pack-sim: {name} {}", f.line());
-        series.push(Series {
-            label: name.to_owned(),
-            points: tl
-                .samples
-                .iter()
-                .filter(|s| s.t <= f.makespan_s)
-                .map(|s| (s.t, s.occupancy))
-                .collect(),
-        });
+        series.push(occupancy_series(name, &tl, &f));
     }
     write_outputs(
         args,
@@ -358,6 +342,19 @@ fn simulate(args: &Args, jobs: &[Job]) -> anyhow::Result<()> {
         &series,
         ", Phalanx's core in virtual time",
     )
+}
+
+/// The chart's line of one run: its occupancy samples up to the makespan.
+fn occupancy_series(label: &str, tl: &Timeline, f: &Figures) -> Series {
+    Series {
+        label: label.to_owned(),
+        points: tl
+            .samples
+            .iter()
+            .filter(|s| s.t <= f.makespan_s)
+            .map(|s| (s.t, s.occupancy))
+            .collect(),
+    }
 }
 
 /// Writes `--timeline` and `--svg` when asked (`what` ends the chart's title).
