@@ -229,6 +229,11 @@ impl ServerFeatures {
                  server drops it, so a pod joins a group by the label {label} or through its owner",
                 v.git_version
             ),
+            // Upstream's PodGroups are served only with the GenericWorkload gate, which also keeps the field.
+            _ if self.upstream_version("podgroups").is_some() => format!(
+                "a pod's spec.schedulingGroup is kept here (the server serves upstream's PodGroups, so its feature \
+                 gate GenericWorkload is on): it names upstream's PodGroup, and the label {label} names Phalanx's"
+            ),
             _ => format!(
                 "a pod's spec.schedulingGroup is kept only where the server's feature gate GenericWorkload is on \
                  (off by default); the label {label} works everywhere"
@@ -248,9 +253,10 @@ impl ServerFeatures {
                 feature: "upstream-workload-api",
                 severity: Severity::Info,
                 message: format!(
-                    "the server also serves upstream's workload API: {}; Phalanx schedules only its own kinds \
-                     (scheduling.phalanx.dev, same names): `kubectl get podgroups` may list upstream's, so use the \
-                     full names (podgroups.scheduling.phalanx.dev) or the short names (ppg, pcpg)",
+                    "the server also serves upstream's workload API: {}; Phalanx schedules upstream's groups too \
+                     when their pods name it (a pod joins one by spec.schedulingGroup.podGroupName, Phalanx's by \
+                     its label); the kinds share names, so `kubectl get podgroups` may list upstream's: use the full \
+                     names (podgroups.scheduling.phalanx.dev) or the short names (ppg, pcpg)",
                     upstream.join(", ")
                 ),
             });
@@ -391,9 +397,12 @@ mod tests {
         assert_eq!(names(&f38), ["pod-scheduling-group", "upstream-workload-api"]);
         let note = &f38.gaps()[1].message;
         assert!(
-            note.contains("CompositePodGroup (scheduling.k8s.io/v1beta1)"),
+            note.contains("CompositePodGroup (scheduling.k8s.io/v1beta1)")
+                && note.contains("Phalanx schedules upstream's groups too"),
             "{note}"
         );
+        let field = &f38.gaps()[0].message;
+        assert!(field.contains("is kept here"), "{field}");
         // Off (the default): a served group-version without the kinds (the runtime-config without the gate).
         let off = with_upstream(
             features("38", &[DRA_GROUP_VERSION], true),
