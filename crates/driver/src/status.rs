@@ -89,12 +89,15 @@ impl StatusWriter {
 
     /// Sets `PodScheduled=False` with `reason`/`message` on the pod unless it already says exactly that, as far as
     /// this writer knows ([`StatusWriter::unschedulable`]: its own writes still in transit count). Returns whether
-    /// a patch was sent.
+    /// a patch was sent. With `at`, the pod's `resourceVersion` the caller decided on is a precondition: the API
+    /// server answers 409 when the pod changed since (a binding that landed first, whose `PodScheduled=True` this
+    /// write would otherwise turn back to False).
     pub async fn pod_unschedulable(
         &self,
         pod: &PodRecord,
         reason: &str,
         message: &str,
+        at: Option<&str>,
     ) -> Result<bool, kube::Error> {
         let current = self.written.current(pod);
         if current
@@ -116,7 +119,10 @@ impl StatusWriter {
             ..Default::default()
         };
         let api: Api<Pod> = Api::namespaced(self.client.clone(), pod.namespace());
-        let patch = json!({ "status": { "conditions": [cond] } });
+        let patch = match at {
+            Some(rv) => json!({ "metadata": { "resourceVersion": rv }, "status": { "conditions": [cond] } }),
+            None => json!({ "status": { "conditions": [cond] } }),
+        };
         api.patch_status(pod.name(), &PatchParams::default(), &Patch::Strategic(patch))
             .await?;
         self.written.record(
@@ -128,6 +134,28 @@ impl StatusWriter {
             },
         );
         Ok(true)
+    }
+
+    /// The pod as the API server has it now, read past the cache: its `resourceVersion` while it is the same pod
+    /// (`pod`'s uid), unbound and not `PodScheduled=True`; `None` when it is gone, recreated, bound or scheduled.
+    ///
+    /// # Errors
+    /// The read failed (not a 404).
+    pub(crate) async fn pod_still_pending(&self, pod: &PodRecord) -> Result<Option<String>, kube::Error> {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), pod.namespace());
+        let Some(now) = api.get_opt(pod.name()).await? else {
+            return Ok(None);
+        };
+        let same = now.metadata.uid.as_deref() == Some(pod.uid());
+        let bound = now.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some();
+        let scheduled = now
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "PodScheduled" && c.status == "True"));
+        Ok((same && !bound && !scheduled)
+            .then_some(now.metadata.resource_version)
+            .flatten())
     }
 
     /// The pod's `PodScheduled=False` condition as the API server has it: this writer's last write to it while the

@@ -295,6 +295,40 @@ async fn s2_quorum_wait() -> anyhow::Result<()> {
     s.stop().await
 }
 
+/// A gang bound as its quorum arrives: 24 members created at once, so that members' `WaitingForQuorum` writes
+/// are still on their way when the last members arrive and the gang is bound. Each bound pod keeps the binding's
+/// `PodScheduled=True`: a wait written after its pod was bound would contradict the cluster (the write carries
+/// the resourceVersion it decided on, and a conflict makes it read the pod again and see it bound). Checked once
+/// nothing the scheduler decided is in flight any more, its condition writes included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gang_bound_as_its_quorum_arrives_stays_scheduled() -> anyhow::Result<()> {
+    let cx = setup("quorum-race").await?;
+    cx.node("n", "32").await?;
+    let s = cx.start();
+    cx.group("pg", Some(24)).await?;
+    let names: Vec<String> = (0..24).map(|i| format!("q{i}")).collect();
+    stream::iter(&names)
+        .map(|n| cx.pod(n, "1", Some("pg")))
+        .buffer_unordered(24)
+        .try_collect::<Vec<()>>()
+        .await?;
+    cx.wait_bound(&names).await?;
+    cx.wait_idle(&s).await?;
+    let pods = cx.pods();
+    for n in &names {
+        let p = pods.get(n).await?;
+        let c = pod_scheduled(&p).context("PodScheduled")?;
+        ensure!(
+            c.0 == "True",
+            "{n} is bound but says PodScheduled={}/{}: {}",
+            c.0,
+            c.1,
+            c.2
+        );
+    }
+    s.stop().await
+}
+
 /// S3: pods before their PodGroup wait with WaitingForPodGroup; then the gang does not fit (blocker) and is
 /// Unschedulable with nothing bound; deleting the blocker binds all three.
 ///

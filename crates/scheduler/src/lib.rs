@@ -32,6 +32,7 @@ pub mod cycle;
 pub mod decision;
 pub mod dra;
 pub mod framework;
+pub mod fx;
 pub mod hierarchy;
 pub mod model;
 pub mod placements;

@@ -19,6 +19,10 @@ use crate::{convert, members, names, status::WantedCondition};
 /// with 50 ms more wait each time, about 1.5 s in all, ample for the watch to deliver the newer object.
 const GROUP_WRITE_ATTEMPTS: u32 = 8;
 
+/// Tries of one pod condition write that meets a conflict; each try after a conflict reads the pod from the API
+/// server first, so a second conflict needs another change in between.
+const POD_WRITE_CONFLICTS: u32 = 4;
+
 /// Tries of a pod or group condition write while the API server does not answer (see
 /// [`phalanx_store::retry::is_unavailable`]): waits of 0.25, 0.5, 1, 2 and then 4 s, about 35 s in all, longer
 /// than an API server restart.
@@ -204,7 +208,12 @@ impl ApiDispatcher {
         let job = async move {
             // A write the API server could not answer (restarting, throttling) is tried again: an unschedulable
             // pod may not be attempted again for minutes, and until then it would have no reason at all.
-            for failures in 1..=UNAVAILABLE_TRIES {
+            // The write carries the resourceVersion it decided on: a binding that lands between the checks below
+            // and the write (the pod assumed and bound by a later cycle while this write was in flight) makes it
+            // fail with 409 instead of turning the binding's `PodScheduled=True` back to False. After a conflict
+            // the pod is read afresh from the API server and the decision made again on it, as for groups.
+            let (mut unavailable, mut conflicts) = (0u32, 0u32);
+            loop {
                 let Ok(permit) = permits.acquire().await else {
                     return;
                 };
@@ -222,20 +231,43 @@ impl ApiDispatcher {
                 {
                     return;
                 }
+                let at = if conflicts == 0 {
+                    Ok(pod.resource_version.clone())
+                } else {
+                    writer.pod_still_pending(&pod).await
+                };
+                let result = match at {
+                    Ok(None) if conflicts > 0 => return,
+                    Ok(at) => {
+                        writer
+                            .pod_unschedulable(&pod, reason, &message, at.as_deref())
+                            .await
+                    }
+                    Err(e) => Err(e),
+                };
                 // A wait is announced once per reason: a later message for the same wait (a count that moved, a
                 // foreign member noted) updates the condition without another event.
                 let reason_changed = current.is_none_or(|c| c.reason != reason);
-                let changed = match writer.pod_unschedulable(&pod, reason, &message).await {
+                let changed = match result {
                     Ok(c) => c,
-                    Err(e) if phalanx_store::retry::is_unavailable(&e) && failures < UNAVAILABLE_TRIES => {
+                    Err(kube::Error::Api(s)) if s.code == 409 && conflicts + 1 < POD_WRITE_CONFLICTS => {
+                        conflicts += 1;
+                        tracing::debug!(pod = %k, conflicts, "pod changed before its condition was written; reading it again");
+                        continue;
+                    }
+                    Err(e)
+                        if phalanx_store::retry::is_unavailable(&e)
+                            && unavailable + 1 < UNAVAILABLE_TRIES =>
+                    {
                         drop(permit);
-                        tracing::debug!(pod = %k, failures, error = %e, "pod condition not written yet; retrying");
-                        tokio::time::sleep(unavailable_backoff(failures)).await;
+                        unavailable += 1;
+                        tracing::debug!(pod = %k, failures = unavailable, error = %e, "pod condition not written yet; retrying");
+                        tokio::time::sleep(unavailable_backoff(unavailable)).await;
                         continue;
                     }
                     Err(e) => {
                         if phalanx_store::retry::is_unavailable(&e) {
-                            tracing::warn!(pod = %k, failures, error = %e, "pod condition not written");
+                            tracing::warn!(pod = %k, failures = unavailable, error = %e, "pod condition not written");
                         } else {
                             tracing::debug!(pod = %k, error = %e, "pod condition not written");
                         }

@@ -237,7 +237,7 @@ impl ApiDispatcher {
                 if let BindOutcome::Failed(m) = &outcome {
                     let msg = format!("Binding rejected: {m}");
                     let _ = writer
-                        .pod_unschedulable(&pod, reasons::SCHEDULER_ERROR, &msg)
+                        .pod_unschedulable(&pod, reasons::SCHEDULER_ERROR, &msg, None)
                         .await;
                     writer.event_failed(&pod, reasons::SCHEDULER_ERROR, &msg).await;
                 }

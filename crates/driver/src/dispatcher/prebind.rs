@@ -77,7 +77,7 @@ impl ApiDispatcher {
                 // a late write cannot contradict the binding's PodScheduled=True.
                 for b in &job.binds {
                     match writer
-                        .pod_unschedulable(&b.pod, reasons::WAITING_FOR_VOLUME_BINDING, &message)
+                        .pod_unschedulable(&b.pod, reasons::WAITING_FOR_VOLUME_BINDING, &message, None)
                         .await
                     {
                         Ok(true) => {

@@ -25,16 +25,28 @@ use cel::{Context, ExecutionError, Program, Value};
 
 use super::{AttributeValue, Device, DeviceSelector, SelectorError};
 
+mod footprint;
 pub mod limits;
 
+use footprint::{Footprint, Part, split};
 use limits::{DeviceLimits, MAX_COST};
 
-/// One compiled expression: the program and the domains it indexes.
+use crate::fx::Fx;
+
+/// One compiled expression: the program, the domains it indexes, what of a device it reads, and its results by
+/// the values read ([`Footprint::project`]), shared by every device that agrees on them.
 #[derive(Debug)]
 pub(crate) struct Compiled {
     pub(crate) program: Program,
     domains: Vec<String>,
+    footprint: Footprint,
+    results: Mutex<HashMap<Vec<Part>, Result<bool, SelectorError>, Fx>>,
 }
+
+/// Most results one expression keeps by projection; past it the table starts over. Projections are as many as
+/// the distinct values of what the expression reads (models, sizes, drivers), a handful on a real cluster; the
+/// bound is for an expression that reads a per-device value such as a UUID.
+const RESULTS_KEPT: usize = 16 * 1024;
 
 /// Most distinct expressions kept compiled; past it the cache starts over (a bound on memory, not a working set:
 /// a cluster has a handful of classes and templates).
@@ -68,8 +80,10 @@ pub(crate) fn program(expression: &str) -> Result<Arc<Compiled>, SelectorError> 
         )));
     }
     let compiled = Arc::new(Compiled {
+        footprint: Footprint::of(program.expression()),
         program,
         domains: referenced_domains(expression),
+        results: Mutex::default(),
     });
     let mut c = cache().lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     if c.len() >= CACHE_ENTRIES {
@@ -78,7 +92,10 @@ pub(crate) fn program(expression: &str) -> Result<Arc<Compiled>, SelectorError> 
     Ok(c.entry(expression.into()).or_insert(compiled).clone())
 }
 
-/// Compiles `expression` into a selector (once per process, see [`program`]).
+/// Compiles `expression` into a selector (once per process, see [`program`]). Devices that give the same values
+/// for what the expression reads (its driver, the attributes and capacities it names) share one evaluation, kept
+/// with the program: a class's selector is evaluated once per driver, not once per device. An expression that
+/// uses the device otherwise is evaluated per device (and cached per device by [`DeviceSelector::cached`]).
 ///
 /// # Errors
 /// `"compilation failed: …"` when the expression is longer than [`limits::MAX_EXPRESSION_LENGTH`] bytes, nests
@@ -87,14 +104,18 @@ pub(crate) fn program(expression: &str) -> Result<Arc<Compiled>, SelectorError> 
 /// [`MAX_COST`].
 pub fn compile(expression: &str) -> Result<DeviceSelector, SelectorError> {
     let compiled = program(expression)?;
-    Ok(DeviceSelector::new(expression, move |device| {
-        evaluate(&compiled, device)
-    }))
+    let shares = compiled.footprint != Footprint::Whole;
+    let selector = DeviceSelector::new(expression, move |device| evaluate(&compiled, device));
+    Ok(if shares {
+        selector.sharing_results()
+    } else {
+        selector
+    })
 }
 
 fn evaluate(compiled: &Compiled, device: &Device) -> Result<bool, SelectorError> {
     // A device beyond upstream's limits (the API server enforces them; an older or newer one might not) gets its
-    // own bound, so that the runtime limit holds for every evaluation.
+    // own bound, so that the runtime limit holds for every evaluation; its result is its own.
     let seen = DeviceLimits::of(device);
     if !seen.within(DeviceLimits::UPSTREAM) {
         let cost = limits::estimate_cost(compiled.program.expression(), seen.max(DeviceLimits::UPSTREAM));
@@ -103,7 +124,32 @@ fn evaluate(compiled: &Compiled, device: &Device) -> Result<bool, SelectorError>
                 "estimated cost {cost} on this device exceeds the limit {MAX_COST} (CELSelectorExpressionMaxCost)"
             )));
         }
+        return run(compiled, device);
     }
+    let Some(key) = compiled.footprint.project(device) else {
+        return run(compiled, device);
+    };
+    let results = || {
+        compiled
+            .results
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    };
+    if let Some(r) = results().get(&key) {
+        return r.clone();
+    }
+    // Evaluated without the lock: two threads may both evaluate one projection, and give the same answer.
+    let r = run(compiled, device);
+    let mut kept = results();
+    if kept.len() >= RESULTS_KEPT {
+        kept.clear();
+    }
+    kept.insert(key, r.clone());
+    r
+}
+
+/// Evaluates the program on `device`.
+fn run(compiled: &Compiled, device: &Device) -> Result<bool, SelectorError> {
     // The standard library and the Kubernetes functions, built once per thread: building them took most of an
     // evaluation (a catalog's first pass evaluates every selector on every device).
     thread_local! {
@@ -161,10 +207,6 @@ fn device_value(device: &Device, domains: &[String]) -> Value {
 fn nested(m: HashMap<String, HashMap<String, Value>>) -> Value {
     let m: HashMap<String, Value> = m.into_iter().map(|(k, v)| (k, v.into())).collect();
     m.into()
-}
-
-fn split<'a>(name: &'a str, driver: &'a str) -> (&'a str, &'a str) {
-    name.split_once('/').unwrap_or((driver, name))
 }
 
 /// The string literals indexed into `attributes[...]` or `capacity[...]`: the domains that must exist (empty)
@@ -316,6 +358,68 @@ mod tests {
         let s = compile(e).expect("compiles");
         let d = Device::new(DeviceId::new("compile-once.example.com", "p", "d"));
         assert_eq!(s.matches(&d), Ok(true));
+    }
+
+    /// Devices that agree on what an expression reads share one evaluation ([`footprint`]): every device gets
+    /// the answer, or the error, that evaluating the expression on it alone gives, whatever order they come in.
+    #[test]
+    fn a_shared_result_is_the_one_each_device_gets_alone() {
+        let expressions = [
+            r#"device.driver == "g.example.com""#,
+            r#"device.attributes["g.example.com"].model == "H100""#,
+            r#"has(device.attributes["g.example.com"].model) && device.attributes["g.example.com"].model != "A100""#,
+            r#"device.capacity["g.example.com"].memory.compareTo(quantity("40Gi")) >= 0"#,
+            r#"device.attributes["g.example.com"]["index"] < 2 || device.driver == "h.example.com""#,
+            r#"device.attributes["g.example.com"].exists(k, k == "model")"#,
+        ];
+        let mut devices = Vec::new();
+        for (i, driver) in ["g.example.com", "h.example.com"].into_iter().enumerate() {
+            for d in 0..6i64 {
+                let mut dev = Device::new(DeviceId::new(driver, "p", &format!("d{i}-{d}")))
+                    .with_attribute("uuid", AttributeValue::String(format!("u{i}{d}").into()))
+                    .with_attribute("index", AttributeValue::Int(d % 3));
+                if d % 2 == 0 {
+                    let model = if d % 4 == 0 { "H100" } else { "A100" };
+                    dev = dev.with_attribute("model", AttributeValue::String(model.into()));
+                }
+                if d != 5 {
+                    dev.capacity
+                        .insert(format!("{driver}/memory").into(), (d + 38) << 30);
+                }
+                devices.push(dev);
+            }
+        }
+        for (n, e) in expressions.iter().enumerate() {
+            // A fresh program per order, so that the table starts empty.
+            let alone: Vec<_> = devices.iter().map(|d| run(&fresh(e), d)).collect();
+            let shared = fresh(e);
+            let forward: Vec<_> = devices.iter().map(|d| evaluate(&shared, d)).collect();
+            let shared = fresh(e);
+            let mut backward: Vec<_> = devices.iter().rev().map(|d| evaluate(&shared, d)).collect();
+            backward.reverse();
+            assert_eq!(forward, alone, "expression {n}: {e}");
+            assert_eq!(backward, alone, "expression {n} backwards: {e}");
+            assert!(
+                alone.contains(&Ok(true)) || n == 5,
+                "expression {n} matches nothing: {alone:?}"
+            );
+        }
+        // The class selector reads the driver only: two evaluations for twelve devices.
+        let shared = fresh(expressions[0]);
+        for d in &devices {
+            evaluate(&shared, d).expect("evaluates");
+        }
+        assert_eq!(shared.results.lock().expect("not poisoned").len(), 2);
+    }
+
+    fn fresh(expression: &str) -> Compiled {
+        let program = Program::compile(expression).expect("parses");
+        Compiled {
+            footprint: Footprint::of(program.expression()),
+            program,
+            domains: referenced_domains(expression),
+            results: Mutex::default(),
+        }
     }
 
     /// Nested comprehensions over literal lists of 100: a million iterations of the innermost body, the

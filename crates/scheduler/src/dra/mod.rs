@@ -17,12 +17,15 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
+use crate::fx::Fx;
+
 pub mod allocator;
 pub mod catalog;
 pub mod cel;
 pub mod overlay;
 pub mod scheduling;
 pub mod summary;
+mod verdict_memo;
 
 pub use allocator::{AllocationOutcome, ClaimAllocation, Shortfall, allocate, allocate_until};
 pub use catalog::{
@@ -131,7 +134,7 @@ impl fmt::Display for SelectorError {
 /// it equals the device's (pointer-equal `Arc`s compare without reading the strings), so a name shared by two
 /// devices (an interner, say) costs a re-evaluation, never a wrong answer; the kept `Arc` also stops the address
 /// from being reused while the entry lives.
-type SelectorCache = Mutex<HashMap<usize, (DeviceId, Result<bool, SelectorError>)>>;
+type SelectorCache = Mutex<HashMap<usize, (DeviceId, Result<bool, SelectorError>), Fx>>;
 
 type Matcher = dyn Fn(&Device) -> Result<bool, SelectorError> + Send + Sync;
 
@@ -144,6 +147,9 @@ pub struct DeviceSelector {
     matcher: Arc<Matcher>,
     /// Results by device, shared by the clones ([`DeviceSelector::cached`]).
     cache: Option<Arc<SelectorCache>>,
+    /// The matcher keeps its results itself, shared by devices alike in what it reads ([`cel`]'s footprint),
+    /// and a lookup there is cheaper than one in a table of every device.
+    shares_results: bool,
 }
 
 impl DeviceSelector {
@@ -156,16 +162,28 @@ impl DeviceSelector {
             source: source.into(),
             matcher: Arc::new(matcher),
             cache: None,
+            shares_results: false,
         }
+    }
+
+    /// The same selector, saying that its matcher keeps its own results: [`DeviceSelector::cached`] then adds no
+    /// table by device.
+    pub(crate) fn sharing_results(mut self) -> DeviceSelector {
+        self.shares_results = true;
+        self
     }
 
     /// The same selector, remembering its result per device id (shared by its clones). Only for a set of devices
     /// that does not change while the selector lives: the runtime compiles new selectors with each device side
     /// ([`crate::convert::DeviceSide`], rebuilt when a DeviceClass or ResourceSlice changes), whose devices are
     /// fixed. Evaluating CEL builds an environment per call (tens of
-    /// microseconds), and a gang's Filter asks the same question for every pod and node.
+    /// microseconds), and a gang's Filter asks the same question for every pod and node. A CEL selector that
+    /// shares its results between devices alike in what it reads ([`cel::compile`]) needs no such table and is
+    /// returned as it is.
     pub fn cached(mut self) -> DeviceSelector {
-        self.cache = Some(Arc::default());
+        if !self.shares_results {
+            self.cache = Some(Arc::default());
+        }
         self
     }
 

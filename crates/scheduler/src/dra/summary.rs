@@ -37,16 +37,17 @@
 //! never passes for the cached one.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 use std::time::Instant;
 
 use super::allocator::ALLOCATION_BUDGET;
 use super::overlay::DeviceOverlay;
+use super::verdict_memo::{Memo, Memos};
 use super::{
     AllocationMode, ClaimRequests, DeviceCatalog, DeviceId, DeviceSelector, HeldChanges, NodeDevices,
 };
+use crate::fx::Fx;
 use crate::model::{NodeInfo, NodeStatic};
 
 /// Most devices of one node the masks cover (the bits of a `u128`); a node with more is left to the allocator.
@@ -58,53 +59,6 @@ const KEEP: usize = 2;
 
 /// Most selector sets one index keeps; past it the set starts over (plans keep the groups they hold).
 const MAX_GROUPS: usize = 256;
-
-/// A multiply-rotate hasher (the Firefox hasher) for the index's maps, read once per node on Filter's path:
-/// their keys are node names and device ids, short strings that the default SipHash costs several times more
-/// on. Not for keys an attacker picks to collide: these come from nodes and drivers.
-#[derive(Default, Clone, Copy)]
-pub struct FxHasher(u64);
-
-impl FxHasher {
-    fn add(&mut self, word: u64) {
-        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-}
-
-impl Hasher for FxHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut word = [0u8; 8];
-            word[..chunk.len()].copy_from_slice(chunk);
-            self.add(u64::from_le_bytes(word));
-        }
-    }
-    fn write_u8(&mut self, i: u8) {
-        self.add(u64::from(i));
-    }
-    fn write_u32(&mut self, i: u32) {
-        self.add(u64::from(i));
-    }
-    fn write_u64(&mut self, i: u64) {
-        self.add(i);
-    }
-    fn write_usize(&mut self, i: usize) {
-        self.add(i as u64);
-    }
-    fn finish(&self) -> u64 {
-        // The multiply leaves the low bits, which pick the bucket, depending on the low bits of the input only:
-        // names that differ past a common 8-byte prefix (`node-1234`) would share them. MurmurHash3's finalizer
-        // mixes the high bits down.
-        let mut h = self.0;
-        h ^= h >> 33;
-        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
-        h ^= h >> 33;
-        h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-        h ^ (h >> 33)
-    }
-}
-
-type Fx = BuildHasherDefault<FxHasher>;
 
 /// The devices of one selector set on every node of an index.
 #[derive(Debug)]
@@ -313,14 +267,18 @@ pub struct Held {
     /// ([`DeviceCatalog::held`] answers, at Filter time: preemption takes pods off in its simulations); whether
     /// the node has more than [`MAX_DEVICES`] devices.
     rows: Vec<(u128, u128, bool)>,
+    /// Filter's verdicts per row and demand ([`super::verdict_memo`]), forgotten for the rows marked again.
+    memos: Memos<Group>,
 }
 
 impl Held {
     fn build(catalog: &Arc<DeviceCatalog>, index: Arc<DeviceIndex>) -> Held {
+        let rows = empty_rows(&index);
         let mut h = Held {
             catalog: Arc::downgrade(catalog),
             revision: catalog.revision,
-            rows: empty_rows(&index),
+            memos: Memos::new(rows.len()),
+            rows,
             index,
         };
         for device in catalog.allocated.keys() {
@@ -329,10 +287,11 @@ impl Held {
         h
     }
 
-    /// The table of `catalog` from `rows`, those of the table of revision `changes.since` in `index`, with the
-    /// changed devices' bits read again.
+    /// The table of `catalog` from `rows` and `memos`, those of the table of revision `changes.since` in
+    /// `index`, with the changed devices' bits read again and their nodes' verdicts forgotten.
     fn update(
         rows: Vec<(u128, u128, bool)>,
+        memos: Memos<Group>,
         index: &Arc<DeviceIndex>,
         catalog: &Arc<DeviceCatalog>,
         changes: &HeldChanges,
@@ -341,25 +300,27 @@ impl Held {
             catalog: Arc::downgrade(catalog),
             revision: catalog.revision,
             rows,
+            memos: Memos::new(0),
             index: index.clone(),
         };
-        for device in &changes.devices {
-            h.mark(catalog, device);
-        }
+        let changed: Vec<usize> = changes
+            .devices
+            .iter()
+            .filter_map(|d| h.mark(catalog, d))
+            .collect();
+        h.memos = memos.next(&changed);
         h
     }
 
     /// Sets the bits of `device` (if the index has it) from `catalog`: held whatever the node's pods are, held
-    /// while one of its claim's pods is on the node, or free.
-    fn mark(&mut self, catalog: &DeviceCatalog, device: &DeviceId) {
-        let Some((i, pos)) = self.index.slot(device) else {
-            return;
-        };
+    /// while one of its claim's pods is on the node, or free. The node's row, when the index has the device.
+    fn mark(&mut self, catalog: &DeviceCatalog, device: &DeviceId) -> Option<usize> {
+        let (i, pos) = self.index.slot(device)?;
         let (i, bit) = (i as usize, 1u128 << pos);
         self.rows[i].0 &= !bit;
         self.rows[i].1 &= !bit;
         let Some(claim) = catalog.allocated.get(device) else {
-            return;
+            return Some(i);
         };
         let name = &self.index.names[i].0;
         let always = catalog
@@ -371,6 +332,7 @@ impl Held {
         } else {
             self.rows[i].1 |= bit;
         }
+        Some(i)
     }
 }
 
@@ -436,9 +398,9 @@ pub fn held(catalog: &Arc<DeviceCatalog>, nodes: &[NodeInfo]) -> Option<Arc<Held
             // into this one), so that its rows are not copied; else it stays for whoever holds it.
             let p = kept.remove(at);
             match Arc::try_unwrap(p) {
-                Ok(p) => Held::update(p.rows, &p.index, catalog, changes),
+                Ok(p) => Held::update(p.rows, p.memos, &p.index, catalog, changes),
                 Err(p) => {
-                    let h = Held::update(p.rows.clone(), &p.index, catalog, changes);
+                    let h = Held::update(p.rows.clone(), p.memos.copy(), &p.index, catalog, changes);
                     kept.push(p);
                     h
                 }
@@ -521,6 +483,8 @@ pub struct FastPlan {
     cycle_bits: u64,
     /// Verdicts given, for reading the clock every [`CLOCK_EVERY`] of them.
     calls: AtomicU32,
+    /// The verdicts of earlier plans with the same demand, on nodes this cycle has not allocated on.
+    memo: Option<Arc<Memo<Group>>>,
 }
 
 impl Clone for FastPlan {
@@ -534,6 +498,7 @@ impl Clone for FastPlan {
             cycle: self.cycle.clone(),
             cycle_bits: self.cycle_bits,
             calls: AtomicU32::new(0),
+            memo: self.memo.clone(),
         }
     }
 }
@@ -552,6 +517,26 @@ pub enum Verdict {
     Short,
     /// Counting cannot tell: allocate.
     Search,
+}
+
+impl Verdict {
+    /// The code a [`Memo`] keeps (never 0).
+    fn code(self) -> u8 {
+        match self {
+            Verdict::Fits => 1,
+            Verdict::Short => 2,
+            Verdict::Search => 3,
+        }
+    }
+
+    fn decode(code: u8) -> Option<Verdict> {
+        match code {
+            1 => Some(Verdict::Fits),
+            2 => Some(Verdict::Short),
+            3 => Some(Verdict::Search),
+            _ => None,
+        }
+    }
 }
 
 impl FastPlan {
@@ -601,7 +586,12 @@ impl FastPlan {
                 }
             }
         }
+        let wants = (0..groups.len())
+            .filter(|&g| demand.of(g) > 0)
+            .map(|g| (groups[g].clone(), demand.of(g)))
+            .collect();
         Some(FastPlan {
+            memo: held.memos.for_demand(wants),
             held,
             rows,
             positions,
@@ -643,10 +633,40 @@ impl FastPlan {
             };
         }
         let at = i as usize;
-        let (mut in_use, depends, big) = self.held.rows[at];
+        let here = if self.cycle_bits & (1 << (i % 64)) == 0 {
+            None
+        } else {
+            self.cycle.get(&i)
+        };
+        // Read before the held row: an answer is only kept for a row without devices that depend on the node's
+        // pods, and a row marked since has its answers forgotten, so a kept answer holds without reading it.
+        let memo = self.memo.as_ref().filter(|_| here.is_none());
+        if let Some(v) = memo.and_then(|m| m.get(at)).and_then(Verdict::decode) {
+            return v;
+        }
+        let (in_use, depends, big) = self.held.rows[at];
         if big {
             return Verdict::Search;
         }
+        let v = self.count(catalog, node, at, (in_use, depends), here);
+        // Nodes whose held devices depend on their pods, or that this cycle allocated on, are counted each time.
+        if let Some(m) = memo.filter(|_| depends == 0) {
+            m.set(at, v.code());
+        }
+        v
+    }
+
+    /// What counting says of `node`, row `at` of the held table whose `(in_use, depends)` masks are given, with
+    /// `here` this cycle's allocations on it.
+    fn count(
+        &self,
+        catalog: &DeviceCatalog,
+        node: &NodeInfo,
+        at: usize,
+        (mut in_use, depends): (u128, u128),
+        here: Option<&CycleNode>,
+    ) -> Verdict {
+        let name = &*node.node.name;
         if depends != 0
             && let Some(devices) = catalog.node_devices.get(name)
         {
@@ -656,11 +676,6 @@ impl FastPlan {
                 }
             }
         }
-        let here = if self.cycle_bits & (1 << (i % 64)) == 0 {
-            None
-        } else {
-            self.cycle.get(&i)
-        };
         let (taken, complex) = here.map_or((0, false), |c| (c.taken, c.movable.complex));
         in_use |= taken;
         let wanted = |g: usize| self.new.of(g).saturating_add(here.map_or(0, |c| c.movable.of(g)));

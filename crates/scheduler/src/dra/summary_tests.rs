@@ -280,6 +280,55 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Verdicts kept from one revision ([`super::super::verdict_memo`]) are those counting gives on the next,
+    /// after devices were allocated or freed: compared with a table built afresh, which keeps none.
+    #[test]
+    fn kept_verdicts_are_those_counted_afresh(
+        case in case(),
+        changes in prop::collection::vec((0usize..4, 0usize..5, any::<bool>()), 0..6),
+    ) {
+        let (cat, nodes, overlay, new) = world(&case);
+        let new_claims = plan_new(&cat, &new, &overlay);
+        // Every node asked twice at this revision (the second answer is the kept one).
+        if let Some(f) = FastPlan::new(&cat, &overlay, &new_claims, &nodes) {
+            for node in &nodes {
+                prop_assert_eq!(f.verdict(&cat, node, None), f.verdict(&cat, node, None));
+            }
+        }
+        let mut next = (*cat).clone();
+        next.next_revision();
+        for (k, &(n, d, allocate)) in changes.iter().enumerate() {
+            let name = format!("n{}", n % nodes.len());
+            let Some(dev) = next.node_devices[name.as_str()].get(d) else {
+                continue;
+            };
+            let claim = allocate.then(|| ClaimKey::new("ns", &format!("later-{k}")));
+            next.set_allocated(dev.id.clone(), claim);
+        }
+        let next = Arc::new(next);
+        let mut fresh = (*next).clone();
+        fresh.held_changes = None;
+        let fresh = Arc::new(fresh);
+        let kept = FastPlan::new(&next, &overlay, &new_claims, &nodes);
+        let counted = FastPlan::new(&fresh, &overlay, &new_claims, &nodes);
+        let (Some(kept), Some(counted)) = (kept, counted) else {
+            return Ok(());
+        };
+        for node in &nodes {
+            prop_assert_eq!(
+                kept.verdict(&next, node, None),
+                counted.verdict(&fresh, node, None),
+                "node {} after {:?}",
+                node.node.name,
+                changes
+            );
+        }
+    }
+}
+
 /// The new claims of the pod as [`plan`] takes them (not allocated before, nor in this cycle).
 fn plan_new(cat: &DeviceCatalog, new: &[String], overlay: &DeviceOverlay) -> Vec<Arc<ResourceClaimInfo>> {
     new.iter()
