@@ -18,6 +18,7 @@
 
 use std::cmp::Ordering;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use cel::extractors::This;
@@ -46,7 +47,25 @@ pub(crate) struct Compiled {
 /// Most results one expression keeps by projection; past it the table starts over. Projections are as many as
 /// the distinct values of what the expression reads (models, sizes, drivers), a handful on a real cluster; the
 /// bound is for an expression that reads a per-device value such as a UUID.
-const RESULTS_KEPT: usize = 16 * 1024;
+const RESULTS_KEPT: usize = 4096;
+
+/// Most results all expressions keep together (some 100-200 bytes each); past it a new result is evaluated but not
+/// kept. Claims are a tenant's to write, and thousands of expressions that each read a per-device value would
+/// otherwise keep [`RESULTS_KEPT`] results apiece.
+const ALL_RESULTS_KEPT: usize = 256 * 1024;
+
+/// Results kept by all live [`Compiled`] programs.
+static KEPT: AtomicUsize = AtomicUsize::new(0);
+
+impl Drop for Compiled {
+    fn drop(&mut self) {
+        let n = self
+            .results
+            .get_mut()
+            .map_or_else(|p| p.into_inner().len(), |r| r.len());
+        KEPT.fetch_sub(n, AtomicOrdering::Relaxed);
+    }
+}
 
 /// Most distinct expressions kept compiled; past it the cache starts over (a bound on memory, not a working set:
 /// a cluster has a handful of classes and templates).
@@ -142,9 +161,12 @@ fn evaluate(compiled: &Compiled, device: &Device) -> Result<bool, SelectorError>
     let r = run(compiled, device);
     let mut kept = results();
     if kept.len() >= RESULTS_KEPT {
+        KEPT.fetch_sub(kept.len(), AtomicOrdering::Relaxed);
         kept.clear();
     }
-    kept.insert(key, r.clone());
+    if KEPT.load(AtomicOrdering::Relaxed) < ALL_RESULTS_KEPT && kept.insert(key, r.clone()).is_none() {
+        KEPT.fetch_add(1, AtomicOrdering::Relaxed);
+    }
     r
 }
 
