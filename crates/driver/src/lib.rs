@@ -62,7 +62,8 @@ pub use status::{FIELD_MANAGER, StatusWriter};
 pub struct SchedulerOptions {
     /// `spec.schedulerName` this instance schedules (default `phalanx-scheduler`).
     pub scheduler_name: String,
-    /// Maximum `pods/binding` calls in flight (default 16). kube-rs has no client-side rate limiter.
+    /// Maximum `pods/binding` calls in flight, and decisions whose PreBind writes device claims at once (default
+    /// 16). kube-rs has no client-side rate limiter.
     pub bind_concurrency: usize,
     /// Timeout of one bind call (default 10 s); a timed-out bind is forgotten and the pod requeued.
     pub bind_timeout: Duration,

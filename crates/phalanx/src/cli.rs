@@ -184,7 +184,7 @@ pub struct RunArgs {
     #[arg(long, env = "PHALANX_NODE_SELECTOR", default_value = "")]
     pub node_selector: String,
 
-    /// Maximum number of `pods/binding` calls in flight.
+    /// Maximum number of `pods/binding` calls in flight, and of decisions whose PreBind writes device claims.
     #[arg(long, env = "PHALANX_BIND_CONCURRENCY", default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub bind_concurrency: u32,
 

@@ -616,6 +616,138 @@ fn a_kept_device_side_shares_its_devices_and_converts_only_the_claims_that_chang
     assert_eq!(fresh.claims.len(), two.claims.len());
 }
 
+/// [`DeviceSide::catalog`] makes each catalog from the last one, entering only the claims that changed: after any
+/// sequence of claims created, changed, deleted and recreated under their names (a new uid), and pods moving, its
+/// catalog has the claims, allocated devices and holders that a catalog made from nothing has.
+#[test]
+fn a_catalog_made_from_the_last_is_the_one_made_afresh() {
+    use k8s_openapi::api::resource::v1 as api;
+    use phalanx_scheduler::convert::{DeviceSide, device_catalog};
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+    use serde_json::json;
+    use std::collections::BTreeMap;
+    let class: api::DeviceClass = serde_json::from_value(json!({
+        "metadata": {"name": DRIVER, "resourceVersion": "1"},
+        "spec": {"selectors": [{"cel": {"expression": "device.driver == \"gpu.example.com\""}}]},
+    }))
+    .expect("a DeviceClass");
+    let slice: api::ResourceSlice = serde_json::from_value(json!({
+        "metadata": {"name": "n0", "resourceVersion": "1"},
+        "spec": {"driver": DRIVER, "nodeName": "n0", "pool": {"name": "n0", "generation": 1, "resourceSliceCount": 1},
+                 "devices": [{"name": "gpu-0"}, {"name": "gpu-1"}, {"name": "gpu-2"}]},
+    }))
+    .expect("a ResourceSlice");
+    // A claim's content follows from its uid generation and resourceVersion, as on a real API server (a change
+    // bumps the version): device `(u + v) % 4` (3: not allocated), reserved for the pods of the bits of
+    // `(3v + u) % 8`; version 0 is a claim without a resourceVersion.
+    let claim = |i: usize, u: u8, v: u8| -> api::ResourceClaim {
+        let mut m = json!({"name": format!("c{i}"), "namespace": NS, "uid": format!("uid-c{i}-{u}")});
+        if v > 0 {
+            m["resourceVersion"] = json!(v.to_string());
+        }
+        let mut c = json!({"metadata": m, "spec": {"devices": {"requests": [
+            {"name": "gpu", "exactly": {"deviceClassName": DRIVER}}]}}});
+        let device = (u + v) % 4;
+        if device < 3 {
+            let reserved: Vec<_> = (0..3)
+                .filter(|b| ((3 * v + u) % 8) & (1 << b) != 0)
+                .map(|b| json!({"resource": "pods", "name": format!("p{b}"), "uid": format!("pod-uid-{b}")}))
+                .collect();
+            c["status"] = json!({"allocation": {"devices": {"results": [
+                {"request": "gpu", "driver": DRIVER, "pool": "n0", "device": format!("gpu-{device}")}]}},
+                "reservedFor": reserved});
+        }
+        serde_json::from_value(c).expect("a ResourceClaim")
+    };
+    // Steps: per claim, present or not, its uid generation and version; per pod, its node or none.
+    let step = (
+        prop::collection::vec((any::<bool>(), 0u8..2, 0u8..4), 4),
+        prop::collection::vec(prop::option::of(0u8..2), 3),
+    );
+    let mut runner = TestRunner::new(Config::with_cases(128));
+    runner
+        .run(&prop::collection::vec(step, 1..8), |steps| {
+            let mut side = DeviceSide::build([&class], [&slice]);
+            for (claims, pods) in steps {
+                let objects: Vec<api::ResourceClaim> = claims
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, (present, _, _))| *present)
+                    .map(|(i, &(_, u, v))| claim(i, u, v))
+                    .collect();
+                let pods: BTreeMap<String, Arc<str>> = pods
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(b, n)| n.map(|n| (format!("p{b}"), Arc::from(format!("n{n}").as_str()))))
+                    .collect();
+                let pod_node = |k: &PodKey, uid: &str| {
+                    (uid == format!("pod-uid-{}", &k.name[1..]))
+                        .then(|| pods.get(&*k.name).cloned())
+                        .flatten()
+                };
+                let kept = side.catalog(&objects, pod_node);
+                let (fresh, _) = device_catalog([&class], [&slice], &objects, pod_node);
+                let view = |c: &phalanx_scheduler::dra::DeviceCatalog| {
+                    let mut claims: Vec<_> = c
+                        .claims
+                        .values()
+                        .map(|i| {
+                            let devices = i.allocation.as_ref().map(|a| a.devices.len());
+                            let reserved: Vec<_> = i.reserved_for.iter().map(|r| r.uid.to_string()).collect();
+                            (
+                                i.key.to_string(),
+                                i.uid.to_string(),
+                                i.resource_version.to_string(),
+                                devices,
+                                reserved,
+                            )
+                        })
+                        .collect();
+                    claims.sort();
+                    claims
+                };
+                prop_assert_eq!(view(&kept), view(&fresh));
+                // The same devices allocated; a device two claims name (the generator allows it, as a broken
+                // cluster might) is entered for one of them, not necessarily the same one.
+                let devices = |c: &phalanx_scheduler::dra::DeviceCatalog| {
+                    let mut d: Vec<_> = c.allocated.keys().cloned().collect();
+                    d.sort();
+                    d
+                };
+                prop_assert_eq!(devices(&kept), devices(&fresh));
+                for (d, k) in &kept.allocated {
+                    let owner = kept.claims.get(k).and_then(|i| i.allocation.as_ref());
+                    prop_assert!(
+                        owner.is_some_and(|a| a.devices.iter().any(|(_, x, _)| x == d)),
+                        "{d:?} -> {k}"
+                    );
+                    if fresh.allocated[d] != *k {
+                        prop_assert!(objects.iter().filter(|o| o.status.is_some()).count() > 1);
+                    }
+                }
+                prop_assert_eq!(&kept.holders, &fresh.holders);
+                // And the holders are what the claims and pods say: every allocated claim whose reserved pods all
+                // have a node.
+                let mut expected = std::collections::HashMap::new();
+                for o in &objects {
+                    let Some(st) = &o.status else { continue };
+                    let reserved = st.reserved_for.clone().unwrap_or_default();
+                    let on: Option<Vec<(PodKey, Arc<str>)>> = reserved
+                        .iter()
+                        .map(|r| pods.get(&r.name).map(|n| (PodKey::new(NS, &r.name), n.clone())))
+                        .collect();
+                    if let Some(on) = on.filter(|v| !v.is_empty()) {
+                        expected.insert(ClaimKey::new(NS, o.metadata.name.as_deref().unwrap_or("")), on);
+                    }
+                }
+                prop_assert_eq!(&kept.holders, &expected);
+            }
+            Ok(())
+        })
+        .expect("the kept catalog is the fresh one");
+}
+
 mod batched {
     //! The batching cache with DynamicResources run per pod (`Plugin::filter_per_pod`): gangs whose pods each have
     //! their own claim bind exactly as without the cache.

@@ -2,8 +2,10 @@
 //! [`DeviceCatalog`], rebuilt only after a DRA event, the deletion of a pod with claims, or a change of the
 //! allocations in flight, with those allocations applied (upstream's assume cache holds allocated claims the same
 //! way until the informer catches up). A rebuild after which every DeviceClass and ResourceSlice is the same keeps
-//! their devices and selectors ([`KeptDevices`], `cache/kept_devices.rs`) and converts only the claims whose
-//! resourceVersion changed.
+//! their devices and selectors ([`KeptDevices`], `cache/kept_devices.rs`) and makes the catalog from the last
+//! one, entering again only the claims whose resourceVersion changed
+//! ([`phalanx_scheduler::convert::DeviceSide::catalog`]); a claim in flight whose write the store already shows is
+//! not copied to be applied again.
 
 use std::sync::Arc;
 
@@ -67,9 +69,17 @@ impl Cache {
 
 /// Applies a write PreBind is making: the claim is allocated and reserved for the job's pods.
 fn apply_in_flight(cat: &mut DeviceCatalog, job: &ClaimJob) {
+    // The holders are unknown until the store shows the pods bound: the devices stay held.
+    cat.holders.remove(&job.claim);
     let Some(info) = cat.claims.get_mut(&job.claim) else {
         return;
     };
+    // A write the store already shows changes nothing: the claim is not copied (a copy per claim in flight and
+    // per rebuild was a fifth of `phalanx run`'s first seconds with 2,000 claims).
+    let allocates = info.allocation.is_none() && job.allocation.is_some();
+    if !allocates && job.pods.iter().all(|(_, uid)| info.reserved_for_pod(uid)) {
+        return;
+    }
     let info = Arc::make_mut(info);
     if info.allocation.is_none()
         && let Some(a) = &job.allocation
@@ -94,6 +104,4 @@ fn apply_in_flight(cat: &mut DeviceCatalog, job: &ClaimJob) {
             });
         }
     }
-    // The holders are unknown until the store shows the pods bound: the devices stay held.
-    cat.holders.remove(&job.claim);
 }

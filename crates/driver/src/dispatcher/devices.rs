@@ -118,27 +118,42 @@ struct Written {
     pods: Vec<Arc<str>>,
 }
 
-/// Writes every claim of the decision, then waits (briefly) until the store shows them; `Err` names the claim
-/// that failed, after the claims already written were reverted.
+/// Writes every claim of the decision, side by side, then waits (briefly) until the store shows them; `Err` names
+/// the first claim that failed, after the claims written were reverted. The writes wait for a permit of `permits` (FIFO),
+/// held until they are done: a loop that decides hundreds of device gangs in its first second would otherwise
+/// start all their claim writes at once, and the first gang's, sharing the API server with all the others, would
+/// end last (the first bind came 3-5 s after the start on 500 nodes with 2,000 claims).
 pub(crate) async fn bind_devices(
     client: &kube::Client,
     store: &Store,
     jobs: &[ClaimJob],
+    permits: &tokio::sync::Semaphore,
 ) -> Result<(), String> {
+    let Ok(permit) = permits.acquire().await else {
+        return Err("the scheduler is stopping".into());
+    };
+    // The claims of one decision are written side by side (each is its own object), so that the permits bound
+    // the decisions in flight, not the API server's concurrency.
+    let results = futures::future::join_all(jobs.iter().map(|j| write_claim(client, store, j))).await;
     let mut written = Vec::new();
-    for j in jobs {
-        match write_claim(client, store, j).await {
+    let mut failed = None;
+    for r in results {
+        match r {
             Ok(w) => written.push(w),
             Err(e) => {
-                for w in written.iter().rev() {
-                    if let Err(u) = undo(client, w).await {
-                        tracing::warn!(claim = %w.claim, error = %u, "could not revert a claim PreBind wrote");
-                    }
-                }
-                return Err(e);
+                failed.get_or_insert(e);
             }
         }
     }
+    if let Some(e) = failed {
+        for w in written.iter().rev() {
+            if let Err(u) = undo(client, w).await {
+                tracing::warn!(claim = %w.claim, error = %u, "could not revert a claim PreBind wrote");
+            }
+        }
+        return Err(e);
+    }
+    drop(permit);
     let deadline = tokio::time::Instant::now() + SEEN_WAIT;
     while tokio::time::Instant::now() < deadline {
         let seen = jobs.iter().all(|j| {

@@ -69,6 +69,9 @@ pub(crate) struct ApiDispatcher {
     finisher: BindingFinisher,
     /// Status patches and events in flight (`status_concurrency`).
     write_permits: Arc<Semaphore>,
+    /// Decisions whose PreBind is writing device claims (`bind_concurrency`), taken in the order they were
+    /// decided ([`devices::bind_devices`]).
+    prebind_permits: Arc<Semaphore>,
     writes: Serializer<WriteKey>,
     /// The conditions each group should have, by condition type, as last decided
     /// ([`ApiDispatcher::spawn_group_condition`]).
@@ -111,6 +114,7 @@ impl ApiDispatcher {
             binder: Binder::new(client.clone(), opts.bind_concurrency, opts.bind_timeout, leader),
             evictor: Evictor::new(client.clone(), writer.clone(), opts.bind_timeout),
             write_permits: Arc::new(Semaphore::new(opts.status_concurrency.max(1))),
+            prebind_permits: Arc::new(Semaphore::new(opts.bind_concurrency.max(1))),
             writes: Serializer::new(),
             group_wanted: Arc::default(),
             tasks: JoinSet::new(),

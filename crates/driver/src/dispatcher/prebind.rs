@@ -58,17 +58,19 @@ impl ApiDispatcher {
                 );
             }
         }
-        let (client, store, writer, tx) = (
+        let (client, store, writer, tx, permits) = (
             self.client.clone(),
             self.store.clone(),
             self.writer.clone(),
             self.channels.prebind_tx.clone(),
+            self.prebind_permits.clone(),
         );
         let timeout = self.opts.volume_bind_timeout;
         self.tasks.spawn(async move {
             let result = if !writer.is_leader() {
                 Err("lost leadership before writing the claims".to_string())
-            } else if let Err(e) = super::devices::bind_devices(&client, &store, &job.devices).await {
+            } else if let Err(e) = super::devices::bind_devices(&client, &store, &job.devices, &permits).await
+            {
                 Err(format!("running PreBind plugin \"DynamicResources\": {e}"))
             } else if job.actions.is_empty() {
                 Ok(())

@@ -278,8 +278,8 @@ pub fn device_catalog<'a>(
 /// converted against them, by resourceVersion.
 ///
 /// The runtime keeps one while no DeviceClass or ResourceSlice changes, so that a change of claims alone (each
-/// PreBind writes two per claim, so most DRA events are these) converts only the claims that changed: the
-/// devices keep their identity, and with it the device summary's index of matching devices per node
+/// PreBind writes two per claim, so most DRA events are these) converts and enters only the claims that changed,
+/// in a copy of the last catalog ([`DeviceSide::catalog`]): the devices keep their identity, and with it the device summary's index of matching devices per node
 /// ([`crate::dra::summary`]), and the selectors keep their results per device ([`DeviceSelector::cached`]).
 /// Before, every DRA event rebuilt all of it: on 500 nodes of 8 devices, `perf` put the rebuilds (the conversion,
 /// its allocations and drops, the selectors evaluated again) first in `phalanx run` while it bound 2,000 pods with
@@ -290,8 +290,20 @@ pub struct DeviceSide {
     class_sel: HashMap<String, Result<Vec<DeviceSelector>, SelectorError>>,
     node_devices: Arc<NodeDevices>,
     shared_devices: Vec<(Arc<SliceScope>, Arc<Device>)>,
-    /// Claims converted by the last [`DeviceSide::catalog`], with the resourceVersion they were converted at.
-    claims: HashMap<ClaimKey, (String, Arc<ResourceClaimInfo>)>,
+    /// Claims converted by earlier calls of [`DeviceSide::catalog`], by uid: the resourceVersion each was
+    /// converted at, and the last call that saw it.
+    claims: HashMap<String, KeptClaim>,
+    /// The last catalog made, which the next is made from: the claims that changed taken out and put in again,
+    /// the others left as they are.
+    built: Option<DeviceCatalog>,
+    /// Claims of the last catalog without a uid or a resourceVersion: converted on every call.
+    unkept: Vec<Arc<ResourceClaimInfo>>,
+    /// Calls of [`DeviceSide::catalog`] so far.
+    calls: u64,
+    /// The claims of the last catalog that allocate each device (without admin access), in the order entered:
+    /// one normally, several only in a cluster where two claims name the same device, where taking one out
+    /// must leave the device allocated to another.
+    device_claims: HashMap<DeviceId, Vec<ClaimKey>>,
     /// What was wrong with the classes and slices (a slice without a scope, a class whose selectors do not
     /// compile), each naming the object.
     pub problems: Vec<String>,
@@ -340,79 +352,201 @@ impl DeviceSide {
         side
     }
 
-    /// A catalog of these devices and `claims` (revision 0; the runtime sets it). A claim with the
-    /// resourceVersion it had in the last call is not converted again; claims without one always are.
-    /// `pod_node` as in [`device_catalog`].
+    /// A catalog of these devices and `claims` (revision 0; the runtime sets it), made from the last one: a claim
+    /// with the uid and resourceVersion it had then is neither converted nor entered again, so a call costs a
+    /// lookup per claim and the work of the claims that changed, not a new catalog (the runtime makes one before
+    /// nearly every cycle while PreBind writes claims). Claims without a uid or a resourceVersion are converted on
+    /// every call. The holders of allocated claims ([`DeviceCatalog::holders`]) are read again on every call:
+    /// they follow the pods. `pod_node` as in [`device_catalog`].
     pub fn catalog<'a>(
         &mut self,
         claims: impl IntoIterator<Item = &'a api::ResourceClaim>,
         pod_node: impl Fn(&PodKey, &str) -> Option<Arc<str>>,
     ) -> DeviceCatalog {
-        let mut cat = DeviceCatalog {
+        self.calls += 1;
+        let call = self.calls;
+        let mut cat = self.built.take().unwrap_or_else(|| DeviceCatalog {
             served: true,
             node_devices: self.node_devices.clone(),
             shared_devices: self.shared_devices.clone(),
             ..DeviceCatalog::default()
-        };
-        let mut kept = HashMap::with_capacity(self.claims.len());
+        });
+        // Taken out before anything is entered, so that a claim recreated under its name (a new uid) or changed
+        // in place never loses the entries of its new version to its old one.
+        let mut gone = std::mem::take(&mut self.unkept);
+        let mut new = Vec::new();
         for c in claims {
+            let uid = c.metadata.uid.as_deref().filter(|v| !v.is_empty());
             let rv = c.metadata.resource_version.as_deref().filter(|v| !v.is_empty());
-            let key = ClaimKey::new(
-                c.metadata.namespace.as_deref().unwrap_or(""),
-                c.metadata.name.as_deref().unwrap_or(""),
-            );
-            let known = self
-                .claims
-                .remove(&key)
-                .filter(|(v, _)| Some(v.as_str()) == rv)
-                .map(|(_, info)| info);
-            let info = known.unwrap_or_else(|| {
-                Arc::new(claim_info(c, &self.compiled, |name| {
-                    match self.class_sel.get(name) {
-                        Some(Ok(sel)) => Some(Ok(sel.clone())),
-                        Some(Err(e)) => Some(Err(e.0.clone())),
-                        None => None,
-                    }
-                }))
-            });
-            add_claim(&mut cat, &info, &pod_node);
-            if let Some(v) = rv {
-                kept.insert(key, (v.to_owned(), info.clone()));
+            let (Some(uid), Some(rv)) = (uid, rv) else {
+                let info = Arc::new(self.convert(c));
+                self.unkept.push(info.clone());
+                new.push(info);
+                continue;
+            };
+            match self.claims.get_mut(uid) {
+                Some(k) if k.rv == rv => k.seen = call,
+                Some(k) => {
+                    let info = Arc::new(claim_info(c, &self.compiled, |n| class_of(&self.class_sel, n)));
+                    gone.push(std::mem::replace(&mut k.info, info.clone()));
+                    k.rv = rv.to_owned();
+                    k.seen = call;
+                    new.push(info);
+                }
+                None => {
+                    let info = Arc::new(self.convert(c));
+                    let kept = KeptClaim {
+                        rv: rv.to_owned(),
+                        info: info.clone(),
+                        seen: call,
+                    };
+                    self.claims.insert(uid.to_owned(), kept);
+                    new.push(info);
+                }
             }
+        }
+        self.claims.retain(|_, k| {
+            let seen = k.seen == call;
+            if !seen {
+                gone.push(k.info.clone());
+            }
+            seen
+        });
+        for info in &gone {
+            remove_claim(&mut cat, &mut self.device_claims, info);
+        }
+        for info in new {
+            add_allocated(&mut cat, &mut self.device_claims, &info);
             cat.claims.insert(info.key.clone(), info);
         }
-        self.claims = kept;
+        refresh_holders(&mut cat, &pod_node);
+        cat.held_changes = None;
+        self.built = Some(cat.clone());
         cat
+    }
+
+    fn convert(&self, c: &api::ResourceClaim) -> ResourceClaimInfo {
+        claim_info(c, &self.compiled, |n| class_of(&self.class_sel, n))
     }
 }
 
-/// Enters an allocated claim's devices in [`DeviceCatalog::allocated`] and its pods in
-/// [`DeviceCatalog::holders`].
-fn add_claim(
+/// A claim converted by [`DeviceSide::catalog`].
+#[derive(Debug)]
+struct KeptClaim {
+    rv: String,
+    info: Arc<ResourceClaimInfo>,
+    seen: u64,
+}
+
+/// A class's selectors for [`claim_info`]: `Err` when they do not compile, `None` for a class that does not exist.
+fn class_of(
+    class_sel: &HashMap<String, Result<Vec<DeviceSelector>, SelectorError>>,
+    name: &str,
+) -> Option<Result<Vec<DeviceSelector>, String>> {
+    match class_sel.get(name) {
+        Some(Ok(sel)) => Some(Ok(sel.clone())),
+        Some(Err(e)) => Some(Err(e.0.clone())),
+        None => None,
+    }
+}
+
+/// Takes a claim's version `info` out of the catalog: its entry and holders, and its devices, each left to another
+/// claim that allocates it too (see [`DeviceSide`]'s `device_claims`) or freed.
+fn remove_claim(
     cat: &mut DeviceCatalog,
+    device_claims: &mut HashMap<DeviceId, Vec<ClaimKey>>,
+    info: &Arc<ResourceClaimInfo>,
+) {
+    if cat.claims.get(&info.key).is_some_and(|c| Arc::ptr_eq(c, info)) {
+        cat.claims.remove(&info.key);
+        cat.holders.remove(&info.key);
+    }
+    let Some(a) = &info.allocation else { return };
+    for (_, d, admin) in &a.devices {
+        if *admin {
+            continue;
+        }
+        let Some(keys) = device_claims.get_mut(d) else {
+            continue;
+        };
+        if let Some(at) = keys.iter().position(|k| *k == info.key) {
+            keys.remove(at);
+        }
+        match keys.last() {
+            Some(other) => {
+                cat.allocated.insert(d.clone(), other.clone());
+            }
+            None => {
+                device_claims.remove(d);
+                cat.allocated.remove(d);
+            }
+        }
+    }
+}
+
+/// Enters an allocated claim's devices (those without admin access) in [`DeviceCatalog::allocated`].
+fn add_allocated(
+    cat: &mut DeviceCatalog,
+    device_claims: &mut HashMap<DeviceId, Vec<ClaimKey>>,
     info: &ResourceClaimInfo,
-    pod_node: &impl Fn(&PodKey, &str) -> Option<Arc<str>>,
 ) {
     let Some(a) = &info.allocation else { return };
     for (_, d, admin) in &a.devices {
         if !admin {
+            device_claims.entry(d.clone()).or_default().push(info.key.clone());
             cat.allocated.insert(d.clone(), info.key.clone());
         }
     }
-    let pods: Option<Vec<(PodKey, Arc<str>)>> = info
-        .reserved_for
-        .iter()
-        .map(|r| {
-            let key = PodKey::new(&info.key.namespace, &r.name);
-            r.is_pod()
-                .then(|| pod_node(&key, &r.uid))
-                .flatten()
-                .map(|n| (key, n))
-        })
-        .collect();
-    if let Some(pods) = pods.filter(|p| !p.is_empty()) {
-        cat.holders.insert(info.key.clone(), pods);
+}
+
+/// Sets [`DeviceCatalog::holders`] for every allocated claim reserved only for pods whose node `pod_node` knows
+/// (the pods and their nodes), and removes it for the others; an entry that is already right is left alone, so
+/// the common call allocates nothing.
+fn refresh_holders(cat: &mut DeviceCatalog, pod_node: &impl Fn(&PodKey, &str) -> Option<Arc<str>>) {
+    let DeviceCatalog { claims, holders, .. } = cat;
+    for (key, info) in claims.iter() {
+        if info.allocation.is_none() || info.reserved_for.is_empty() {
+            holders.remove(key);
+            continue;
+        }
+        let mut pods = info.reserved_for.iter().map(|r| holder(info, r, pod_node));
+        if let Some(now) = holders.get(key)
+            && now.len() == info.reserved_for.len()
+            && pods.by_ref().zip(now).all(|(p, n)| p.as_ref() == Some(n))
+        {
+            continue;
+        }
+        let pods: Option<Vec<(PodKey, Arc<str>)>> = info
+            .reserved_for
+            .iter()
+            .map(|r| holder(info, r, pod_node))
+            .collect();
+        match pods {
+            Some(p) => {
+                holders.insert(key.clone(), p);
+            }
+            None => {
+                holders.remove(key);
+            }
+        }
     }
+}
+
+/// The pod a `reservedFor` entry of `info` names, with its node; `None` for a consumer that is not a pod or a pod
+/// `pod_node` does not know on a node. The key shares the claim's strings: nothing is allocated.
+fn holder(
+    info: &ResourceClaimInfo,
+    r: &Consumer,
+    pod_node: &impl Fn(&PodKey, &str) -> Option<Arc<str>>,
+) -> Option<(PodKey, Arc<str>)> {
+    if !r.is_pod() {
+        return None;
+    }
+    let pod = PodKey {
+        namespace: info.key.namespace.clone(),
+        name: r.name.clone(),
+    };
+    pod_node(&pod, &r.uid).map(|n| (pod, n))
 }
 
 /// A claim as [`ResourceClaimInfo`]; `class(name)` gives a class's selectors (`Err` when they do not compile,
