@@ -118,11 +118,11 @@ struct Written {
     pods: Vec<Arc<str>>,
 }
 
-/// Writes every claim of the decision, side by side, then waits (briefly) until the store shows them; `Err` names
-/// the first claim that failed, after the claims written were reverted. The writes wait for a permit of `permits` (FIFO),
-/// held until they are done: a loop that decides hundreds of device gangs in its first second would otherwise
-/// start all their claim writes at once, and the first gang's, sharing the API server with all the others, would
-/// end last (the first bind came 3-5 s after the start on 500 nodes with 2,000 claims).
+/// Writes every claim of the decision, side by side, then waits (briefly) until the store shows them; `Err`
+/// names the first claim that failed, after the claims written were reverted. The writes wait for a permit of
+/// `permits` (FIFO), held until they are done: a loop that decides hundreds of device gangs in its first second
+/// would otherwise start all their claim writes at once, and the first gang's, sharing the API server with all
+/// the others, would end last (the first bind came 3-5 s after the start on 500 nodes with 2,000 claims).
 pub(crate) async fn bind_devices(
     client: &kube::Client,
     store: &Store,

@@ -279,8 +279,9 @@ pub fn device_catalog<'a>(
 ///
 /// The runtime keeps one while no DeviceClass or ResourceSlice changes, so that a change of claims alone (each
 /// PreBind writes two per claim, so most DRA events are these) converts and enters only the claims that changed,
-/// in a copy of the last catalog ([`DeviceSide::catalog`]): the devices keep their identity, and with it the device summary's index of matching devices per node
-/// ([`crate::dra::summary`]), and the selectors keep their results per device ([`DeviceSelector::cached`]).
+/// in a copy of the last catalog ([`DeviceSide::catalog`]): the devices keep their identity, and with it the
+/// device summary's index of matching devices per node ([`crate::dra::summary`]), and the selectors keep their
+/// results per device ([`DeviceSelector::cached`]).
 /// Before, every DRA event rebuilt all of it: on 500 nodes of 8 devices, `perf` put the rebuilds (the conversion,
 /// its allocations and drops, the selectors evaluated again) first in `phalanx run` while it bound 2,000 pods with
 /// claims.
